@@ -1,0 +1,1 @@
+"""vaco_jax: asynchronous on-policy RL on MuJoCo (MJX) with controlled policy lag."""
