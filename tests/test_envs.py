@@ -1,0 +1,59 @@
+"""Environment wrapper: auto-reset, termination vs truncation, next observation before reset (SPEC §3, §8)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from vaco_jax.config import ConfigError
+from vaco_jax.envs import make_env, reset_batch
+
+
+def test_unknown_task_and_backend_name_the_valid_values():
+    with pytest.raises(ConfigError, match="env='cartpole'.*inverted_double_pendulum"):
+        make_env("cartpole")
+    with pytest.raises(ConfigError, match="backend='spring'.*generalized"):
+        make_env("reacher", backend="spring")
+
+
+@pytest.mark.slow
+def test_truncation_termination_and_auto_reset():
+    env = make_env("inverted_double_pendulum", "mjx", episode_length=7)
+    n = 4
+    state = jax.jit(lambda k: reset_batch(env, k, n))(jax.random.PRNGKey(0))
+    initial_obs = np.asarray(state.core.obs)
+    step = jax.jit(jax.vmap(env.step))
+    raw_step = jax.jit(jax.vmap(env.raw.step))
+    # env 0-1: zero action (the pendulum stays up for a while); env 2-3: full push (it falls).
+    actions = jnp.array([[0.0], [0.0], [1.0], [-1.0]])
+    returns = np.zeros(n)
+    lengths = np.zeros(n, int)
+    saw = {"term": False, "trunc": False}
+    for t in range(30):
+        raw = raw_step(state.core, actions)  # what the plain env does from here
+        prev_step = np.asarray(state.episode_step)
+        state, out = step(state, actions)
+        term, trunc = np.asarray(out.termination), np.asarray(out.truncation)
+        returns += np.asarray(out.reward)
+        lengths += 1
+        # next_obs is the observation the step reached, before any auto-reset
+        np.testing.assert_allclose(out.next_obs, raw.obs, rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(term, (np.asarray(raw.done) > 0.5).astype(np.float32))
+        assert not np.any((term > 0) & (trunc > 0)), "truncation is never set together with termination"
+        np.testing.assert_array_equal(trunc, ((prev_step + 1 >= 7) & (term == 0)).astype(np.float32))
+        done = (term + trunc) > 0
+        for i in range(n):
+            if done[i]:
+                # the finished episode's return and length are reported, then the env restarts
+                assert out.episode_return[i] == pytest.approx(returns[i], rel=1e-5)
+                assert int(out.episode_length[i]) == lengths[i]
+                np.testing.assert_allclose(out.obs[i], initial_obs[i], rtol=1e-6)
+                assert int(state.episode_step[i]) == 0
+                returns[i] = 0.0
+                lengths[i] = 0
+            else:
+                assert out.episode_return[i] == 0.0 and int(out.episode_length[i]) == 0
+                np.testing.assert_allclose(out.obs[i], out.next_obs[i])
+        saw["term"] |= bool(term.any())
+        saw["trunc"] |= bool(trunc.any())
+    assert saw["term"] and saw["trunc"], saw

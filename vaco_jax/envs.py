@@ -1,0 +1,118 @@
+"""Brax MuJoCo tasks as pure, jittable reset/step pairs with truncation-aware auto-reset (SPEC §3, §8).
+
+``make_env(name, backend, episode_length)`` returns an ``Env`` whose ``step`` distinguishes
+
+* **termination** (the task's own ``done``: the agent fell; bootstrap value 0) from
+* **truncation** (the episode reached ``episode_length``; bootstrap from V(next obs)),
+
+and hands the learner the next observation *before* the auto-reset. After a finished episode the env
+returns to the initial state it was reset to (one per env, drawn at ``reset``), as Brax's own
+auto-reset wrapper does: a fresh MJX reset inside every vmapped step would run the reset's physics
+for every env at every step.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from vaco_jax.config import BACKENDS, TASKS, ConfigError
+
+
+class EnvState(NamedTuple):
+    core: Any  # brax.envs.State of the running episode
+    initial: Any  # brax.envs.State this env returns to after an episode ends
+    episode_step: jnp.ndarray  # int32
+    episode_return: jnp.ndarray  # float32
+
+
+class StepOutput(NamedTuple):
+    obs: jnp.ndarray  # observation to act on next (after auto-reset)
+    reward: jnp.ndarray
+    termination: jnp.ndarray  # float32 in {0, 1}
+    truncation: jnp.ndarray  # float32 in {0, 1}; never 1 together with termination
+    next_obs: jnp.ndarray  # observation reached by this step, before any auto-reset
+    episode_return: jnp.ndarray  # return of the episode this step ended (0 when it did not end)
+    episode_length: jnp.ndarray  # its length in steps (0 when it did not end)
+
+
+class Env(NamedTuple):
+    name: str
+    backend: str
+    episode_length: int
+    observation_size: int
+    action_size: int
+    reset: Callable[[jax.Array], EnvState]
+    step: Callable[[EnvState, jnp.ndarray], tuple[EnvState, StepOutput]]
+    raw: Any  # the underlying brax env (single-env reset/step, no auto-reset)
+
+
+@functools.lru_cache(maxsize=None)
+def _brax_env(name: str, backend: str):
+    from brax import envs as brax_envs
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return brax_envs.get_environment(name, backend=backend)
+
+
+def make_env(name: str, backend: str = "mjx", episode_length: int = 1000) -> Env:
+    """Pure single-env ``reset(key)`` and ``step(state, action)``; vmap them for a batch."""
+    if name not in TASKS:
+        raise ConfigError(f"env={name!r} is not valid; allowed values: {', '.join(TASKS)}")
+    if backend not in BACKENDS:
+        raise ConfigError(f"backend={backend!r} is not valid; allowed values: {', '.join(BACKENDS)}")
+    if episode_length <= 0:
+        raise ConfigError(f"episode_length={episode_length!r} must be > 0")
+    env = _brax_env(name, backend)
+
+    def reset(key: jax.Array) -> EnvState:
+        core = env.reset(key)
+        return EnvState(core=core, initial=core, episode_step=jnp.zeros((), jnp.int32),
+                        episode_return=jnp.zeros((), jnp.float32))
+
+    def step(state: EnvState, action: jnp.ndarray) -> tuple[EnvState, StepOutput]:
+        nxt = env.step(state.core, action)
+        episode_step = state.episode_step + 1
+        episode_return = state.episode_return + nxt.reward
+        termination = (nxt.done > 0.5).astype(jnp.float32)
+        truncation = jnp.where(termination > 0, 0.0, (episode_step >= episode_length).astype(jnp.float32))
+        done = jnp.maximum(termination, truncation)
+        # Auto-reset: swap in the initial state; the brax env itself never resets.
+        fresh = state.initial.replace(metrics=nxt.metrics, info=nxt.info)
+        core = jax.tree.map(lambda a, b: jnp.where(done > 0, a, b), fresh, nxt)
+        new_state = EnvState(
+            core=core,
+            initial=state.initial,
+            episode_step=jnp.where(done > 0, 0, episode_step).astype(jnp.int32),
+            episode_return=jnp.where(done > 0, 0.0, episode_return),
+        )
+        out = StepOutput(
+            obs=core.obs,
+            reward=nxt.reward,
+            termination=termination,
+            truncation=truncation,
+            next_obs=nxt.obs,
+            episode_return=jnp.where(done > 0, episode_return, 0.0),
+            episode_length=jnp.where(done > 0, episode_step, 0).astype(jnp.int32),
+        )
+        return new_state, out
+
+    return Env(name=name, backend=backend, episode_length=episode_length,
+               observation_size=int(env.observation_size), action_size=int(env.action_size),
+               reset=reset, step=step, raw=env)
+
+
+def reset_batch(env: Env, key: jax.Array, num_envs: int) -> EnvState:
+    """Reset ``num_envs`` envs one by one and stack the states.
+
+    Some tasks' resets loop with ``lax.while_loop`` (reacher samples its goal by rejection);
+    batching that loop over many envs in one call was seen to hang, so each env is reset on its
+    own (a ``lax.map``) and the states are stacked.
+    """
+    keys = jax.random.split(key, num_envs)
+    return jax.lax.map(env.reset, keys)

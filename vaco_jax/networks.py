@@ -1,0 +1,104 @@
+"""Actor and critic networks, the diagonal Gaussian, and the running observation normaliser.
+
+The policy is a diagonal Gaussian with a state-independent log-std (a parameter). Actions are
+sampled unsquashed and clipped to the action box only when handed to the env, so the recorded
+log-probability is the exact density of the recorded (unclipped) action.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+LOG_2PI = float(np.log(2.0 * np.pi))
+
+
+class MLP(nn.Module):
+    hidden: Sequence[int]
+    out: int
+    out_scale: float = 1.0
+
+    @nn.compact
+    def __call__(self, x):
+        for size in self.hidden:
+            x = nn.tanh(nn.Dense(size, kernel_init=nn.initializers.orthogonal(np.sqrt(2.0)))(x))
+        return nn.Dense(self.out, kernel_init=nn.initializers.orthogonal(self.out_scale))(x)
+
+
+class GaussianPolicy(nn.Module):
+    hidden: Sequence[int]
+    action_size: int
+    init_log_std: float = -0.5
+
+    @nn.compact
+    def __call__(self, obs):
+        mean = MLP(self.hidden, self.action_size, out_scale=0.01)(obs)
+        log_std = self.param("log_std", nn.initializers.constant(self.init_log_std), (self.action_size,))
+        return mean, jnp.broadcast_to(log_std.astype(mean.dtype), mean.shape)
+
+
+class ValueNet(nn.Module):
+    hidden: Sequence[int]
+
+    @nn.compact
+    def __call__(self, obs):
+        return MLP(self.hidden, 1, out_scale=1.0)(obs)[..., 0]
+
+
+# ----------------------------------------------------------------------------- Gaussian
+
+def gaussian_logp_per_dim(action, mean, log_std):
+    z = (action - mean) * jnp.exp(-log_std)
+    return -0.5 * z * z - log_std - 0.5 * LOG_2PI
+
+
+def gaussian_logp(action, mean, log_std):
+    """log N(action; mean, diag(exp(log_std)^2)), summed over the action dimensions."""
+    return jnp.sum(gaussian_logp_per_dim(action, mean, log_std), axis=-1)
+
+
+def gaussian_entropy(log_std):
+    return jnp.sum(log_std + 0.5 * (1.0 + LOG_2PI), axis=-1)
+
+
+def gaussian_kl(mean_p, log_std_p, mean_q, log_std_q):
+    """Analytic KL(p || q) between diagonal Gaussians, summed over dimensions."""
+    var_ratio = jnp.exp(2.0 * (log_std_p - log_std_q))
+    mahal = ((mean_p - mean_q) * jnp.exp(-log_std_q)) ** 2
+    return jnp.sum(0.5 * (var_ratio + mahal - 1.0) - (log_std_p - log_std_q), axis=-1)
+
+
+# ----------------------------------------------------------------------------- normaliser
+
+class NormalizerState(NamedTuple):
+    count: jnp.ndarray  # float32 scalar (pseudo-count; starts at a small epsilon)
+    mean: jnp.ndarray
+    var: jnp.ndarray
+
+
+def normalizer_init(size: int) -> NormalizerState:
+    return NormalizerState(count=jnp.asarray(1e-4, jnp.float32), mean=jnp.zeros((size,), jnp.float32),
+                           var=jnp.ones((size,), jnp.float32))
+
+
+def normalizer_update(state: NormalizerState, batch: jnp.ndarray) -> NormalizerState:
+    """Merge a batch (..., size) into the running mean/variance (parallel-variance formula)."""
+    x = batch.reshape(-1, batch.shape[-1])
+    n = jnp.asarray(x.shape[0], jnp.float32)
+    b_mean = jnp.mean(x, axis=0)
+    b_var = jnp.var(x, axis=0)
+    total = state.count + n
+    delta = b_mean - state.mean
+    mean = state.mean + delta * n / total
+    m2 = state.var * state.count + b_var * n + delta**2 * state.count * n / total
+    return NormalizerState(count=total, mean=mean, var=m2 / total)
+
+
+def normalize(state: NormalizerState, obs: jnp.ndarray, enabled: bool = True, clip: float = 10.0):
+    if not enabled:
+        return obs
+    return jnp.clip((obs - state.mean) * jax.lax.rsqrt(state.var + 1e-8), -clip, clip)

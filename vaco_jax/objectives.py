@@ -1,0 +1,319 @@
+"""Policy surrogates, sample filters and the value loss (SPEC.md §4).
+
+Conventions shared by every loss here:
+
+* inputs are per-sample arrays of one minibatch, all of the same shape (normally 1-D); the
+  advantages are already normalised by the caller (:func:`normalize_advantages`) where the method
+  normalises them;
+* ``logp`` is ``log π_θ(a|s)`` and carries the gradient; every other log-probability (behaviour,
+  proximal, old, inference, filter denominator) is treated as a constant (``stop_gradient``);
+* ratios are taken in log space, ``r = exp(logp_a − logp_b)``;
+* the loss is the *negative* surrogate averaged over **all** samples of the minibatch;
+* each returns ``(loss, metrics)`` with ``metrics`` a dict of float32 scalars (no gradient).
+"""
+
+from __future__ import annotations
+
+import chex
+import jax
+import jax.numpy as jnp
+
+__all__ = [
+    "decoupled_ppo_loss",
+    "impala_pg_loss",
+    "is_pg_loss",
+    "mismatch_mask",
+    "normalize_advantages",
+    "ppo_clip_loss",
+    "ppo_kl_loss",
+    "spo_loss",
+    "tv_estimate",
+    "tv_filter_keep",
+    "tv_filtered_pg_loss",
+    "value_loss",
+]
+
+_sg = jax.lax.stop_gradient
+_TV_SCALES = ("tv", "l1")
+_CAP_MODES = ("truncate", "mask")
+
+
+def _f32(x):
+    return jnp.asarray(x, jnp.float32)
+
+
+def _ratio_metrics(ratio) -> dict:
+    ratio = _sg(ratio)
+    return {"ratio_mean": jnp.mean(ratio), "ratio_max": jnp.max(ratio)}
+
+
+def _clipped_surrogate(ratio, advantages, clip_epsilon):
+    """``min(r A, clip(r, 1 − ε, 1 + ε) A)`` per sample."""
+    clipped = jnp.clip(ratio, 1.0 - clip_epsilon, 1.0 + clip_epsilon)
+    return jnp.minimum(ratio * advantages, clipped * advantages)
+
+
+def _clip_fraction(ratio, clip_epsilon):
+    return jnp.mean((jnp.abs(_sg(ratio) - 1.0) > clip_epsilon).astype(jnp.float32))
+
+
+def normalize_advantages(adv, eps: float = 1e-8):
+    """Per-minibatch advantage normalisation (SPEC §3, last bullet): ``(A − mean A)/(std A + eps)``
+    over all elements (population std)."""
+    adv = _f32(adv)
+    return (adv - jnp.mean(adv)) / (jnp.std(adv) + eps)
+
+
+# --------------------------------------------------------------------------------------------
+# Coupled PPO family
+# --------------------------------------------------------------------------------------------
+
+
+def ppo_clip_loss(logp, behaviour_logp, advantages, clip_epsilon):
+    """PPO-Clip (SPEC §4, first bullet): ``−mean min(r_β A, clip(r_β, 1−ε, 1+ε) A)``,
+    ``r_β = exp(logp − sg(behaviour_logp))``.
+
+    Metrics: ``clip_fraction`` (fraction with ``|r − 1| > ε``), ``ratio_mean``, ``ratio_max``.
+    """
+    chex.assert_equal_shape([logp, behaviour_logp, advantages])
+    advantages = _sg(_f32(advantages))
+    ratio = jnp.exp(_f32(logp) - _sg(_f32(behaviour_logp)))
+    loss = -jnp.mean(_clipped_surrogate(ratio, advantages, clip_epsilon))
+    metrics = {"clip_fraction": _clip_fraction(ratio, clip_epsilon), **_ratio_metrics(ratio)}
+    return loss, metrics
+
+
+def ppo_kl_loss(logp, behaviour_logp, advantages, kl, kl_coef):
+    """PPO-KL (SPEC §4, second bullet): ``−mean(r_β A) + c_kl · mean KL(β ‖ π_θ)``.
+
+    ``kl`` is the per-sample analytic KL computed by the caller; it carries gradient.
+    Metrics: ``kl`` (its mean), ``ratio_mean``, ``ratio_max``.
+    """
+    chex.assert_equal_shape([logp, behaviour_logp, advantages, kl])
+    advantages = _sg(_f32(advantages))
+    ratio = jnp.exp(_f32(logp) - _sg(_f32(behaviour_logp)))
+    mean_kl = jnp.mean(_f32(kl))
+    loss = -jnp.mean(ratio * advantages) + kl_coef * mean_kl
+    return loss, {"kl": _sg(mean_kl), **_ratio_metrics(ratio)}
+
+
+def spo_loss(logp, behaviour_logp, advantages, epsilon):
+    """SPO, Simple Policy Optimization (SPEC §4, third bullet):
+    ``−mean[r_β A − |A|/(2ε) · (r_β − 1)²]``.
+
+    Metrics: ``clip_fraction`` (``|r − 1| > ε``, reported for the filtering diagnostics although
+    SPO never clips), ``ratio_mean``, ``ratio_max``.
+    """
+    chex.assert_equal_shape([logp, behaviour_logp, advantages])
+    advantages = _sg(_f32(advantages))
+    ratio = jnp.exp(_f32(logp) - _sg(_f32(behaviour_logp)))
+    penalty = jnp.abs(advantages) / (2.0 * epsilon) * jnp.square(ratio - 1.0)
+    loss = -jnp.mean(ratio * advantages - penalty)
+    metrics = {"clip_fraction": _clip_fraction(ratio, epsilon), **_ratio_metrics(ratio)}
+    return loss, metrics
+
+
+# --------------------------------------------------------------------------------------------
+# Decoupled PPO (Hilton et al.) with old logits and the mismatch mask
+# --------------------------------------------------------------------------------------------
+
+
+def mismatch_mask(logp_old, logp_infer, bound):
+    """Training–inference mismatch mask (SPEC §4, decoupled PPO; §2):
+    ``m = 1[π_old/π_infer ∈ [1/c, c]]`` (inclusive), tested in log space as
+    ``|log π_old − log π_infer| ≤ log c``. Returns float32 0/1; ``bound = inf`` keeps everything.
+    """
+    chex.assert_equal_shape([logp_old, logp_infer])
+    log_ratio = _sg(_f32(logp_old) - _f32(logp_infer))
+    log_bound = jnp.log(_f32(bound))
+    keep = (log_ratio >= -log_bound) & (log_ratio <= log_bound)
+    return keep.astype(jnp.float32)
+
+
+def decoupled_ppo_loss(
+    logp,
+    proximal_logp,
+    old_logp,
+    infer_logp,
+    advantages,
+    clip_epsilon,
+    weight_cap,
+    cap_mode: str = "truncate",
+    mismatch_bound=2.0,
+):
+    """Decoupled PPO with old logits and mismatch mask (SPEC §4, "Decoupled PPO"):
+
+        w_i  = sg(π_prox/π_old),  capped: ``truncate`` → min(w, w_max); ``mask`` → 0 if w > w_max
+        m_i  = 1[π_old/π_infer ∈ [1/c, c]]
+        r_p  = exp(logp − sg(log π_prox))
+        loss = −(1/n) Σ_i m_i · sg(π_old/π_infer) · w_i · min(r_p A, clip(r_p, 1−ε, 1+ε) A)
+
+    The mean's denominator ``n`` counts **all** samples of the minibatch, masked ones included (a
+    masked sample contributes 0), so masking shrinks the step rather than re-weighting the rest.
+    Masked samples contribute exactly 0 even when their ratio overflows.
+
+    Args:
+      cap_mode: static Python string, ``"truncate"`` or ``"mask"``.
+      weight_cap: ``w_max`` (may be traced; ``inf`` disables the cap).
+      mismatch_bound: ``c`` of the mismatch mask (may be traced; ``inf`` disables it).
+
+    Metrics: ``clip_fraction`` (``|r_p − 1| > ε``), ``weight_mean`` / ``weight_max`` (of the
+    uncapped ``w``), ``capped_fraction`` (``w > w_max``), ``mismatch_kept_fraction`` (mean ``m``),
+    ``mismatch_ratio_mean`` / ``mismatch_ratio_max`` (``r_d = π_old/π_infer``),
+    ``staleness_ratio_mean`` (``r_s = π_θ/π_old``).
+    """
+    if cap_mode not in _CAP_MODES:
+        raise ValueError(f"cap_mode must be one of {_CAP_MODES}, got {cap_mode!r}")
+    chex.assert_equal_shape([logp, proximal_logp, old_logp, infer_logp, advantages])
+    logp = _f32(logp)
+    proximal_logp = _sg(_f32(proximal_logp))
+    old_logp = _sg(_f32(old_logp))
+    infer_logp = _sg(_f32(infer_logp))
+    advantages = _sg(_f32(advantages))
+
+    weight = jnp.exp(proximal_logp - old_logp)
+    exceeds_cap = weight > weight_cap
+    if cap_mode == "truncate":
+        capped_weight = jnp.minimum(weight, weight_cap)
+    else:
+        capped_weight = jnp.where(exceeds_cap, 0.0, weight)
+
+    keep = mismatch_mask(old_logp, infer_logp, mismatch_bound)
+    mismatch_ratio = jnp.exp(old_logp - infer_logp)
+    # Zero the coefficient (not the product) so an overflowing masked ratio cannot make 0·inf.
+    coefficient = jnp.where(keep > 0, mismatch_ratio * capped_weight, 0.0)
+
+    ratio = jnp.exp(logp - proximal_logp)
+    surrogate = _clipped_surrogate(ratio, advantages, clip_epsilon)
+    loss = -jnp.mean(coefficient * surrogate)
+
+    metrics = {
+        "clip_fraction": _clip_fraction(ratio, clip_epsilon),
+        "weight_mean": jnp.mean(weight),
+        "weight_max": jnp.max(weight),
+        "capped_fraction": jnp.mean(exceeds_cap.astype(jnp.float32)),
+        "mismatch_kept_fraction": jnp.mean(keep),
+        "mismatch_ratio_mean": jnp.mean(mismatch_ratio),
+        "mismatch_ratio_max": jnp.max(mismatch_ratio),
+        "staleness_ratio_mean": jnp.mean(jnp.exp(_sg(logp) - old_logp)),
+    }
+    return loss, metrics
+
+
+# --------------------------------------------------------------------------------------------
+# VACO: TV-filtered importance-sampled policy gradient
+# --------------------------------------------------------------------------------------------
+
+
+def tv_estimate(log_ratio, scale: str = "tv"):
+    """Total-variation estimate from per-sample log-ratios (SPEC §4, VACO; §6 diagnostics):
+    ``½ · mean|r − 1|`` for ``scale="tv"``, ``mean|r − 1|`` for ``scale="l1"`` (static string),
+    with ``r = exp(sg(log_ratio))``. No gradient.
+    """
+    if scale not in _TV_SCALES:
+        raise ValueError(f"scale must be one of {_TV_SCALES}, got {scale!r}")
+    l1 = jnp.mean(jnp.abs(jnp.exp(_sg(_f32(log_ratio))) - 1.0))
+    return 0.5 * l1 if scale == "tv" else l1
+
+
+def tv_filter_keep(log_ratio, advantages, tv_budget, scale: str = "tv"):
+    """VACO's TV filter (SPEC §4):
+
+        TV̂      = ½ · mean|sg(r) − 1|    (or mean|sg(r) − 1| for ``scale="l1"``)
+        grows_i = A_i · sg(log r_i) > 0   (strict)
+        keep_i  = (TV̂ ≤ δ) or not grows_i
+
+    Samples with ``r_i = 1`` or ``A_i = 0`` are always kept.
+
+    Returns:
+      ``(keep, tv)``: float32 0/1 mask of the shape of ``log_ratio`` and the scalar ``TV̂``.
+    """
+    chex.assert_equal_shape([log_ratio, advantages])
+    log_ratio = _sg(_f32(log_ratio))
+    advantages = _sg(_f32(advantages))
+    tv = tv_estimate(log_ratio, scale)
+    # Sign test rather than the product, which can underflow to 0 for tiny A or log r.
+    grows = jnp.sign(advantages) * jnp.sign(log_ratio) > 0.0
+    keep = (tv <= tv_budget) | ~grows
+    return keep.astype(jnp.float32), tv
+
+
+def tv_filtered_pg_loss(logp, denominator_logp, advantages, tv_budget, scale: str = "tv"):
+    """VACO loss (SPEC §4, "VACO"): ``−mean[keep · r A + (1 − keep) · sg(r) A]`` with
+    ``r = exp(logp − sg(denominator_logp))`` and ``keep`` from :func:`tv_filter_keep`.
+
+    The denominator is ``β`` by default (``π_T`` as an option). Filtered samples keep their value
+    in the loss but contribute exactly zero gradient. ``tv_budget`` (δ) may be traced; ``inf``
+    gives :func:`is_pg_loss`.
+
+    Metrics: ``tv_estimate``, ``filtered_fraction`` (``1 − mean keep``), ``ratio_mean``,
+    ``ratio_max``.
+    """
+    chex.assert_equal_shape([logp, denominator_logp, advantages])
+    logp = _f32(logp)
+    advantages = _sg(_f32(advantages))
+    log_ratio = logp - _sg(_f32(denominator_logp))
+    keep, tv = tv_filter_keep(log_ratio, advantages, tv_budget, scale)
+    ratio = jnp.exp(log_ratio)
+    # Select in log space: a filtered sample's gradient is an exact 0 even if its ratio overflows.
+    filtered_ratio = jnp.exp(jnp.where(keep > 0, log_ratio, _sg(log_ratio)))
+    loss = -jnp.mean(filtered_ratio * advantages)
+    metrics = {
+        "tv_estimate": tv,
+        "filtered_fraction": 1.0 - jnp.mean(keep),
+        **_ratio_metrics(ratio),
+    }
+    return loss, metrics
+
+
+def is_pg_loss(logp, denominator_logp, advantages):
+    """Plain importance-sampled policy gradient ``−mean(r A)``, ``r = exp(logp − sg(denominator))``:
+    VACO with an infinite TV budget (SPEC §4). Metrics: ``ratio_mean``, ``ratio_max``."""
+    chex.assert_equal_shape([logp, denominator_logp, advantages])
+    advantages = _sg(_f32(advantages))
+    ratio = jnp.exp(_f32(logp) - _sg(_f32(denominator_logp)))
+    return -jnp.mean(ratio * advantages), _ratio_metrics(ratio)
+
+
+# --------------------------------------------------------------------------------------------
+# IMPALA and the critic
+# --------------------------------------------------------------------------------------------
+
+
+def impala_pg_loss(logp, pg_advantages):
+    """IMPALA policy-gradient loss (SPEC §4, last bullet): ``−mean(sg(pg_adv) · log π_θ)``, with
+    ``pg_adv = min(ρ̄_pg, π_θ/β)(q − V)`` from V-trace recomputed by the caller.
+
+    Metrics: ``pg_advantage_mean``.
+    """
+    chex.assert_equal_shape([logp, pg_advantages])
+    pg_advantages = _sg(_f32(pg_advantages))
+    loss = -jnp.mean(pg_advantages * _f32(logp))
+    return loss, {"pg_advantage_mean": jnp.mean(pg_advantages)}
+
+
+def value_loss(values, targets, old_values=None, clip_epsilon=None):
+    """Critic loss (SPEC §4, "Value loss"): ``mean ½(V − sg(target))²``.
+
+    With both ``old_values`` and ``clip_epsilon`` given, PPO value clipping:
+    ``½ mean max((V − t)², (V_old + clip(V − V_old, −ε, ε) − t)²)``.
+
+    Metrics: ``value_loss``; with clipping also ``value_clip_fraction`` (``|V − V_old| > ε``).
+    """
+    chex.assert_equal_shape([values, targets])
+    values = _f32(values)
+    targets = _sg(_f32(targets))
+    squared_error = jnp.square(values - targets)
+    metrics = {}
+    if old_values is not None and clip_epsilon is not None:
+        chex.assert_equal_shape([values, old_values])
+        old_values = _sg(_f32(old_values))
+        delta = values - old_values
+        clipped_values = old_values + jnp.clip(delta, -clip_epsilon, clip_epsilon)
+        squared_error = jnp.maximum(squared_error, jnp.square(clipped_values - targets))
+        metrics["value_clip_fraction"] = jnp.mean(
+            (jnp.abs(_sg(delta)) > clip_epsilon).astype(jnp.float32)
+        )
+    loss = 0.5 * jnp.mean(squared_error)
+    metrics["value_loss"] = _sg(loss)
+    return loss, metrics

@@ -1,0 +1,105 @@
+"""Unroll N envs x U steps with per-actor lagged snapshots (SPEC §2).
+
+Each actor evaluates *its own* snapshot (policy + normaliser statistics of version ``v``) in
+``actor_dtype``, casts the distribution parameters to float32, samples, and records the float32
+log-density of the sampled action (``behaviour_logp`` = ``logp_infer``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from vaco_jax import lag as lag_lib
+from vaco_jax.envs import Env, EnvState
+from vaco_jax.networks import gaussian_logp, normalize
+
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+
+
+class Transition(NamedTuple):
+    obs: jnp.ndarray  # raw observation acted on
+    action: jnp.ndarray  # sampled (unclipped) action
+    reward: jnp.ndarray
+    termination: jnp.ndarray
+    truncation: jnp.ndarray
+    next_obs: jnp.ndarray  # raw next observation before any auto-reset
+    behaviour_logp: jnp.ndarray  # logp_infer: density the action was sampled from (float32)
+    behaviour_version: jnp.ndarray  # int32 version v of the actor's snapshot
+    behaviour_mean: jnp.ndarray  # behaviour distribution parameters (float32)
+    behaviour_log_std: jnp.ndarray
+    episode_return: jnp.ndarray  # return of an episode that ended at this step (else 0)
+    episode_length: jnp.ndarray  # its length (else 0)
+
+
+def actor_distribution(policy_apply: Callable, snapshot: Any, obs: jnp.ndarray, actor_dtype: str,
+                       normalize_observations: bool):
+    """One actor's distribution parameters for one observation, computed in ``actor_dtype``."""
+    dtype = DTYPES[actor_dtype]
+    x = normalize(snapshot["normalizer"], obs, normalize_observations)
+    params = jax.tree.map(lambda p: p.astype(dtype), snapshot["policy"])
+    mean, log_std = policy_apply(params, x.astype(dtype))
+    return mean.astype(jnp.float32), log_std.astype(jnp.float32)
+
+
+def rollout(
+    *,
+    env: Env,
+    policy_apply: Callable,
+    buffer: lag_lib.PolicyBuffer,
+    learner_snapshot: Any,
+    env_state: EnvState,
+    start_ages: jnp.ndarray,  # int32 [num_actors]
+    action_key: jax.Array,
+    unroll_length: int,
+    lag_model: str,
+    envs_per_actor: int,
+    partial_resync_every: int,
+    actor_dtype: str,
+    normalize_observations: bool,
+    phase,
+) -> tuple[EnvState, Transition]:
+    """Return the final env state and a time-major ``Transition`` batch [U, N, ...]."""
+
+    def per_env(x):
+        return jnp.repeat(x, envs_per_actor, axis=0)
+
+    def snapshots_for(ages):
+        snaps, versions = lag_lib.gather_snapshots(buffer, ages)
+        return jax.tree.map(per_env, snaps), per_env(versions)
+
+    synchronous = lag_model == "synchronous"
+    fixed_snapshots = None
+    if not synchronous and lag_model != "partial":
+        fixed_snapshots = snapshots_for(start_ages)  # gathered once per phase
+
+    dist_one = lambda snap, o: actor_distribution(policy_apply, snap, o, actor_dtype, normalize_observations)
+
+    def step_fn(carry, t):
+        state = carry
+        obs = state.core.obs
+        if synchronous:
+            mean, log_std = jax.vmap(dist_one, in_axes=(None, 0))(learner_snapshot, obs)
+            versions = jnp.full((obs.shape[0],), phase, jnp.int32)
+        else:
+            if fixed_snapshots is None:
+                snaps, versions = snapshots_for(lag_lib.ages_at_step(start_ages, lag_model, t,
+                                                                     partial_resync_every))
+            else:
+                snaps, versions = fixed_snapshots
+            mean, log_std = jax.vmap(dist_one)(snaps, obs)
+        noise = jax.random.normal(jax.random.fold_in(action_key, t), mean.shape, jnp.float32)
+        action = mean + jnp.exp(log_std) * noise
+        logp = gaussian_logp(action, mean, log_std)
+        state, out = jax.vmap(env.step)(state, jnp.clip(action, -1.0, 1.0))
+        tr = Transition(
+            obs=obs, action=action, reward=out.reward, termination=out.termination,
+            truncation=out.truncation, next_obs=out.next_obs, behaviour_logp=logp,
+            behaviour_version=versions, behaviour_mean=mean, behaviour_log_std=log_std,
+            episode_return=out.episode_return, episode_length=out.episode_length,
+        )
+        return state, tr
+
+    return jax.lax.scan(step_fn, env_state, jnp.arange(unroll_length, dtype=jnp.int32))

@@ -1,0 +1,300 @@
+"""``make_train(config)``: a pure, vmappable trainer; plus a host driver and a tyro CLI.
+
+Shape of one phase (DESIGN.md)::
+
+    rollout with lagged actors -> align (once) -> update (E x M steps) -> normaliser -> publish
+
+``Trainer.run_chunk(state, traced)`` runs ``phases_per_chunk`` phases (a ``lax.scan``) and then
+evaluates the learner's own policy; ``Trainer.train(key, traced)`` scans over all chunks, so
+``jax.vmap(trainer.train)`` over seeds x lag depths is one compiled program. The host driver
+``run`` jits one chunk at a time and shows progress between chunks (no host callbacks inside).
+
+CLI::
+
+    python -m vaco_jax.train --env inverted_double_pendulum --lag-depth 4 --method vaco
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vaco_jax import lag as lag_lib
+from vaco_jax import proximal as prox
+from vaco_jax.config import Config, TracedParams, make_traced
+from vaco_jax.envs import EnvState, make_env, reset_batch
+from vaco_jax.networks import (GaussianPolicy, NormalizerState, ValueNet, normalize, normalizer_init,
+                               normalizer_update)
+from vaco_jax.rollout import rollout
+from vaco_jax.update import LearnerState, Networks, align, make_optimizer, update_phase
+
+# fold_in streams of the run key (the lag stream lives in lag.py)
+INIT_STREAM, ENV_STREAM, PHASE_STREAM, EVAL_STREAM = 11, 12, 13, 14
+
+
+class TrainState(NamedTuple):
+    """The whole training carry: everything a checkpoint must hold."""
+
+    learner: LearnerState
+    normalizer: NormalizerState  # the learner's statistics
+    buffer: lag_lib.PolicyBuffer
+    env_state: EnvState
+    phase: jnp.ndarray  # int32 T
+    run_key: jax.Array
+
+
+class PhaseMetrics(NamedTuple):
+    env_steps: jnp.ndarray
+    episode_return_sum: jnp.ndarray  # training episodes that ended in this phase
+    episode_count: jnp.ndarray
+    diagnostics: dict
+
+
+class ChunkMetrics(NamedTuple):
+    phases: PhaseMetrics  # each leaf [phases_per_chunk]
+    eval_return: jnp.ndarray  # learner pi_T, stochastic, mean over eval episodes (nan if disabled)
+    diverged: jnp.ndarray  # bool: any non-finite parameter
+
+
+def _all_finite(tree) -> jnp.ndarray:
+    leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)
+              if jnp.issubdtype(jnp.asarray(x).dtype, jnp.floating)]
+    return jnp.all(jnp.stack(leaves))
+
+
+@dataclasses.dataclass(frozen=True)
+class Trainer:
+    config: Config
+    env: Any
+    nets: Networks
+    policy_net: Any
+    value_net: Any
+
+    # ------------------------------------------------------------------ pure pieces
+    def snapshot(self, policy_params, normalizer):
+        return {"policy": policy_params, "normalizer": normalizer}
+
+    def init(self, key: jax.Array, traced: TracedParams) -> TrainState:
+        cfg = self.config
+        del traced
+        k_pol, k_val = jax.random.split(jax.random.fold_in(key, INIT_STREAM))
+        obs0 = jnp.zeros((1, self.env.observation_size), jnp.float32)
+        policy_params = self.policy_net.init(k_pol, obs0)
+        value_params = self.value_net.init(k_val, obs0)
+        opt = make_optimizer(cfg)
+        normalizer = normalizer_init(self.env.observation_size)
+        learner = LearnerState(policy_params, value_params, opt.init(policy_params), opt.init(value_params),
+                               prox.ewma_init(policy_params))
+        buffer = lag_lib.buffer_init(self.snapshot(policy_params, normalizer), cfg.buffer_capacity)
+        env_state = reset_batch(self.env, jax.random.fold_in(key, ENV_STREAM), cfg.num_envs)
+        return TrainState(learner, normalizer, buffer, env_state, jnp.zeros((), jnp.int32), key)
+
+    def phase(self, state: TrainState, traced: TracedParams) -> tuple[TrainState, PhaseMetrics]:
+        cfg = self.config
+        T = state.phase
+        phase_key = jax.random.fold_in(jax.random.fold_in(state.run_key, PHASE_STREAM), T)
+        action_key, update_key = jax.random.split(phase_key)
+        start_ages = lag_lib.sample_ages(lag_lib.lag_key(state.run_key, T), cfg.lag_model, cfg.num_actors,
+                                         T, traced.lag_depth)
+        learner = state.learner
+        env_state, traj = rollout(
+            env=self.env, policy_apply=self.nets.policy_apply, buffer=state.buffer,
+            learner_snapshot=self.snapshot(learner.policy_params, state.normalizer),
+            env_state=state.env_state, start_ages=start_ages, action_key=action_key,
+            unroll_length=cfg.unroll_length, lag_model=cfg.lag_model, envs_per_actor=cfg.envs_per_actor,
+            partial_resync_every=cfg.partial_resync_every, actor_dtype=cfg.actor_dtype,
+            normalize_observations=cfg.normalize_observations, phase=T)
+        aligned, diag = align(cfg, self.nets, learner.policy_params, learner.value_params, state.normalizer,
+                              state.buffer, traj, T, traced)
+        lr = traced.learning_rate
+        if cfg.anneal_lr:
+            lr = lr * (1.0 - T.astype(jnp.float32) / cfg.num_phases)
+        learner, upd = update_phase(cfg, self.nets, make_optimizer(cfg), learner, aligned, update_key,
+                                    traced, lr)
+        normalizer = state.normalizer
+        if cfg.normalize_observations:  # frozen during the phase, updated after it (SPEC §2)
+            normalizer = normalizer_update(normalizer, traj.obs)
+        buffer = lag_lib.buffer_publish(state.buffer, self.snapshot(learner.policy_params, normalizer), T + 1)
+        ended = (traj.episode_length > 0).astype(jnp.float32)
+        diag = dict(diag)
+        diag.update(upd)
+        metrics = PhaseMetrics(
+            env_steps=((T + 1) * cfg.batch_size).astype(jnp.float32),
+            episode_return_sum=jnp.sum(traj.episode_return * ended),
+            episode_count=jnp.sum(ended),
+            diagnostics=diag,
+        )
+        return TrainState(learner, normalizer, buffer, env_state, T + 1, state.run_key), metrics
+
+    def evaluate(self, key: jax.Array, policy_params, normalizer, num_episodes: int | None = None,
+                 uniform_random: bool = False) -> jnp.ndarray:
+        """Mean return of the learner's stochastic policy over ``eval_episodes`` fresh episodes.
+
+        With ``uniform_random`` the actions are uniform on the action box instead: the ``random``
+        reference score of SPEC §7's normalisation.
+        """
+        cfg = self.config
+        env = self.env
+        num_episodes = num_episodes or cfg.eval_episodes
+        state = reset_batch(env, key, num_episodes)
+
+        def step(carry, t):
+            core, alive, total = carry
+            noise_key = jax.random.fold_in(key, t)
+            if uniform_random:
+                action = jax.random.uniform(noise_key, (num_episodes, env.action_size), minval=-1.0, maxval=1.0)
+            else:
+                x = normalize(normalizer, core.obs, cfg.normalize_observations)
+                mean, log_std = self.nets.policy_apply(policy_params, x)
+                noise = jax.random.normal(noise_key, mean.shape)
+                action = jnp.clip(mean + jnp.exp(log_std) * noise, -1.0, 1.0)
+            nxt = jax.vmap(env.raw.step)(core, action)
+            total = total + alive * nxt.reward
+            alive = alive * (1.0 - (nxt.done > 0.5))
+            return (nxt, alive, total), None
+
+        carry = (state.core, jnp.ones(num_episodes), jnp.zeros(num_episodes))
+        (_, _, total), _ = jax.lax.scan(step, carry, jnp.arange(cfg.episode_length))
+        return jnp.mean(total)
+
+    def random_score(self, key: jax.Array, num_episodes: int = 16) -> jnp.ndarray:
+        """Mean return of a uniform-random policy (SPEC §7 normalisation)."""
+        return self.evaluate(key, None, None, num_episodes=num_episodes, uniform_random=True)
+
+    def run_chunk(self, state: TrainState, traced: TracedParams) -> tuple[TrainState, ChunkMetrics]:
+        cfg = self.config
+        state, phases = jax.lax.scan(lambda s, _: self.phase(s, traced), state, None,
+                                     length=cfg.phases_per_chunk)
+        if cfg.eval_episodes > 0:
+            eval_key = jax.random.fold_in(jax.random.fold_in(state.run_key, EVAL_STREAM), state.phase)
+            eval_return = self.evaluate(eval_key, state.learner.policy_params, state.normalizer)
+        else:
+            eval_return = jnp.asarray(jnp.nan, jnp.float32)
+        diverged = ~_all_finite((state.learner.policy_params, state.learner.value_params))
+        return state, ChunkMetrics(phases, eval_return, diverged)
+
+    def train(self, key: jax.Array, traced: TracedParams) -> tuple[TrainState, ChunkMetrics]:
+        """The whole run as one pure function (vmap it over seeds x traced values)."""
+        state = self.init(key, traced)
+        return jax.lax.scan(lambda s, _: self.run_chunk(s, traced), state, None,
+                            length=self.config.num_evals)
+
+
+def make_train(config: Config) -> Trainer:
+    env = make_env(config.env, config.backend, config.episode_length)
+    policy_net = GaussianPolicy(tuple(config.policy_hidden), env.action_size, config.init_log_std)
+    value_net = ValueNet(tuple(config.value_hidden))
+    nets = Networks(policy_apply=policy_net.apply, value_apply=value_net.apply)
+    return Trainer(config=config, env=env, nets=nets, policy_net=policy_net, value_net=value_net)
+
+
+# ----------------------------------------------------------------------------- host driver
+
+def chunk_summary(metrics: ChunkMetrics) -> dict:
+    """Host-side summary of one chunk (arrays may carry leading grid axes)."""
+    ph = metrics.phases
+    ret_sum = np.asarray(ph.episode_return_sum).sum(-1)
+    count = np.asarray(ph.episode_count).sum(-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        train_return = np.where(count > 0, ret_sum / np.maximum(count, 1), np.nan)
+    out = {
+        "env_steps": np.asarray(ph.env_steps)[..., -1],
+        "eval_return": np.asarray(metrics.eval_return),
+        "train_return": train_return,
+        "diverged": np.asarray(metrics.diverged),
+    }
+    for name, value in ph.diagnostics.items():
+        out[name] = np.asarray(value).mean(-1)
+    return out
+
+
+def run(config: Config, traced: TracedParams, seed: int = 0, progress: bool = True,
+        trainer: Trainer | None = None) -> tuple[TrainState, list[dict]]:
+    """Train one configuration chunk by chunk with a progress bar; returns the state and curves."""
+    from tqdm.auto import tqdm
+
+    trainer = trainer or make_train(config)
+    state = jax.jit(trainer.init)(jax.random.PRNGKey(seed), traced)
+    chunk = jax.jit(trainer.run_chunk)
+    history: list[dict] = []
+    bar = tqdm(total=config.num_evals * config.env_steps_per_chunk, unit="step", unit_scale=True,
+               disable=not progress, desc=f"{config.method} B={int(traced.lag_depth)}")
+    for _ in range(config.num_evals):
+        t0 = time.perf_counter()
+        state, metrics = chunk(state, traced)
+        summary = chunk_summary(jax.device_get(metrics))
+        elapsed = time.perf_counter() - t0
+        summary["seconds"] = elapsed
+        summary["steps_per_second"] = config.env_steps_per_chunk / elapsed
+        history.append({k: (np.asarray(v).item() if isinstance(v, (np.ndarray, np.generic)) else v)
+                        for k, v in summary.items()})
+        bar.update(config.env_steps_per_chunk)
+        bar.set_postfix(eval=f"{summary['eval_return']:.1f}", train=f"{summary['train_return']:.1f}",
+                        sps=f"{summary['steps_per_second']:.0f}")
+        if summary["diverged"]:
+            bar.write("diverged: non-finite parameters; stopping this run")
+            break
+    bar.close()
+    return state, history
+
+
+@dataclasses.dataclass
+class TrainArgs:
+    """Train one configuration and save its learning curve."""
+
+    env: str = "inverted_double_pendulum"
+    method: str = "ppo_clip"
+    lag_depth: int = 1
+    seed: int = 0
+    learning_rate: float = 3e-4
+    clip_epsilon: float = 0.2
+    tv_budget: float = 0.2
+    total_env_steps: int = 200_000
+    num_envs: int = 64
+    unroll_length: int = 32
+    num_epochs: int = 4
+    num_minibatches: int = 4
+    buffer_capacity: int = 16
+    lag_model: str = "uniform"
+    actor_dtype: str = "float32"
+    num_evals: int = 10
+    eval_episodes: int = 16
+    episode_length: int = 1000
+    backend: str = "mjx"
+    out: str = "runs/train"
+
+
+def main(args: TrainArgs | None = None) -> list[dict]:
+    import tyro
+
+    args = args or tyro.cli(TrainArgs)
+    config = Config(env=args.env, backend=args.backend, method=args.method,
+                    total_env_steps=args.total_env_steps, num_envs=args.num_envs,
+                    unroll_length=args.unroll_length, num_epochs=args.num_epochs,
+                    num_minibatches=args.num_minibatches, buffer_capacity=args.buffer_capacity,
+                    lag_model=args.lag_model, actor_dtype=args.actor_dtype, num_evals=args.num_evals,
+                    eval_episodes=args.eval_episodes, episode_length=args.episode_length)
+    traced = make_traced(config, args.lag_depth, args.learning_rate, args.clip_epsilon, args.tv_budget)
+    _, history = run(config, traced, seed=args.seed)
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, f"{args.env}_{args.method}_B{args.lag_depth}_s{args.seed}.json")
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump({"args": dataclasses.asdict(args), "history": history}, f, indent=1, default=float)
+    os.replace(tmp, path)
+    last = history[-1]
+    print(f"{args.method} on {args.env}, lag depth {args.lag_depth}: final eval return "
+          f"{last['eval_return']:.1f}, last-chunk train return {last['train_return']:.1f}, "
+          f"{last['steps_per_second']:.0f} env steps/s; curve saved to {path}")
+    return history
+
+
+if __name__ == "__main__":
+    main()
