@@ -196,8 +196,9 @@ def policy_loss(config: Config, nets: Networks, policy_params, ewma_params, mb: 
     metrics["entropy"] = entropy
     metrics["tv_behaviour"] = obj.tv_estimate(sg_logp - mb.behaviour_logp, "tv")
     metrics["tv_learner"] = obj.tv_estimate(sg_logp - mb.learner_logp, "tv")
-    metrics["staleness_ratio_mean"] = jnp.mean(jnp.exp(sg_logp - mb.old_logp))
-    metrics["mismatch_ratio_mean"] = jnp.mean(jnp.exp(mb.old_logp - mb.behaviour_logp))
+    # r_s and r_d of SPEC §2 for every method (the decoupled loss reports its own, with its pi_old)
+    metrics.setdefault("staleness_ratio_mean", jnp.mean(jnp.exp(sg_logp - mb.old_logp)))
+    metrics.setdefault("mismatch_ratio_mean", jnp.mean(jnp.exp(mb.old_logp - mb.behaviour_logp)))
     return loss, metrics
 
 

@@ -1,0 +1,127 @@
+"""The MuJoCo lag sweep (SPEC §7): methods x lag depths x seeds x tasks -> scores, statistics, figures.
+
+One compiled program per (task, method) vmaps lag depths x seeds, sharded over local devices.
+Re-running the same command skips finished groups and resumes unfinished ones from their last
+checkpoint.
+
+    python experiments/lag_sweep.py                     # cpu preset (default)
+    python experiments/lag_sweep.py --preset paper      # GPU-sized
+    python experiments/lag_sweep.py --preset cpu --methods ppo_clip vaco --lag-depths 1 8
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import time
+from typing import Literal
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from vaco_jax.config import Config, ConfigError  # noqa: E402
+from vaco_jax.methods import METHODS  # noqa: E402
+
+PRESETS = {
+    # ~15 minutes on 2 CPU cores (measured: see BENCHMARKS.md)
+    "cpu": dict(tasks=("inverted_double_pendulum",), methods=("ppo_clip", "vaco", "a3po", "ppo_ewma_revised"),
+                lag_depths=(1, 4, 16), seeds=(0, 1, 2), total_env_steps=300_000, num_envs=64,
+                unroll_length=32, num_evals=10, eval_episodes=8, buffer_capacity=16),
+    # sized for one GPU: the gym-MuJoCo set of the SPO / VACO protocol, >= 10 seeds
+    "paper": dict(tasks=("halfcheetah", "hopper", "walker2d", "ant", "humanoid"),
+                  methods=("ppo_clip", "vaco", "vaco_realign_only", "vaco_filter_only", "a3po", "ppo_ewma",
+                           "ppo_ewma_revised", "decoupled_recompute", "spo"),
+                  lag_depths=(1, 2, 4, 8, 16, 32), seeds=tuple(range(10)), total_env_steps=10_000_000,
+                  num_envs=256, unroll_length=64, num_evals=20, eval_episodes=16, buffer_capacity=32),
+    # for tests and quick looks
+    "tiny": dict(tasks=("inverted_double_pendulum",), methods=("ppo_clip", "vaco"), lag_depths=(1, 4),
+                 seeds=(0, 1), total_env_steps=8 * 16 * 4, num_envs=8, unroll_length=16, num_evals=2,
+                 eval_episodes=2, buffer_capacity=4),
+}
+
+
+@dataclasses.dataclass
+class Args:
+    """Lag sweep: every (task, method) is one compiled, vmapped grid of lag depths x seeds."""
+
+    preset: Literal["cpu", "paper", "tiny"] = "cpu"
+    out: str = ""  # run directory; default runs/lag_sweep_<preset>
+    tasks: tuple[str, ...] | None = None
+    methods: tuple[str, ...] | None = None
+    lag_depths: tuple[int, ...] | None = None
+    seeds: tuple[int, ...] | None = None
+    total_env_steps: int | None = None
+    lag_model: str = "uniform"
+    learning_rate: float = 3e-4
+    clip_epsilon: float = 0.2
+    tv_budget: float = 0.2
+    episode_length: int = 1000
+    bootstrap_reps: int = 2000
+    progress: bool = True
+    figures: bool = True
+
+
+def resolve(args: Args) -> dict:
+    """Preset values overridden by any flag given; validated before anything is compiled."""
+    spec = dict(PRESETS[args.preset])
+    for key in ("tasks", "methods", "lag_depths", "seeds", "total_env_steps"):
+        if getattr(args, key) is not None:
+            spec[key] = getattr(args, key)
+    for m in spec["methods"]:
+        if m not in METHODS:
+            raise ConfigError(f"methods: {m!r} is not valid; allowed values: {', '.join(METHODS)}")
+    if max(spec["lag_depths"]) > spec["buffer_capacity"]:
+        spec["buffer_capacity"] = max(spec["lag_depths"])
+    if min(spec["lag_depths"]) < 1:
+        raise ConfigError(f"lag_depths={spec['lag_depths']} must be >= 1")
+    spec["out"] = args.out or os.path.join("runs", f"lag_sweep_{args.preset}")
+    return spec
+
+
+def base_config(args: Args, spec: dict, task: str, method: str) -> Config:
+    return Config(env=task, method=method, total_env_steps=spec["total_env_steps"], num_envs=spec["num_envs"],
+                  unroll_length=spec["unroll_length"], num_evals=spec["num_evals"],
+                  eval_episodes=spec["eval_episodes"], buffer_capacity=spec["buffer_capacity"],
+                  lag_model=args.lag_model, episode_length=args.episode_length)
+
+
+def main(args: Args) -> str:
+    from vaco_jax import analysis, sweep
+
+    spec = resolve(args)
+    configs = {(t, m): base_config(args, spec, t, m) for t in spec["tasks"] for m in spec["methods"]}
+    run_dir = spec["out"]
+    sweep.write_run_metadata(run_dir, {**dataclasses.asdict(args), **spec}, next(iter(configs.values())))
+    t0 = time.perf_counter()
+    sweep.random_scores(run_dir, spec["tasks"], next(iter(configs.values())))
+    cells = sweep.grid(spec["lag_depths"], spec["seeds"], learning_rate=args.learning_rate,
+                       clip_epsilon=args.clip_epsilon, tv_budget=args.tv_budget)
+    for (task, method), config in configs.items():
+        sweep.run_group(config, cells, os.path.join(run_dir, task, method), progress=args.progress,
+                        label=f"{task}/{method}")
+    summary, _ = analysis.summarise(run_dir, reps=args.bootstrap_reps)
+    print(f"\nlag sweep finished in {time.perf_counter() - t0:.0f} s -> {run_dir}")
+    print_table(summary)
+    if args.figures:
+        from vaco_jax import plots
+
+        paths = plots.make_all(run_dir)
+        print("figures:", *paths, sep="\n  ")
+    return run_dir
+
+
+def print_table(summary: list[dict]) -> None:
+    norm = "normalized" if any(r["normalization"] == "normalized" for r in summary) else "raw"
+    rows = [r for r in summary if r["score"] == "final_eval_return" and r["normalization"] == norm
+            and r.get("aggregate") == "iqm"]
+    print(f"IQM of final eval return ({norm}; 1.0 = synchronous PPO-Clip), 95% stratified bootstrap CI:")
+    print(f"{'method':<22}{'lag':>5}  {'IQM':>9}  {'95% CI':>21}  runs  diverged")
+    for r in sorted(rows, key=lambda r: (r["method"], r["lag_depth"])):
+        print(f"{r['method']:<22}{r['lag_depth']:>5}  {r['point']:>9.3f}  [{r['low']:>9.3f}, {r['high']:>9.3f}]"
+              f"  {r['n_runs']:>4}  {r['n_diverged']:>8}")
+
+
+if __name__ == "__main__":
+    import tyro
+
+    main(tyro.cli(Args))

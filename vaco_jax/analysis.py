@@ -1,0 +1,104 @@
+"""From a run directory's score rows to the tables behind the figures (SPEC §7).
+
+``summarise(run_dir)`` writes ``summary.csv`` (aggregate x method x lag depth, with stratified
+bootstrap CIs, on raw and on normalised scores) and ``diagnostics.csv`` (filtered/clipped
+fraction, TV estimates, staleness ... per method x lag depth). Diverged runs are dropped and
+counted (column ``n_diverged``), never averaged in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+
+import numpy as np
+
+from vaco_jax import stats
+from vaco_jax.sweep import atomic_write_text, load_scores, rows_to_csv
+
+SCORES = ("final_eval_return", "auc_eval_return", "train_return_last5pct")
+DIAGNOSTICS = ("mean_filtered_fraction", "mean_clip_fraction", "mean_tv_behaviour", "mean_tv_learner",
+               "mean_mean_staleness", "mean_ewma_resets", "mean_ewma_kept_fraction", "mean_weight_mean",
+               "mean_entropy", "mean_explained_variance")
+REFERENCE_METHOD = "ppo_clip"
+
+
+def score_matrix(rows: list[dict], method: str, lag_depth: int, tasks: list[str], score: str,
+                 extra: dict | None = None) -> np.ndarray:
+    """(runs x tasks) array of one cell of the sweep; seeds aligned by sorted order, ragged -> truncated."""
+    per_task = []
+    for task in tasks:
+        sel = [r for r in rows if r["method"] == method and int(r["lag_depth"]) == lag_depth and r["env"] == task
+               and all(r.get(k) == v for k, v in (extra or {}).items())]
+        sel.sort(key=lambda r: r["seed"])
+        vals = [np.nan if r["diverged"] in (True, "True", 1) else float(r[score]) for r in sel]
+        per_task.append(np.array(vals, float))
+    n = min(len(v) for v in per_task) if per_task else 0
+    return np.stack([v[:n] for v in per_task], axis=1) if n else np.zeros((0, len(tasks)))
+
+
+def reference_scores(rows, tasks, score, random: dict | None):
+    """Per-task random and synchronous-PPO (PPO-Clip at B=1) reference scores, or None when absent."""
+    if random is None:
+        return None
+    ref = score_matrix(rows, REFERENCE_METHOD, 1, tasks, score)
+    if ref.shape[0] == 0:
+        return None
+    ref_mean = np.nanmean(ref, axis=0)
+    rnd = np.array([random[t] for t in tasks], float)
+    if np.any(~np.isfinite(ref_mean)) or np.any(np.abs(ref_mean - rnd) < 1e-6 * np.maximum(1, np.abs(rnd))):
+        return None
+    return rnd, ref_mean
+
+
+def summarise(run_dir: str, reps: int = 2000, seed: int = 0) -> tuple[list[dict], list[dict]]:
+    rows = load_scores(run_dir)
+    if not rows:
+        raise FileNotFoundError(f"no scores.csv under {run_dir}: nothing has finished yet")
+    rnd_path = os.path.join(run_dir, "random_scores.json")
+    random = json.load(open(rnd_path)) if os.path.exists(rnd_path) else None
+    tasks = sorted({r["env"] for r in rows})
+    methods = sorted({r["method"] for r in rows})
+    lags = sorted({int(r["lag_depth"]) for r in rows})
+    summary = []
+    for score in SCORES:
+        refs = reference_scores(rows, tasks, score, random)
+        for method in methods:
+            for b in lags:
+                raw = score_matrix(rows, method, b, tasks, score)
+                if raw.shape[0] == 0:
+                    continue
+                clean, n_div = stats.drop_diverged(raw)
+                variants = [("raw", clean, 1.0)]
+                if refs is not None:
+                    variants.append(("normalized", stats.normalize_scores(clean, refs[0], refs[1]), 1.0))
+                for norm, mat, gamma in variants:
+                    base = {"score": score, "normalization": norm, "method": method, "lag_depth": b,
+                            "n_runs": int(mat.shape[0]), "n_tasks": len(tasks), "n_diverged": int(n_div)}
+                    if mat.shape[0] == 0:
+                        summary.append({**base, "aggregate": "all_diverged"})
+                        continue
+                    names = ["median", "iqm", "mean"] + (["optimality_gap"] if norm == "normalized" else [])
+                    cis = stats.aggregate_with_cis({method: mat}, metrics=names, reps=reps, seed=seed)[method]
+                    for name in names:
+                        point, low, high = cis[name]
+                        summary.append({**base, "aggregate": name, "point": point, "low": low, "high": high})
+    diag_rows = []
+    for method in methods:
+        for b in lags:
+            sel = [r for r in rows if r["method"] == method and int(r["lag_depth"]) == b
+                   and r["diverged"] not in (True, "True", 1)]
+            if not sel:
+                continue
+            row = {"method": method, "lag_depth": b, "n_runs": len(sel)}
+            for d in DIAGNOSTICS:
+                vals = np.array([float(r.get(d, np.nan)) for r in sel], float)
+                vals = vals[np.isfinite(vals)]
+                if len(vals):
+                    row[d] = float(vals.mean())
+                    row[d + "_se"] = float(vals.std(ddof=1) / np.sqrt(len(vals))) if len(vals) > 1 else 0.0
+            diag_rows.append(row)
+    atomic_write_text(os.path.join(run_dir, "summary.csv"), rows_to_csv(summary))
+    atomic_write_text(os.path.join(run_dir, "diagnostics.csv"), rows_to_csv(diag_rows))
+    return summary, diag_rows
