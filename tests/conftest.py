@@ -6,13 +6,14 @@ the compiled executable through JAX's persistent cache (also across pytest-xdist
 
 import os
 
-import jax
-import pytest
+# Set through the environment (before jax is imported) so subprocesses started by tests share it.
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
+                      os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".jax_cache")))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "2")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
 
-jax.config.update("jax_compilation_cache_dir",
-                  os.environ.get("VACO_JAX_TEST_CACHE", os.path.join(os.path.dirname(__file__), "..", ".jax_cache")))
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 2.0)
-jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+import jax  # noqa: E402
+import pytest  # noqa: E402
 
 TINY = dict(env="inverted_double_pendulum", num_envs=8, unroll_length=16, total_env_steps=8 * 16 * 4,
             num_evals=2, eval_episodes=0, episode_length=50, num_epochs=2, num_minibatches=2,

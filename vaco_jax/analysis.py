@@ -102,3 +102,39 @@ def summarise(run_dir: str, reps: int = 2000, seed: int = 0) -> tuple[list[dict]
     atomic_write_text(os.path.join(run_dir, "summary.csv"), rows_to_csv(summary))
     atomic_write_text(os.path.join(run_dir, "diagnostics.csv"), rows_to_csv(diag_rows))
     return summary, diag_rows
+
+
+def summarise_by(run_dir: str, keys: tuple[str, ...], score: str = "final_eval_return", reps: int = 2000,
+                 seed: int = 0, filename: str | None = None) -> list[dict]:
+    """Raw-score IQM and mean with stratified bootstrap CIs for every combination of ``keys``.
+
+    For studies whose cells differ in more than method x lag depth (δ sweep, forward lag, mismatch):
+    runs are the seeds, tasks the strata. Diverged runs are dropped and counted.
+    """
+    rows = load_scores(run_dir)
+    if not rows:
+        raise FileNotFoundError(f"no scores.csv under {run_dir}: nothing has finished yet")
+    tasks = sorted({r["env"] for r in rows})
+    combos = sorted({tuple(r.get(k) for k in keys) for r in rows}, key=lambda c: tuple(map(str, c)))
+    out = []
+    for combo in combos:
+        per_task = []
+        for task in tasks:
+            sel = sorted((r for r in rows if r["env"] == task and tuple(r.get(k) for k in keys) == combo),
+                         key=lambda r: r["seed"])
+            per_task.append(np.array([np.nan if r["diverged"] in (True, "True", 1) else float(r[score])
+                                      for r in sel], float))
+        n = min(len(v) for v in per_task)
+        if n == 0:
+            continue
+        clean, n_div = stats.drop_diverged(np.stack([v[:n] for v in per_task], axis=1))
+        row = dict(zip(keys, combo))
+        row.update(score=score, n_runs=int(clean.shape[0]), n_tasks=len(tasks), n_diverged=int(n_div))
+        if clean.shape[0]:
+            cis = stats.aggregate_with_cis({"x": clean}, metrics=["iqm", "mean"], reps=reps, seed=seed)["x"]
+            for name, (point, low, high) in cis.items():
+                row.update({f"{name}": point, f"{name}_low": low, f"{name}_high": high})
+        out.append(row)
+    if filename:
+        atomic_write_text(os.path.join(run_dir, filename), rows_to_csv(out))
+    return out

@@ -96,10 +96,10 @@ def read_csv(path: str) -> list[dict]:
 
 # ----------------------------------------------------------------------------- sharding
 
-def _grid_sharding(size: int):
-    devices = jax.devices()
-    mesh = jax.sharding.Mesh(np.array(devices), ("grid",))
-    return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("grid")), len(devices)
+def _grid_sharding():
+    """Shard the leading (grid) axis over all local devices."""
+    mesh = jax.sharding.Mesh(np.array(jax.devices()), ("grid",))
+    return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("grid"))
 
 
 def _pad(cells: list[Cell], multiple: int) -> list[Cell]:
@@ -128,8 +128,11 @@ def cell_scores(curve_rows: list[dict], phase_returns: np.ndarray, phase_counts:
 
 def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool = True,
               checkpoint: bool = True, trainer: Trainer | None = None, label: str = "",
-              tags: dict | None = None) -> list[dict]:
+              tags: dict | None = None, shard: bool = True, max_chunks: int | None = None) -> list[dict] | None:
     """Run (or resume, or skip when finished) one group; returns its score rows.
+
+    ``shard=False`` keeps the grid on one device. ``max_chunks`` stops after that many chunks in
+    this call (returns None; the next call resumes from the checkpoint), for time-sliced jobs.
 
     ``tags`` are extra columns written into every row (e.g. ``num_epochs`` for a forward-lag sweep).
     """
@@ -149,12 +152,13 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
     atomic_write_text(cells_path, cells_json)
 
     trainer = trainer or make_train(config)
-    sharding, n_dev = _grid_sharding(len(cells))
-    padded = _pad(cells, n_dev)
-    keys = jax.device_put(jnp.stack([jax.random.PRNGKey(c.seed) for c in padded]), sharding)
+    padded = _pad(cells, len(jax.devices())) if shard else list(cells)
+    keys = jnp.stack([jax.random.PRNGKey(c.seed) for c in padded])
     traced = stack_traced([make_traced(config, c.lag_depth, c.learning_rate, c.clip_epsilon, c.tv_budget)
                            for c in padded])
-    traced = jax.device_put(traced, sharding)
+    if shard and len(jax.devices()) > 1:
+        sharding = _grid_sharding()
+        keys, traced = jax.device_put((keys, traced), sharding)
     init = jax.jit(jax.vmap(trainer.init))
     run_chunk = jax.jit(jax.vmap(trainer.run_chunk))
 
@@ -172,7 +176,8 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
 
     bar = tqdm(total=config.num_evals, initial=start, disable=not progress, unit="chunk",
                desc=label or f"{config.env}/{config.method} x{len(cells)}")
-    for chunk in range(start, config.num_evals):
+    stop = config.num_evals if max_chunks is None else min(config.num_evals, start + max_chunks)
+    for chunk in range(start, stop):
         t0 = time.perf_counter()
         state, metrics = run_chunk(state, traced)
         metrics = jax.device_get(metrics)
@@ -195,6 +200,8 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
         bar.set_postfix(eval=f"{np.nanmean(evals):.0f}",
                         sps=f"{config.env_steps_per_chunk * len(padded) / seconds:.0f}")
     bar.close()
+    if stop < config.num_evals:
+        return None
 
     returns = np.concatenate(phase_ret, axis=-1) if phase_ret else np.zeros((len(cells), 0))
     counts = np.concatenate(phase_cnt, axis=-1) if phase_cnt else np.zeros((len(cells), 0))

@@ -156,7 +156,8 @@ class Trainer:
                 noise = jax.random.normal(noise_key, mean.shape)
                 action = jnp.clip(mean + jnp.exp(log_std) * noise, -1.0, 1.0)
             nxt = jax.vmap(env.raw.step)(core, action)
-            total = total + alive * nxt.reward
+            # after its episode ends an env keeps stepping (its physics may blow up): mask with where
+            total = total + jnp.where(alive > 0, nxt.reward, 0.0)
             alive = alive * (1.0 - (nxt.done > 0.5))
             return (nxt, alive, total), None
 

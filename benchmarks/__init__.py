@@ -1,0 +1,1 @@
+"""Benchmarks (run as modules, e.g. ``python -m benchmarks.throughput``)."""

@@ -1,0 +1,141 @@
+"""Per-phase cost of every method relative to PPO-Clip at the same batch (issue: corrections).
+
+Two timings per method, both steady state (after a compile call), median of ``repeats``:
+
+* ``learner``: align (values, pi_T, old logits, advantages) + E x M gradient steps on one fixed
+  trajectory batch — the part the methods differ in;
+* ``phase``: a whole phase (rollout with lagged actors + learner + publish), from ``run_chunk``.
+
+The trajectory batch comes from real lagged actors at lag depth ``--lag-depth`` after a few
+phases, so snapshot recovery has several versions to gather from.
+
+    python benchmarks/method_cost.py                    # all methods, inverted_double_pendulum
+    python benchmarks/method_cost.py --methods ppo_clip vaco a3po --num-envs 256
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from vaco_jax import lag as lag_lib  # noqa: E402
+from vaco_jax.config import Config, make_traced  # noqa: E402
+from vaco_jax.methods import METHODS  # noqa: E402
+from vaco_jax.rollout import rollout  # noqa: E402
+from vaco_jax.train import make_train  # noqa: E402
+from vaco_jax.update import align, make_optimizer, update_phase  # noqa: E402
+
+
+@dataclasses.dataclass
+class Args:
+    env: str = "inverted_double_pendulum"
+    methods: tuple[str, ...] = tuple(METHODS) + ("a3po+infer",)  # '+infer': old_logit_source='infer'
+    num_envs: int = 64
+    unroll_length: int = 32
+    num_epochs: int = 4
+    num_minibatches: int = 4
+    lag_depth: int = 8
+    phases: int = 4  # phases per timed chunk
+    repeats: int = 5
+    out: str = "runs/benchmarks/method_cost.json"
+
+
+def _time(fn, repeats):
+    jax.block_until_ready(fn())  # compile / warm up
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn())
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def measure(args: Args, name: str) -> dict:
+    method, _, source = name.partition("+")
+    config = Config(env=args.env, method=method, old_logit_source=source or "snapshot", num_envs=args.num_envs,
+                    unroll_length=args.unroll_length, num_epochs=args.num_epochs,
+                    num_minibatches=args.num_minibatches, buffer_capacity=max(args.lag_depth, 1),
+                    total_env_steps=args.num_envs * args.unroll_length * args.phases, num_evals=1,
+                    eval_episodes=0)
+    trainer = make_train(config)
+    traced = make_traced(config, args.lag_depth)
+    state = jax.jit(trainer.init)(jax.random.PRNGKey(0), traced)
+    chunk = jax.jit(trainer.run_chunk)
+    t0 = time.perf_counter()
+    state, _ = chunk(state, traced)  # also fills the buffer with several versions
+    jax.block_until_ready(state)
+    compile_s = time.perf_counter() - t0
+    phase_s = _time(lambda: chunk(state, traced)[0].phase, args.repeats) / config.phases_per_chunk
+
+    @jax.jit
+    def make_batch(state):
+        ages = lag_lib.sample_ages(jax.random.PRNGKey(1), config.lag_model, config.num_actors, state.phase,
+                                   traced.lag_depth)
+        _, traj = rollout(env=trainer.env, policy_apply=trainer.nets.policy_apply, buffer=state.buffer,
+                          learner_snapshot=trainer.snapshot(state.learner.policy_params, state.normalizer),
+                          env_state=state.env_state, start_ages=ages, action_key=jax.random.PRNGKey(2),
+                          unroll_length=config.unroll_length, lag_model=config.lag_model,
+                          envs_per_actor=config.envs_per_actor, partial_resync_every=config.partial_resync_every,
+                          actor_dtype=config.actor_dtype, normalize_observations=config.normalize_observations,
+                          phase=state.phase)
+        return traj
+
+    traj = make_batch(state)
+
+    @jax.jit
+    def learner_only(state, traj):
+        l = state.learner
+        aligned, _ = align(config, trainer.nets, l.policy_params, l.value_params, state.normalizer,
+                           state.buffer, traj, state.phase, traced)
+        l, _ = update_phase(config, trainer.nets, make_optimizer(config), l, aligned, jax.random.PRNGKey(3),
+                            traced, traced.learning_rate)
+        return l.policy_params
+
+    learner_s = _time(lambda: learner_only(state, traj), args.repeats * 4)
+    return {"method": name, "learner_ms": 1e3 * learner_s, "phase_ms": 1e3 * phase_s,
+            "first_chunk_s_incl_compile": compile_s}
+
+
+def main(args: Args) -> dict:
+    rows = []
+    for name in args.methods:
+        row = measure(args, name)
+        rows.append(row)
+        print(f"{name:<22} learner {row['learner_ms']:8.2f} ms   phase {row['phase_ms']:8.2f} ms", flush=True)
+    base = next(r for r in rows if r["method"] == "ppo_clip") if any(r["method"] == "ppo_clip" for r in rows) \
+        else rows[0]
+    for r in rows:
+        r["learner_vs_ppo_clip"] = r["learner_ms"] / base["learner_ms"]
+        r["phase_vs_ppo_clip"] = r["phase_ms"] / base["phase_ms"]
+    cmd = "python " + " ".join(sys.argv)
+    print(f"\n{cmd}\n{time.strftime('%Y-%m-%d')}, {platform.node()}, jax {jax.__version__}, {jax.devices()[0]}, "
+          f"{os.cpu_count()} CPUs; {args.env}, {args.num_envs} envs x {args.unroll_length} steps, "
+          f"E={args.num_epochs} M={args.num_minibatches}, lag depth {args.lag_depth}")
+    print(f"| method | learner ms/phase | vs ppo_clip | whole phase ms | vs ppo_clip |\n|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['method']} | {r['learner_ms']:.2f} | {r['learner_vs_ppo_clip']:.2f}x | {r['phase_ms']:.2f} | "
+              f"{r['phase_vs_ppo_clip']:.2f}x |")
+    result = {"command": cmd, "date": time.strftime("%Y-%m-%d"), "jax": jax.__version__,
+              "device": str(jax.devices()[0]), "args": dataclasses.asdict(args), "rows": rows}
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    tmp = args.out + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(result, f, indent=1)
+    os.replace(tmp, args.out)
+    return result
+
+
+if __name__ == "__main__":
+    import tyro
+
+    main(tyro.cli(Args))

@@ -1,0 +1,90 @@
+"""VACO's TV budget δ (SPEC §4): δ x lag depth x seeds, plus the options that explain the result.
+
+δ is traced, so every δ and lag depth of one variant is a single vmapped program. Variants are the
+static options SPEC names: the TV denominator (β, the default, or π_T) and the scale (½·L1 = TV, or
+L1), and the ablations vaco_realign_only / vaco_filter_only.
+
+    python experiments/delta_sweep.py                       # cpu preset
+    python experiments/delta_sweep.py --variants vaco vaco_learner_denominator --deltas 0.05 0.4
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from typing import Literal
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from vaco_jax import analysis, sweep  # noqa: E402
+from vaco_jax.config import Config, ConfigError  # noqa: E402
+
+# variant name -> Config overrides
+VARIANTS = {
+    "vaco": dict(method="vaco"),
+    "vaco_learner_denominator": dict(method="vaco", tv_denominator="learner"),
+    "vaco_l1_scale": dict(method="vaco", tv_scale="l1"),
+    "vaco_filter_only": dict(method="vaco_filter_only"),
+}
+PRESETS = {
+    "cpu": dict(task="inverted_double_pendulum", variants=("vaco", "vaco_learner_denominator"),
+                deltas=(0.05, 0.1, 0.2, 0.4), lag_depths=(1, 4, 16), seeds=(0, 1), total_env_steps=200_000,
+                num_envs=64, unroll_length=32, num_evals=5, eval_episodes=8),
+    "paper": dict(task="halfcheetah", variants=tuple(VARIANTS), deltas=(0.05, 0.1, 0.2, 0.4),
+                  lag_depths=(1, 4, 16, 32), seeds=tuple(range(10)), total_env_steps=5_000_000, num_envs=256,
+                  unroll_length=64, num_evals=10, eval_episodes=16),
+    "tiny": dict(task="inverted_double_pendulum", variants=("vaco",), deltas=(0.05, 0.4), lag_depths=(1, 4),
+                 seeds=(0,), total_env_steps=8 * 16 * 4, num_envs=8, unroll_length=16, num_evals=2,
+                 eval_episodes=2),
+}
+
+
+@dataclasses.dataclass
+class Args:
+    """Sweep VACO's TV budget δ against lag depth, for each denominator/scale variant."""
+
+    preset: Literal["cpu", "paper", "tiny"] = "cpu"
+    out: str = ""
+    variants: tuple[str, ...] | None = None
+    deltas: tuple[float, ...] | None = None
+    lag_depths: tuple[int, ...] | None = None
+    seeds: tuple[int, ...] | None = None
+    total_env_steps: int | None = None
+    progress: bool = True
+
+
+def main(args: Args) -> str:
+    spec = dict(PRESETS[args.preset])
+    for key in ("variants", "deltas", "lag_depths", "seeds", "total_env_steps"):
+        if getattr(args, key) is not None:
+            spec[key] = getattr(args, key)
+    for v in spec["variants"]:
+        if v not in VARIANTS:
+            raise ConfigError(f"variants: {v!r} is not valid; allowed values: {', '.join(VARIANTS)}")
+    out = args.out or os.path.join("runs", f"delta_sweep_{args.preset}")
+    configs = {v: Config(env=spec["task"], total_env_steps=spec["total_env_steps"], num_envs=spec["num_envs"],
+                         unroll_length=spec["unroll_length"], num_evals=spec["num_evals"],
+                         eval_episodes=spec["eval_episodes"], buffer_capacity=max(spec["lag_depths"]),
+                         **VARIANTS[v]) for v in spec["variants"]}
+    sweep.write_run_metadata(out, {**dataclasses.asdict(args), **spec}, next(iter(configs.values())))
+    cells = sweep.grid(spec["lag_depths"], spec["seeds"], tv_budget=list(spec["deltas"]))
+    for variant, config in configs.items():
+        sweep.run_group(config, cells, os.path.join(out, spec["task"], variant), progress=args.progress,
+                        label=variant, tags={"variant": variant})
+    table = analysis.summarise_by(out, ("variant", "tv_budget", "lag_depth"), filename="delta_sweep.csv")
+    filt = analysis.summarise_by(out, ("variant", "tv_budget", "lag_depth"), score="mean_filtered_fraction",
+                                 filename="delta_sweep_filtered.csv")
+    print(f"VACO δ sweep on {spec['task']}: final eval return IQM [95% CI] | mean filtered fraction")
+    for r, f in zip(table, filt):
+        print(f"  {r['variant']:<26} δ={r['tv_budget']:<5} B={r['lag_depth']:<3} "
+              f"{r.get('iqm', float('nan')):9.1f} [{r.get('iqm_low', float('nan')):.1f}, "
+              f"{r.get('iqm_high', float('nan')):.1f}] | {f.get('mean', float('nan')):.3f}"
+              f"  diverged={r['n_diverged']}")
+    return out
+
+
+if __name__ == "__main__":
+    import tyro
+
+    main(tyro.cli(Args))

@@ -1,0 +1,79 @@
+"""The exploration notebook runs end to end on a real (tiny) lag-sweep run directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NOTEBOOK = os.path.join(REPO, "notebooks", "explore.ipynb")
+
+pytestmark = pytest.mark.slow
+
+
+def _env(extra: dict | None = None) -> dict:
+    """Environment for child processes: the test suite's persistent XLA cache, so compiled programs are shared."""
+    cache = os.environ.get("VACO_JAX_TEST_CACHE", os.path.join(REPO, ".jax_cache"))
+    env = dict(os.environ)
+    env.update({"JAX_COMPILATION_CACHE_DIR": cache, "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "2",
+                "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1", **(extra or {})})
+    return env
+
+
+def _kernel_dir(tmp_path) -> str:
+    """A 'python3' kernel spec that starts ipykernel from *this* interpreter (nothing registered globally)."""
+    root = tmp_path / "jupyter"
+    spec_dir = root / "kernels" / "python3"
+    spec_dir.mkdir(parents=True)
+    (spec_dir / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "Python 3 (test interpreter)", "language": "python"}))
+    return str(root)
+
+
+def test_notebook_is_clean():
+    nbformat = pytest.importorskip("nbformat")
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    nbformat.validate(nb)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert code and all(not c.outputs and c.execution_count is None for c in code), "clear the outputs"
+    assert any(c.cell_type == "markdown" for c in nb.cells)
+    first = code[0].source
+    assert 'os.environ.get("VACO_JAX_RUN_DIR", "runs/lag_sweep_cpu")' in first
+    assert 'os.environ.get("VACO_JAX_NOTEBOOK_TINY") == "1"' in first
+
+
+def test_notebook_runs_on_a_tiny_sweep(tmp_path, monkeypatch):
+    nbclient = pytest.importorskip("nbclient")
+    nbformat = pytest.importorskip("nbformat")
+    run_dir = str(tmp_path / "run")
+    sweep = subprocess.run(
+        [sys.executable, os.path.join(REPO, "experiments", "lag_sweep.py"), "--preset", "tiny", "--out", run_dir,
+         "--no-progress", "--bootstrap-reps", "200"],
+        cwd=REPO, env=_env(), capture_output=True, text=True, timeout=1800)
+    assert sweep.returncode == 0, f"lag_sweep.py failed:\n{sweep.stdout[-2000:]}\n{sweep.stderr[-4000:]}"
+    assert os.path.exists(os.path.join(run_dir, "summary.csv"))
+    assert os.path.exists(os.path.join(run_dir, "figures", "aggregate_vs_lag_final_eval_return_normalized.png")) \
+        or os.path.exists(os.path.join(run_dir, "figures", "aggregate_vs_lag_final_eval_return_raw.png"))
+
+    for k, v in _env({"VACO_JAX_RUN_DIR": run_dir, "VACO_JAX_NOTEBOOK_TINY": "1",
+                      "JUPYTER_PATH": _kernel_dir(tmp_path)}).items():
+        monkeypatch.setenv(k, v)
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    client = nbclient.NotebookClient(nb, kernel_name="python3", timeout=600, startup_timeout=120,
+                                     resources={"metadata": {"path": REPO}})
+    client.execute()  # raises CellExecutionError (with the traceback) if any cell fails
+
+    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+    assert not errors
+    text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs
+                   if o.output_type == "stream")
+    assert "finished runs" in text and "figures" in text
+    images = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
+              if o.output_type == "display_data" and "image/png" in o.get("data", {})]
+    assert len(images) >= 2  # the main sweep figure and the interactive learning curve
+    assert os.path.isdir(os.path.join(run_dir, "figures"))

@@ -1,0 +1,229 @@
+"""Figures from synthetic run directories in the exact on-disk formats of sweep.run_group and
+analysis.summarise (fast: no training, no compilation)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from vaco_jax import analysis, plots
+from vaco_jax.sweep import atomic_write_text, read_csv, rows_to_csv
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TASKS = ("hopper", "inverted_double_pendulum")
+METHODS = ("ppo_clip", "vaco", "a3po")
+LAGS = (1, 2, 4)
+SEEDS = (0, 1, 2)
+CHUNKS = 5
+STEPS_PER_CHUNK = 20_000
+CEILING = {"hopper": 2500.0, "inverted_double_pendulum": 9350.0}
+RANDOM = {"hopper": 20.0, "inverted_double_pendulum": 60.0}
+DIVERGED = ("hopper", "vaco", 4, 2)  # (task, method, lag depth, seed)
+CELL = dict(learning_rate=3e-4, clip_epsilon=0.2, tv_budget=0.2)
+
+
+def _diagnostics(method: str, lag: int, rng) -> dict:
+    stale = (lag - 1) / 2
+    d = {"tv_behaviour": 0.02 + 0.04 * stale + 0.005 * rng.random(),
+         "tv_learner": 0.02 + 0.002 * rng.random(), "mean_staleness": stale + 0.05 * rng.random(),
+         "entropy": 1.0 - 0.1 * rng.random(), "value_loss": 10 * rng.random(),
+         "explained_variance": 0.8 + 0.1 * rng.random()}
+    if method == "vaco":
+        d["filtered_fraction"] = min(0.9, 0.25 * stale + 0.02 * rng.random())
+        d["tv_estimate"] = d["tv_behaviour"]
+    else:
+        d["clip_fraction"] = min(0.9, 0.05 + 0.12 * stale + 0.02 * rng.random())
+        d["weight_mean"] = 1.0 + 0.01 * rng.random()
+    return d
+
+
+def _write_group(group_dir: str, task: str, method: str, lags, seeds, tags: dict, rng, quality: float) -> None:
+    """curves.csv + scores.csv of one group, computed the way sweep.run_group computes them."""
+    os.makedirs(group_dir, exist_ok=True)
+    curve_rows, score_rows = [], []
+    for lag in lags:
+        for seed in seeds:
+            cell = {"lag_depth": lag, "seed": seed, **CELL}
+            penalty = {"ppo_clip": 0.25, "a3po": 0.12, "vaco": 0.05}.get(method, 0.1) * np.log2(lag)
+            rows = []
+            for chunk in range(CHUNKS):
+                frac = 1 - np.exp(-(chunk + 1) / 2)
+                eval_ret = RANDOM[task] + (CEILING[task] - RANDOM[task]) * frac * quality * (1 - penalty) * (
+                    1 + 0.05 * rng.standard_normal())
+                diverged = (task, method, lag, seed) == DIVERGED and chunk >= 3
+                row = {"env": task, "method": method, **tags, **cell, "chunk": chunk,
+                       "env_steps": float((chunk + 1) * STEPS_PER_CHUNK),
+                       "eval_return": float("nan") if diverged else float(eval_ret),
+                       "train_return": float(0.8 * eval_ret), "diverged": bool(diverged),
+                       **_diagnostics(method, lag, rng), "seconds": 1.0, "grid_steps_per_second": 1e5}
+                rows.append(row)
+            curve_rows += rows
+            evals = np.array([r["eval_return"] for r in rows])
+            score = {"env": task, "method": method, **tags, **cell,
+                     "final_eval_return": float(evals[-1]), "auc_eval_return": float(np.mean(evals)),
+                     "train_return_last5pct": rows[-1]["train_return"],
+                     "diverged": any(r["diverged"] for r in rows) or not np.isfinite(evals[-1])}
+            for k in rows[0]:
+                if k not in score and k not in ("chunk", "env_steps", "eval_return", "train_return", "seconds",
+                                                "grid_steps_per_second"):
+                    score[f"mean_{k}"] = float(np.nanmean([float(r[k]) for r in rows]))
+            score_rows.append(score)
+    atomic_write_text(os.path.join(group_dir, "cells.json"), json.dumps(
+        [{"lag_depth": b, "seed": s, **CELL} for b in lags for s in seeds]))
+    atomic_write_text(os.path.join(group_dir, "curves.csv"), rows_to_csv(curve_rows))
+    atomic_write_text(os.path.join(group_dir, "scores.csv"), rows_to_csv(score_rows))
+
+
+def make_synthetic_run(run_dir: str, seed: int = 0) -> str:
+    """A lag sweep: 2 tasks x 3 methods (incl. ppo_clip) x lag depths 1, 2, 4 x 3 seeds, one diverged run."""
+    rng = np.random.default_rng(seed)
+    os.makedirs(run_dir, exist_ok=True)
+    atomic_write_text(os.path.join(run_dir, "run.json"), json.dumps(
+        {"resolved": {"args": {"preset": "synthetic", "bootstrap_reps": 300}}, "versions": {}}))
+    atomic_write_text(os.path.join(run_dir, "random_scores.json"), json.dumps(RANDOM))
+    for task in TASKS:
+        for method in METHODS:
+            _write_group(os.path.join(run_dir, task, method), task, method, LAGS, SEEDS, {}, rng, quality=1.0)
+    return run_dir
+
+
+def make_forward_run(run_dir: str, epochs=(1, 2, 4), minibatches=(4, 8), seed: int = 1) -> str:
+    """A forward-lag sweep at backward lag 8: groups RUN/<task>/<method>/e<E>_m<M>/ with tag columns."""
+    rng = np.random.default_rng(seed)
+    task = "inverted_double_pendulum"
+    os.makedirs(run_dir, exist_ok=True)
+    atomic_write_text(os.path.join(run_dir, "random_scores.json"), json.dumps({task: RANDOM[task]}))
+    for method in ("ppo_clip", "vaco"):
+        for e in epochs:
+            for m in minibatches:
+                quality = 1.0 - 0.03 * e * m / 8 * (2 if method == "ppo_clip" else 1)
+                _write_group(os.path.join(run_dir, task, method, f"e{e}_m{m}"), task, method, (8,), (0, 1),
+                             {"num_epochs": e, "num_minibatches": m}, rng, quality)
+    return run_dir
+
+
+def _assert_figures(paths):
+    assert paths, "no figure written"
+    pngs = [p for p in paths if p.endswith(".png")]
+    pdfs = [p for p in paths if p.endswith(".pdf")]
+    assert len(pngs) == len(pdfs) == len(paths) // 2
+    for png in pngs:
+        assert png[:-4] + ".pdf" in pdfs
+    for p in paths:
+        assert os.path.getsize(p) > 1000, p
+        assert os.path.dirname(p).endswith("figures")
+    for png in pngs:
+        with open(png, "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    for pdf in pdfs:
+        with open(pdf, "rb") as f:
+            assert f.read(5) == b"%PDF-"
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    path = make_synthetic_run(str(tmp_path_factory.mktemp("lag") / "run"))
+    analysis.summarise(path, reps=300)
+    return path
+
+
+def test_synthetic_run_matches_the_documented_formats(run_dir):
+    summary = read_csv(os.path.join(run_dir, "summary.csv"))
+    assert {r["normalization"] for r in summary} == {"raw", "normalized"}
+    assert {"median", "iqm", "mean", "optimality_gap"} <= {r["aggregate"] for r in summary}
+    vaco4 = [r for r in summary if r["method"] == "vaco" and r["lag_depth"] == 4]
+    assert all(r["n_diverged"] == 1 and r["n_runs"] == 2 for r in vaco4)
+    diag = read_csv(os.path.join(run_dir, "diagnostics.csv"))
+    assert "mean_filtered_fraction_se" in diag[0] and "mean_clip_fraction" in diag[0]
+
+
+@pytest.mark.parametrize("normalization", [None, "raw", "normalized"])
+def test_aggregate_vs_lag(run_dir, normalization):
+    paths = plots.plot_aggregate_vs_lag(run_dir, normalization=normalization)
+    _assert_figures(paths)
+    expected = normalization or "normalized"
+    assert paths[0].endswith(f"aggregate_vs_lag_final_eval_return_{expected}.png")
+
+
+def test_aggregate_vs_lag_other_scores_and_missing(run_dir):
+    _assert_figures(plots.plot_aggregate_vs_lag(run_dir, score="auc_eval_return"))
+    with pytest.raises(plots.NoData):
+        plots.plot_aggregate_vs_lag(run_dir, score="no_such_score")
+
+
+def test_learning_curves(run_dir):
+    paths = plots.plot_learning_curves(run_dir)
+    _assert_figures(paths)
+    assert len(paths) == 2 * len(TASKS)
+    one = plots.plot_learning_curves(run_dir, task="hopper")
+    assert [os.path.basename(p) for p in one] == ["learning_curves_hopper.png", "learning_curves_hopper.pdf"]
+
+
+def test_curve_series_excludes_and_counts_diverged(run_dir):
+    from vaco_jax.sweep import load_curves
+
+    rows = [r for r in load_curves(run_dir) if r["env"] == "hopper"]
+    series = plots._curve_series(rows, "eval_return", [])
+    x, mean, se, n, n_div = series[("vaco", ())][4]
+    assert (n, n_div) == (2, 1)
+    assert len(x) == CHUNKS and np.all(np.isfinite(mean)) and np.all(se >= 0)
+    assert series[("ppo_clip", ())][1][3:] == (3, 0)
+
+
+def test_filtering_and_tv(run_dir):
+    _assert_figures(plots.plot_filtering_vs_lag(run_dir))
+    _assert_figures(plots.plot_tv_vs_lag(run_dir))
+
+
+def test_forward_lag_absent_in_lag_sweep(run_dir):
+    with pytest.raises(plots.NoData):
+        plots.plot_forward_lag(run_dir)
+
+
+def test_make_all(tmp_path, capsys):
+    path = make_synthetic_run(str(tmp_path / "run"))
+    paths = plots.make_all(path)  # no summary.csv yet: make_all runs analysis.summarise
+    assert os.path.exists(os.path.join(path, "summary.csv"))
+    _assert_figures(paths)
+    names = {os.path.basename(p) for p in paths}
+    assert {"aggregate_vs_lag_final_eval_return_normalized.png", "aggregate_vs_lag_final_eval_return_raw.png",
+            "learning_curves_hopper.png", "filtering_vs_lag.png", "tv_vs_lag.png"} <= names
+    assert not any(n.startswith("forward_lag") for n in names)
+
+
+def test_make_all_on_an_empty_directory(tmp_path, capsys):
+    assert plots.make_all(str(tmp_path)) == []
+    assert "skipped" in capsys.readouterr().out
+
+
+def test_forward_lag_heatmap_and_lines(tmp_path):
+    heat = make_forward_run(str(tmp_path / "heat"))
+    paths = plots.plot_forward_lag(heat)
+    _assert_figures(paths)
+    assert os.path.basename(paths[0]) == "forward_lag_final_eval_return_inverted_double_pendulum.png"
+    lines = make_forward_run(str(tmp_path / "lines"), epochs=(1, 2, 4, 8), minibatches=(4,))
+    _assert_figures(plots.plot_forward_lag(lines, score="auc_eval_return"))
+    all_paths = plots.make_all(heat)
+    _assert_figures(all_paths)
+    assert any(os.path.basename(p).startswith("forward_lag") for p in all_paths)
+
+
+def test_variant_keys():
+    rows = [{"env": "a", "method": "m", "lag_depth": 1, "seed": s, "num_epochs": e, "num_minibatches": 4,
+             "learning_rate": 3e-4, "mean_clip_fraction": 0.1} for s in (0, 1) for e in (1, 2)]
+    assert plots.variant_keys(rows) == ["num_epochs"]
+
+
+def test_plot_script(tmp_path):
+    path = make_synthetic_run(str(tmp_path / "run"))
+    out = subprocess.run([sys.executable, os.path.join(REPO, "experiments", "plot.py"), path, "--bootstrap-reps",
+                          "200"], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    printed = [ln.strip() for ln in out.stdout.splitlines() if ln.strip().endswith((".png", ".pdf"))]
+    assert printed and all(os.path.exists(p) for p in printed)
+    assert os.path.exists(os.path.join(path, "summary.csv"))

@@ -1,0 +1,117 @@
+"""Sweep runner: results on disk, resume after interruption, skip when finished, diverged cells,
+sharding over devices (SPEC §7, issue: lag-sweep experiments)."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from vaco_jax import analysis, sweep
+from vaco_jax.config import Config
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Same program as experiments/lag_sweep.py --preset tiny (ppo_clip group): shares the compile cache.
+TINY_SWEEP = dict(env="inverted_double_pendulum", method="ppo_clip", total_env_steps=8 * 16 * 4, num_envs=8,
+                  unroll_length=16, num_evals=2, eval_episodes=2, buffer_capacity=4)
+
+
+def test_grid_builds_the_cartesian_product():
+    cells = sweep.grid([1, 4], [0, 1, 2], tv_budget=[0.1, 0.2])
+    assert len(cells) == 12
+    assert {(c.lag_depth, c.seed, c.tv_budget) for c in cells} == {
+        (b, s, d) for b in (1, 4) for s in (0, 1, 2) for d in (0.1, 0.2)}
+
+
+def test_csv_round_trip_keeps_types():
+    rows = [{"env": "reacher", "lag_depth": 4, "lr": 3e-4, "diverged": False, "x": float("nan")},
+            {"env": "hopper", "lag_depth": 1, "lr": 0.001, "diverged": True, "y": 2.5}]
+    path = "/tmp/_vaco_csv_test.csv"
+    sweep.atomic_write_text(path, sweep.rows_to_csv(rows))
+    back = sweep.read_csv(path)
+    assert back[0]["env"] == "reacher" and back[0]["lag_depth"] == 4 and back[0]["lr"] == 3e-4
+    assert back[0]["diverged"] is False and back[1]["diverged"] is True
+    assert np.isnan(back[0]["x"]) and np.isnan(back[0]["y"]) and back[1]["y"] == 2.5
+
+
+def test_cell_scores_flags_a_nan_run_as_diverged():
+    rows = [{"eval_return": 10.0, "diverged": False}, {"eval_return": float("nan"), "diverged": True}]
+    s = sweep.cell_scores(rows, np.ones(20), np.ones(20))
+    assert s["diverged"] and np.isnan(s["final_eval_return"])
+    ok = sweep.cell_scores(rows[:1] * 3, np.arange(20.0), np.ones(20))
+    assert not ok["diverged"] and ok["auc_eval_return"] == 10.0 and ok["train_return_last5pct"] == 19.0
+
+
+def test_summary_drops_and_counts_diverged_runs(tmp_path):
+    rows = []
+    for method, base in (("ppo_clip", 100.0), ("vaco", 50.0)):
+        for b in (1, 4):
+            for s in range(4):
+                rows.append({"env": "reacher", "method": method, "lag_depth": b, "seed": s,
+                             "final_eval_return": base + s - b, "auc_eval_return": base,
+                             "train_return_last5pct": base, "diverged": False})
+    rows[-1].update(diverged=True, final_eval_return=float("nan"))  # vaco, B=4, seed 3
+    d = tmp_path / "reacher" / "all"
+    d.mkdir(parents=True)
+    sweep.atomic_write_text(str(d / "scores.csv"), sweep.rows_to_csv(rows))
+    (tmp_path / "random_scores.json").write_text(json.dumps({"reacher": 0.0}))
+    summary, _ = analysis.summarise(str(tmp_path), reps=200)
+    cell = [r for r in summary if r["method"] == "vaco" and r["lag_depth"] == 4 and r["score"] == "final_eval_return"
+            and r["normalization"] == "raw" and r["aggregate"] == "mean"][0]
+    assert cell["n_diverged"] == 1 and cell["n_runs"] == 3
+    assert cell["point"] == pytest.approx(np.mean([46.0, 47.0, 48.0]))
+    norm = [r for r in summary if r["method"] == "ppo_clip" and r["lag_depth"] == 1 and r["aggregate"] == "mean"
+            and r["score"] == "final_eval_return" and r["normalization"] == "normalized"][0]
+    assert norm["point"] == pytest.approx(1.0)  # PPO-Clip at B=1 is the reference
+
+
+@pytest.mark.slow
+def test_interrupted_group_resumes_to_the_same_result_and_finished_group_is_skipped(tmp_path):
+    config = Config(**TINY_SWEEP)
+    cells = sweep.grid([1, 4], [0, 1])
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    assert sweep.run_group(config, cells, a, progress=False, max_chunks=1) is None  # "interrupted"
+    assert os.path.isdir(os.path.join(a, "checkpoint")) and not os.path.exists(os.path.join(a, "scores.csv"))
+    assert len(sweep.read_csv(os.path.join(a, "curves.csv"))) == len(cells)
+    resumed = sweep.run_group(config, cells, a, progress=False)
+    straight = sweep.run_group(config, cells, b, progress=False)
+    for r1, r2 in zip(resumed, straight):
+        for key in ("final_eval_return", "auc_eval_return", "train_return_last5pct", "mean_clip_fraction"):
+            assert r1[key] == r2[key] or (np.isnan(r1[key]) and np.isnan(r2[key])), key
+    assert not os.path.exists(os.path.join(a, "checkpoint"))
+    mtime = os.path.getmtime(os.path.join(b, "scores.csv"))
+    again = sweep.run_group(config, cells, b, progress=False)  # finished: read back, not rerun
+    assert os.path.getmtime(os.path.join(b, "scores.csv")) == mtime
+    assert [r["final_eval_return"] for r in again] == [r["final_eval_return"] for r in straight]
+    with pytest.raises(ValueError, match="different grid"):
+        sweep.run_group(config, sweep.grid([1], [0]), a, progress=False)
+
+
+@pytest.mark.slow
+def test_sharded_grid_equals_unsharded_grid(tmp_path):
+    script = textwrap.dedent(f"""
+        import sys, json
+        import jax
+        assert len(jax.devices()) == 4, jax.devices()
+        from vaco_jax import sweep
+        from vaco_jax.config import Config
+        config = Config(**{TINY_SWEEP!r}).replace(eval_episodes=0)
+        cells = sweep.grid([1, 4, 2], [0])  # 3 cells: padded to 4 for 4 devices
+        a = sweep.run_group(config, cells, sys.argv[1] + "/sharded", progress=False, shard=True, checkpoint=False)
+        b = sweep.run_group(config, cells, sys.argv[1] + "/single", progress=False, shard=False, checkpoint=False)
+        print(json.dumps([a, b], default=float))
+    """)
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
+    out = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, env=env,
+                         cwd=ROOT, timeout=1200)
+    assert out.returncode == 0, out.stderr[-3000:]
+    sharded, single = json.loads(out.stdout.strip().splitlines()[-1])
+    assert len(sharded) == len(single) == 3
+    for r1, r2 in zip(sharded, single):
+        assert r1["lag_depth"] == r2["lag_depth"]
+        np.testing.assert_allclose(r1["train_return_last5pct"], r2["train_return_last5pct"], rtol=1e-4)
+        np.testing.assert_allclose(r1["mean_clip_fraction"], r2["mean_clip_fraction"], rtol=1e-4, atol=1e-6)

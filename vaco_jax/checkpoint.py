@@ -1,0 +1,267 @@
+"""Orbax save/restore of the whole training carry, so an interrupted run resumes bit for bit.
+
+**What is saved.** The whole ``TrainState`` (or any pytree of arrays): learner parameters, both
+optimiser states, the EWMA proximal state, the learner's observation normaliser, the policy buffer
+(every stored snapshot and its version), the MJX env state (the Brax ``State`` of every env, so
+episodes in flight continue), the phase counter ``T`` and the run PRNG key. Every random stream
+of the trainer is ``fold_in(run_key, stream, T)``, so with this carry restored the remaining
+chunks recompute exactly the same numbers as an uninterrupted run (on the same backend and
+program: ``tests/test_checkpoint.py`` checks every leaf is bit-identical on CPU). Grid states
+(a leading vmap axis, possibly sharded over devices) are saved the same way. Next to the arrays
+go ``chunk`` (the number of chunks completed) and a small JSON ``extra`` dict (e.g. the learning
+curve so far).
+
+**Layout.** ``directory/<step>/`` holds one checkpoint, written by one orbax ``Checkpointer``
+with two items: ``state`` (the flat list of leaves, one array each, OCDBT/tensorstore) and
+``meta`` (JSON: ``chunk``, ``extra``, and each leaf's key path, shape and dtype, checked against
+the template on restore). ``<step>`` is ``chunk`` in the normal flow; when a complete checkpoint
+with that number or a higher one already exists (a second save of the same chunk, or a run
+restarted from scratch into an old directory) it is the largest number present plus one, so a
+new save never writes into an existing directory. ``chunk`` is always read from ``meta``.
+Only the newest checkpoint is kept.
+
+**Atomicity.** Orbax writes the checkpoint into ``<step>.orbax-checkpoint-tmp`` and, after every
+array and the JSON are on disk, writes ``commit_success.txt`` into it and renames it to
+``<step>`` (a single ``rename``, atomic on POSIX file systems; on object stores where orbax
+does not rename, the marker file alone marks completion). A checkpoint counts as complete only if
+its name is a number *and* it holds the marker, so a crash at any point leaves either the previous
+checkpoint or the new one, never a half-written one: leftover temporary directories and marker-less
+step directories are ignored by :func:`latest_checkpoint`/:func:`restore_checkpoint` and removed
+by the next successful save. Older checkpoints are removed only after the new one is finalised.
+Saving is synchronous (returns when the checkpoint is complete). One writer per directory;
+deletion is done by process 0 only.
+
+Zero-size leaves (MJX keeps empty arrays for absent contacts, tendons, ...) cannot be written by
+orbax; their shape and dtype are recorded and they are rebuilt as empty arrays on restore. Typed
+PRNG key arrays (``jax.random.key``) are stored as their raw key data and re-wrapped; the trainer's
+``jax.random.PRNGKey`` run key is a plain ``uint32`` array.
+
+Usage in a host loop::
+
+    template = jax.eval_shape(trainer.init, key, traced)
+    restored = restore_checkpoint(ckpt_dir, template)
+    state, start = (restored[0], restored[1]) if restored else (jax.jit(trainer.init)(key, traced), 0)
+    for chunk in range(start, config.num_evals):
+        state, metrics = run_chunk(state, traced)
+        save_checkpoint(ckpt_dir, state, chunk + 1, extra={"history": history})
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from typing import Any
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+from etils import epath
+
+__all__ = ["save_checkpoint", "restore_checkpoint", "latest_checkpoint"]
+
+FORMAT_VERSION = 1
+TMP_SUFFIX = ocp.step.TMP_DIR_SUFFIX  # ".orbax-checkpoint-tmp", in the name of an unfinished save
+COMMIT_FILE = "commit_success.txt"  # written by orbax just before the final rename
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Orbax reports every save, restore and rename at INFO through absl: keep only its warnings
+    while we call it (absl's default verbosity already hides INFO; a script may have lowered it)."""
+    logger = logging.getLogger("absl")
+    level = logger.level
+    logger.setLevel(max(level, logging.WARNING))
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+# ----------------------------------------------------------------------------- directory layout
+
+def _is_complete(path: epath.Path) -> bool:
+    return path.name.isdigit() and path.is_dir() and (path / COMMIT_FILE).exists()
+
+
+def _complete_steps(directory: epath.Path) -> list[int]:
+    if not directory.exists():
+        return []
+    return sorted(int(p.name) for p in directory.iterdir() if _is_complete(p))
+
+
+def _numbered_entries(directory: epath.Path) -> list[int]:
+    """Step numbers of every entry orbax could have made, complete or not (to avoid reusing one)."""
+    out = []
+    for p in directory.iterdir():
+        head = p.name.split(TMP_SUFFIX)[0]
+        if head.isdigit():
+            out.append(int(head))
+    return out
+
+
+@contextlib.contextmanager
+def _checkpointer():
+    with _quiet(), ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as ckptr:
+        yield ckptr
+
+
+def _read_meta(path: epath.Path) -> dict:
+    with _checkpointer() as ckptr:
+        return ckptr.restore(path, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+
+
+def _newest(directory: epath.Path) -> tuple[epath.Path, dict] | None:
+    """The newest complete checkpoint and its metadata (falls back past an unreadable one)."""
+    for step in reversed(_complete_steps(directory)):
+        path = directory / str(step)
+        try:
+            meta = _read_meta(path)
+        except Exception:  # noqa: BLE001 - a damaged checkpoint is skipped, not fatal
+            logging.getLogger(__name__).warning("skipping unreadable checkpoint %s", path)
+            continue
+        if meta.get("format") == FORMAT_VERSION:
+            return path, meta
+    return None
+
+
+# ----------------------------------------------------------------------------- leaves
+
+def _is_key(dtype) -> bool:
+    return jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+
+
+def _leaf_record(path, leaf) -> tuple[dict, Any]:
+    """(metadata, array to write or None) for one leaf."""
+    if not isinstance(leaf, jax.Array):
+        leaf = np.asarray(leaf)
+    record = {"path": jax.tree_util.keystr(path), "shape": list(leaf.shape), "dtype": str(leaf.dtype)}
+    if _is_key(leaf.dtype):
+        record["key_impl"] = str(jax.random.key_impl(leaf))
+        leaf = jax.random.key_data(leaf)
+    return record, (leaf if leaf.size > 0 else None)
+
+
+def _default_sharding() -> jax.sharding.Sharding:
+    return jax.sharding.SingleDeviceSharding(jax.devices()[0])
+
+
+def _key_data_sharding(sharding):
+    # Key data has trailing axes the key array lacks; a NamedSharding's spec leaves them replicated.
+    if isinstance(sharding, (jax.sharding.NamedSharding, jax.sharding.SingleDeviceSharding)):
+        return sharding
+    raise ValueError(f"cannot restore a typed PRNG key with sharding {sharding!r}")
+
+
+# ----------------------------------------------------------------------------- public API
+
+def save_checkpoint(directory: str, state, chunk: int, extra: dict | None = None) -> None:
+    """Atomically write ``state`` (any pytree of arrays), ``chunk`` and a JSON ``extra`` dict.
+
+    Returns once the checkpoint is complete on disk; the previous checkpoint in ``directory`` is
+    removed afterwards (with any leftover temporary directory of an interrupted save).
+    """
+    extra = {} if extra is None else extra
+    json.dumps(extra)  # fail before writing anything if it is not JSON-able
+    directory = epath.Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+
+    records, arrays = [], {}
+    for i, (path, leaf) in enumerate(jax.tree_util.tree_flatten_with_path(state)[0]):
+        record, array = _leaf_record(path, leaf)
+        records.append(record)
+        if array is not None:
+            arrays[f"{i:05d}"] = array
+    meta = {"format": FORMAT_VERSION, "chunk": int(chunk), "extra": extra, "leaves": records}
+
+    existing = _numbered_entries(directory)
+    complete = _complete_steps(directory)
+    step = int(chunk)
+    if any(s >= step for s in complete) or step in existing:
+        step = max(existing) + 1
+    final = directory / str(step)
+    tmp = directory / (str(step) + TMP_SUFFIX)
+    if tmp.exists() and jax.process_index() == 0:  # a previous attempt at this step crashed
+        tmp.rmtree()
+
+    items = {"meta": ocp.args.JsonSave(meta)}
+    if arrays:  # orbax refuses an empty item (a state of only zero-size leaves)
+        items["state"] = ocp.args.StandardSave(arrays)
+    with _checkpointer() as ckptr:
+        ckptr.save(final, args=ocp.args.Composite(**items))
+    if not _is_complete(final):  # the synchronous save must have renamed and marked it
+        raise RuntimeError(f"orbax returned before {final} was finalised")
+
+    if jax.process_index() == 0:
+        for p in directory.iterdir():
+            head = p.name.split(TMP_SUFFIX)[0]
+            if head.isdigit() and p.name != final.name:
+                p.rmtree() if p.is_dir() else p.unlink()
+
+
+def latest_checkpoint(directory: str) -> int | None:
+    """``chunk`` of the newest complete checkpoint in ``directory``, or None."""
+    newest = _newest(epath.Path(directory))
+    return None if newest is None else int(newest[1]["chunk"])
+
+
+def restore_checkpoint(directory: str, template) -> tuple[Any, int, dict] | None:
+    """Restore the newest complete checkpoint into the structure of ``template``.
+
+    ``template`` is a pytree of the same structure as the saved state, with arrays or
+    ``jax.ShapeDtypeStruct`` leaves (e.g. ``jax.eval_shape(jax.vmap(trainer.init), keys, traced)``).
+    The result has the template's treedef (same NamedTuple/dataclass types), dtypes and, for
+    ``jax.Array``/``ShapeDtypeStruct`` leaves with a sharding, shardings (default device otherwise;
+    NumPy template leaves give NumPy arrays). Returns ``(state, chunk, extra)``, or None when the
+    directory holds no complete checkpoint. Raises ValueError when the checkpoint does not match
+    the template (different leaves, shapes or dtypes).
+    """
+    newest = _newest(epath.Path(directory))
+    if newest is None:
+        return None
+    path, meta = newest
+    flat, treedef = jax.tree_util.tree_flatten_with_path(template)
+    records = meta["leaves"]
+    if len(records) != len(flat):
+        raise ValueError(f"checkpoint {path} has {len(records)} leaves, the template {len(flat)}")
+
+    targets, plans = {}, []
+    for i, ((kpath, leaf), rec) in enumerate(zip(flat, records)):
+        name = jax.tree_util.keystr(kpath)
+        shape = tuple(np.shape(leaf))
+        dtype = leaf.dtype if hasattr(leaf, "dtype") else np.asarray(leaf).dtype
+        saved = (rec["path"], tuple(rec["shape"]), rec["dtype"])
+        if saved != (name, shape, str(dtype)):
+            raise ValueError(f"checkpoint {path} leaf {i} is {saved[0]} {saved[1]} {saved[2]}; "
+                             f"the template has {name} {shape} {dtype}")
+        as_numpy = not isinstance(leaf, (jax.Array, jax.ShapeDtypeStruct))
+        sharding = None if as_numpy else getattr(leaf, "sharding", None)
+        sharding = sharding or _default_sharding()
+        key_impl = rec.get("key_impl")
+        if key_impl is not None:
+            sharding = _key_data_sharding(sharding)
+            data = jax.eval_shape(jax.random.key_data, jax.ShapeDtypeStruct(shape, dtype))
+            shape, dtype = data.shape, data.dtype
+        if int(np.prod(shape)) > 0:
+            targets[f"{i:05d}"] = jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
+        plans.append((shape, dtype, sharding, key_impl, as_numpy))
+
+    arrays = {}
+    if targets:
+        with _checkpointer() as ckptr:
+            args = ocp.args.Composite(state=ocp.args.StandardRestore(targets))
+            arrays = ckptr.restore(path, args=args)["state"]
+
+    leaves = []
+    for i, (shape, dtype, sharding, key_impl, as_numpy) in enumerate(plans):
+        key = f"{i:05d}"
+        if key in arrays:
+            value = arrays[key]
+        elif as_numpy:
+            value = np.zeros(shape, dtype)
+        else:
+            value = jax.device_put(np.zeros(shape, dtype), sharding)
+        if key_impl is not None:
+            value = jax.random.wrap_key_data(value, impl=key_impl)
+        leaves.append(np.asarray(value) if as_numpy else value)
+    return jax.tree_util.tree_unflatten(treedef, leaves), int(meta["chunk"]), meta["extra"]

@@ -1,0 +1,709 @@
+"""Figures of a run directory (SPEC §7): the lag-sweep figures, drawn from the files on disk.
+
+Every function reads a run directory written by :mod:`vaco_jax.sweep` and
+:func:`vaco_jax.analysis.summarise`, saves one figure as PNG *and* PDF under ``RUN/figures/`` and
+returns the paths it wrote. Figures are meant to be read without the code: each names its score,
+its aggregate, what its bands are and how many runs (and diverged runs) stand behind each point.
+
+    plot_aggregate_vs_lag   (1) aggregate score vs lag depth, one line per method, 95% CI bands
+    plot_learning_curves    (2) eval return vs env steps, one panel per lag depth (per task)
+    plot_filtering_vs_lag   (3) filtered fraction (VACO family) and clip fraction vs lag depth
+    plot_tv_vs_lag          (4) TV estimates to beta and to pi_T vs lag depth
+    plot_forward_lag        (5) forward lag: score over epochs x minibatches at fixed backward lag
+    make_all                every figure whose data exists
+
+Figures are built with ``matplotlib.figure.Figure`` (no pyplot state), so they never pop up and
+never leak; the Agg backend is selected when pyplot has not been imported yet (a notebook that
+already chose its inline backend keeps it).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import textwrap
+from collections import defaultdict
+from typing import Iterable, Sequence
+
+import matplotlib
+
+if "matplotlib.pyplot" not in sys.modules:
+    matplotlib.use("Agg")
+
+import numpy as np  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.ticker import EngFormatter, FixedLocator, NullLocator  # noqa: E402
+
+from vaco_jax.sweep import load_curves, load_scores, read_csv  # noqa: E402
+
+FIGURES = "figures"
+
+METHOD_LABELS = {
+    "ppo_clip": "PPO-Clip",
+    "ppo_kl": "PPO-KL",
+    "spo": "SPO",
+    "decoupled_recompute": "Decoupled PPO (recompute)",
+    "decoupled_linear": "Decoupled PPO (linear)",
+    "a3po": "A-3PO",
+    "ppo_ewma": "PPO-EWMA",
+    "ppo_ewma_revised": "PPO-EWMA (revised)",
+    "vaco": "VACO",
+    "vaco_realign_only": "VACO (realign only)",
+    "vaco_filter_only": "VACO (filter only)",
+    "impala": "IMPALA",
+}
+# fixed colours and markers, so a method looks the same in every figure of every run
+_STYLE = {
+    "ppo_clip": ("#1f77b4", "o"),
+    "ppo_kl": ("#7f7f7f", "v"),
+    "spo": ("#17becf", "P"),
+    "decoupled_recompute": ("#ff7f0e", "s"),
+    "decoupled_linear": ("#e377c2", "D"),
+    "a3po": ("#2ca02c", "^"),
+    "ppo_ewma": ("#9467bd", "<"),
+    "ppo_ewma_revised": ("#8c564b", ">"),
+    "vaco": ("#d62728", "*"),
+    "vaco_realign_only": ("#ff9896", "X"),
+    "vaco_filter_only": ("#bcbd22", "d"),
+    "impala": ("#000000", "h"),
+}
+_EXTRA_COLOURS = ("#aec7e8", "#ffbb78", "#98df8a", "#c5b0d5", "#c49c94", "#f7b6d2", "#dbdb8d", "#9edae5")
+
+SCORE_LABELS = {
+    "final_eval_return": "final evaluation return",
+    "auc_eval_return": "area under the eval curve (mean eval return over training)",
+    "train_return_last5pct": "training return over the last 5% of env steps",
+}
+SCORE_SHORT = {
+    "final_eval_return": "final eval return",
+    "auc_eval_return": "eval-curve AUC",
+    "train_return_last5pct": "last-5% train return",
+}
+AGGREGATE_LABELS = {
+    "iqm": "IQM (interquartile mean)",
+    "median": "median of per-task means",
+    "mean": "mean of per-task means",
+    "optimality_gap": "optimality gap to synchronous PPO (lower is better)",
+}
+AGGREGATE_ORDER = ("iqm", "median", "mean", "optimality_gap")
+LAG_AXIS_LABEL = "lag depth B (policy versions, log$_2$ scale)"
+CI_TEXT = "95% stratified bootstrap CI"
+# score-row columns that are neither a tag nor a traced hyper-parameter
+_SCORE_FIXED = {"env", "method", "lag_depth", "seed", "diverged", "final_eval_return", "auc_eval_return",
+                "train_return_last5pct"}
+_HPARAMS = ("learning_rate", "clip_epsilon", "tv_budget")
+
+
+class NoData(LookupError):
+    """The run directory lacks what a figure needs (``make_all`` skips that figure)."""
+
+
+# ----------------------------------------------------------------------------- helpers
+
+def method_label(method: str) -> str:
+    return METHOD_LABELS.get(method, method)
+
+
+def method_style(method: str, index: int = 0) -> tuple[str, str]:
+    """(colour, marker) of a method; unknown names get a colour from a spare palette."""
+    if method in _STYLE:
+        return _STYLE[method]
+    return _EXTRA_COLOURS[index % len(_EXTRA_COLOURS)], "o"
+
+
+def sort_methods(methods: Iterable[str]) -> list[str]:
+    """Known methods in a fixed order (baselines first, VACO family last), then the rest by name."""
+    order = list(_STYLE)
+    methods = set(methods)
+    return [m for m in order if m in methods] + sorted(m for m in methods if m not in order)
+
+
+def _is_diverged(value) -> bool:
+    return value in (True, 1, "True", "true", "1")
+
+
+def _finite(x) -> bool:
+    try:
+        return math.isfinite(float(x))
+    except (TypeError, ValueError):
+        return False
+
+
+def _fmt_count(values: Sequence[int]) -> str:
+    values = sorted(set(int(v) for v in values))
+    if not values:
+        return "0"
+    return str(values[0]) if len(values) == 1 else f"{values[0]}–{values[-1]}"
+
+
+def _fmt_value(v) -> str:
+    f = float(v)
+    return str(int(f)) if f.is_integer() else f"{f:g}"
+
+
+def set_lag_axis(ax, lags: Sequence[int], label: bool = True) -> None:
+    """log2 x-axis with ticks at exactly the lag depths of the sweep."""
+    lags = sorted(set(int(b) for b in lags))
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(FixedLocator(lags))
+    ax.set_xticklabels([str(b) for b in lags])
+    ax.xaxis.set_minor_locator(NullLocator())
+    lo, hi = min(lags), max(lags)
+    ax.set_xlim(lo / 2 ** 0.35, hi * 2 ** 0.35)
+    if label:
+        ax.set_xlabel(LAG_AXIS_LABEL)
+
+
+def _figures_dir(run_dir: str) -> str:
+    path = os.path.join(run_dir, FIGURES)
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def save_figure(fig: Figure, run_dir: str, name: str) -> list[str]:
+    """Write ``RUN/figures/<name>.png`` and ``.pdf`` (each to a temporary name, then renamed)."""
+    out = []
+    base = os.path.join(_figures_dir(run_dir), name)
+    for ext in ("png", "pdf"):
+        path = f"{base}.{ext}"
+        tmp = f"{base}.tmp.{os.getpid()}.{ext}"
+        fig.savefig(tmp, dpi=150 if ext == "png" else None, format=ext)
+        os.replace(tmp, path)
+        out.append(path)
+    return out
+
+
+def _new_figure(ncols: int, nrows: int = 1, panel=(4.4, 3.6), **kw):
+    fig = Figure(figsize=(panel[0] * ncols + 2.2, panel[1] * nrows + 1.4), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False, **kw)
+    return fig, axes
+
+
+def _caption(fig: Figure, lines: Sequence[str]) -> None:
+    """A caption under the panels (as supxlabel, so constrained layout makes room for it)."""
+    width = max(60, int(fig.get_figwidth() * 10 * 11 / 8))
+    lines = [w for ln in lines if ln for w in _wrap(ln, width)]
+    if lines:
+        fig.supxlabel("\n".join(lines), fontsize=8, ha="left", x=0.01, color="0.2")
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    """textwrap.wrap that never breaks inside a $...$ mathtext span (and keeps explicit newlines)."""
+    out = []
+    for line in text.split("\n"):
+        parts = line.split("$")
+        protected = "$".join(p.replace(" ", "\x00") if i % 2 else p for i, p in enumerate(parts))
+        out += [w.replace("\x00", " ") for w in (textwrap.wrap(protected, width) or [""])]
+    return out
+
+
+def _title(fig: Figure, text: str, fontsize: float = 11) -> None:
+    """Suptitle wrapped to the figure's width (about 10 characters per inch at 11 pt)."""
+    width = max(40, int(fig.get_figwidth() * 10 * 11 / fontsize))
+    fig.suptitle("\n".join(_wrap(text, width)), fontsize=fontsize)
+
+
+def _legend(fig: Figure, axes, handles=None, labels=None) -> None:
+    if handles is None:
+        handles, labels = [], []
+        for ax in np.ravel(axes):
+            for h, lab in zip(*ax.get_legend_handles_labels()):
+                if lab not in labels:
+                    handles.append(h)
+                    labels.append(lab)
+    if handles:
+        fig.legend(handles, labels, loc="outside right center", fontsize=8, frameon=False)
+
+
+def _run_json(run_dir: str) -> dict:
+    path = os.path.join(run_dir, "run.json")
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def _bootstrap_reps(run_dir: str) -> int | None:
+    args = _run_json(run_dir).get("resolved", {}).get("args", {})
+    reps = args.get("bootstrap_reps")
+    return int(reps) if isinstance(reps, (int, float)) else None
+
+
+def _score_rows(run_dir: str) -> list[dict]:
+    rows = load_scores(run_dir)
+    if not rows:
+        raise NoData(f"no scores.csv under {run_dir} (no group has finished)")
+    return rows
+
+
+def variant_keys(rows: Sequence[dict]) -> list[str]:
+    """Columns besides method / lag depth / seed that vary within a method: group tags (e.g.
+    ``num_epochs``) and traced hyper-parameters swept as a grid (e.g. ``learning_rate``)."""
+    keys: list[str] = []
+    for row in rows:
+        for k in row:
+            if (k in _SCORE_FIXED or k.startswith("mean_") or k in keys or k in ("chunk", "env_steps",
+                                                                                  "eval_return", "train_return")):
+                continue
+            keys.append(k)
+    varying = []
+    for k in keys:
+        by_method = defaultdict(set)
+        for r in rows:
+            if k in r:
+                by_method[r["method"]].add(str(r[k]))
+        if any(len(v) > 1 for v in by_method.values()):
+            varying.append(k)
+    return varying
+
+
+def _pooled_note(score_rows: Sequence[dict]) -> str:
+    keys = variant_keys(score_rows)
+    if not keys:
+        return ""
+    parts = [f"{k} ∈ {{{', '.join(sorted({_fmt_value(r[k]) for r in score_rows if _finite(r.get(k))}))}}}"
+             for k in keys]
+    return "Caution: pools runs that differ in " + "; ".join(parts) + " (summary.csv does not separate them)."
+
+
+def _variant_label(method: str, variant: tuple, keys: Sequence[str]) -> str:
+    short = {"num_epochs": "E", "num_minibatches": "M", "learning_rate": "lr", "clip_epsilon": "ε",
+             "tv_budget": "δ"}
+    if not keys:
+        return method_label(method)
+    return f"{method_label(method)} (" + ", ".join(f"{short.get(k, k)}={_fmt_value(v) if _finite(v) else v}"
+                                                    for k, v in zip(keys, variant)) + ")"
+
+
+# ----------------------------------------------------------------------------- (1) aggregate vs lag
+
+def read_summary(run_dir: str) -> list[dict]:
+    path = os.path.join(run_dir, "summary.csv")
+    if not os.path.exists(path):
+        raise NoData(f"{path} is missing (run vaco_jax.analysis.summarise first)")
+    rows = read_csv(path)
+    if not rows:
+        raise NoData(f"{path} is empty")
+    return rows
+
+
+def plot_aggregate_vs_lag(run_dir: str, score: str = "final_eval_return",
+                          normalization: str | None = None) -> list[str]:
+    """The main lag-sweep figure: one panel per aggregate, one line per method with 95% CI bands."""
+    rows = [r for r in read_summary(run_dir) if r["score"] == score]
+    if not rows:
+        raise NoData(f"summary.csv has no rows for score {score!r}")
+    norms = {r["normalization"] for r in rows}
+    normalization = normalization or ("normalized" if "normalized" in norms else "raw")
+    if normalization not in norms:
+        raise NoData(f"summary.csv has no {normalization!r} rows for {score!r} (has: {sorted(norms)})")
+    rows = [r for r in rows if r["normalization"] == normalization]
+    normalized = normalization == "normalized"
+    aggs = [a for a in AGGREGATE_ORDER if any(r["aggregate"] == a for r in rows)]
+    methods = sort_methods({r["method"] for r in rows})
+    lags = sorted({int(r["lag_depth"]) for r in rows})
+    n_tasks = max(int(r["n_tasks"]) for r in rows)
+    if not aggs:
+        raise NoData(f"every cell of {score!r} diverged: nothing to plot")
+
+    fig, axes = _new_figure(len(aggs), panel=(4.2, 3.6))
+    for ax, agg in zip(axes[0], aggs):
+        for i, m in enumerate(methods):
+            pts = sorted((r for r in rows if r["method"] == m and r["aggregate"] == agg and _finite(r["point"])),
+                         key=lambda r: int(r["lag_depth"]))
+            if not pts:
+                continue
+            colour, marker = method_style(m, i)
+            x = [int(r["lag_depth"]) for r in pts]
+            runs = [int(r["n_runs"]) for r in pts]
+            ax.plot(x, [r["point"] for r in pts], color=colour, marker=marker, lw=1.8, ms=6,
+                    label=f"{method_label(m)} (n={_fmt_count(runs)} runs/point)")
+            ax.fill_between(x, [r["low"] for r in pts], [r["high"] for r in pts], color=colour, alpha=0.18, lw=0)
+        if normalized and agg != "optimality_gap":
+            ax.axhline(1.0, color="0.3", ls=":", lw=1)
+            ax.text(0.02, 1.0, "sync PPO-Clip", transform=ax.get_yaxis_transform(), fontsize=7, color="0.3",
+                    va="bottom")
+        if normalized and agg == "optimality_gap":
+            ax.axhline(0.0, color="0.3", ls=":", lw=1)
+        set_lag_axis(ax, lags)
+        unit = "normalised score" if normalized else f"{SCORE_SHORT.get(score, score)} (episode return)"
+        ax.set_ylabel(f"{agg.upper() if agg == 'iqm' else agg.replace('_', ' ')} of {unit}")
+        ax.set_title(AGGREGATE_LABELS[agg], fontsize=10)
+        ax.grid(alpha=0.3)
+    _legend(fig, axes)
+
+    title = (f"{SCORE_LABELS.get(score, score)} vs lag depth — "
+             f"{'normalised' if normalized else 'raw'} scores, {n_tasks} task{'s' if n_tasks > 1 else ''}")
+    if normalized:
+        title += "\n1.0 = synchronous PPO-Clip (lag depth 1); 0.0 = uniform-random policy"
+    title += f"\nlines: point estimates; bands: {CI_TEXT}"
+    _title(fig, title)
+    reps = _bootstrap_reps(run_dir)
+    diverged = sorted({(m, int(r["lag_depth"]), int(r["n_diverged"])) for m in methods for r in rows
+                       if r["method"] == m and _finite(r.get("n_diverged")) and int(r["n_diverged"]) > 0})
+    all_div = sorted({(r["method"], int(r["lag_depth"])) for r in rows if r["aggregate"] == "all_diverged"})
+    lines = [f"Lines: point estimates; bands: {CI_TEXT} (seeds resampled within each task"
+             + (f", {reps} replicates)." if reps else ").")
+             + f" A run = one seed across all {n_tasks} task(s); n = runs per point after excluding diverged runs."]
+    if diverged:
+        lines.append("Diverged runs excluded: " + "; ".join(f"{method_label(m)} B={b}: {d}" for m, b, d in diverged)
+                     + ".")
+    if all_div:
+        lines.append("Every run diverged (no point): " + "; ".join(f"{method_label(m)} B={b}" for m, b in all_div)
+                     + ".")
+    try:
+        lines.append(_pooled_note(load_scores(run_dir)))
+    except OSError:
+        pass
+    _caption(fig, lines)
+    return save_figure(fig, run_dir, f"aggregate_vs_lag_{score}_{normalization}")
+
+
+# ----------------------------------------------------------------------------- (2) learning curves
+
+def _curve_series(rows: Sequence[dict], metric: str, keys: Sequence[str]):
+    """{(method, variant): {lag: (x, mean, se, n_runs, n_diverged)}} over the runs (cells) of one task."""
+    cells: dict[tuple, dict[int, dict]] = defaultdict(dict)
+    for r in rows:
+        variant = tuple(r.get(k) for k in keys)
+        cell = (r["method"], variant, int(r["lag_depth"]), r.get("seed"),
+                *(r.get(h) for h in _HPARAMS if h not in keys))
+        cells[cell][int(r["chunk"])] = r  # a resumed group may repeat a chunk: the last row wins
+    out: dict[tuple, dict[int, tuple]] = defaultdict(dict)
+    grouped: dict[tuple, list] = defaultdict(list)
+    for cell, chunks in cells.items():
+        grouped[(cell[0], cell[1], cell[2])].append(chunks)
+    for (method, variant, lag), runs in grouped.items():
+        kept = [c for c in runs if not any(_is_diverged(r.get("diverged")) for r in c.values())]
+        n_div = len(runs) - len(kept)
+        chunk_ids = sorted({k for c in kept for k in c})
+        x, mean, se = [], [], []
+        for k in chunk_ids:
+            vals = np.array([float(c[k][metric]) for c in kept if k in c], float)
+            vals = vals[np.isfinite(vals)]
+            if not len(vals):
+                continue
+            x.append(float(np.mean([float(c[k]["env_steps"]) for c in kept if k in c])))
+            mean.append(float(vals.mean()))
+            se.append(float(vals.std(ddof=1) / np.sqrt(len(vals))) if len(vals) > 1 else 0.0)
+        out[(method, variant)][lag] = (np.array(x), np.array(mean), np.array(se), len(kept), n_div)
+    return out
+
+
+def plot_learning_curves(run_dir: str, task: str | None = None) -> list[str]:
+    """Per task: one panel per lag depth, eval return vs env steps, one line per method
+    (mean over seeds, shaded ± standard error); diverged runs are excluded and counted."""
+    curves = load_curves(run_dir)
+    if not curves:
+        raise NoData(f"no curves.csv under {run_dir}")
+    tasks = sorted({r["env"] for r in curves}) if task is None else [task]
+    try:
+        keys = variant_keys(load_scores(run_dir))
+    except OSError:
+        keys = []
+    paths = []
+    for t in tasks:
+        rows = [r for r in curves if r["env"] == t]
+        if not rows:
+            raise NoData(f"no curve rows for task {t!r}")
+        metric = "eval_return" if any(_finite(r.get("eval_return")) for r in rows) else "train_return"
+        series = _curve_series(rows, metric, keys)
+        lags = sorted({lag for s in series.values() for lag in s})
+        ncols = min(len(lags), 4)
+        nrows = math.ceil(len(lags) / ncols)
+        fig, axes = _new_figure(ncols, nrows, panel=(4.0, 3.2), sharey=True)
+        order = sort_methods({m for m, _ in series})
+        names = sorted(series, key=lambda mv: (order.index(mv[0]), str(mv[1])))
+        linestyles = ("-", "--", "-.", ":")
+        for ax, lag in zip(np.ravel(axes), lags):
+            runs, divs = [], []
+            for i, (m, variant) in enumerate(names):
+                if lag not in series[(m, variant)]:
+                    continue
+                x, mean, se, n, n_div = series[(m, variant)][lag]
+                runs.append(n)
+                if n_div:
+                    divs.append(f"{_variant_label(m, variant, keys)}: {n_div}")
+                if not len(x):
+                    continue
+                colour, marker = method_style(m, order.index(m))
+                vi = sorted({v for mm, v in names if mm == m}, key=str).index(variant)
+                ax.plot(x, mean, color=colour, lw=1.6, ls=linestyles[vi % len(linestyles)], marker=marker,
+                        ms=4, markevery=max(1, len(x) // 12), label=_variant_label(m, variant, keys))
+                ax.fill_between(x, mean - se, mean + se, color=colour, alpha=0.18, lw=0)
+            ax.set_title(f"lag depth B = {lag}  (n = {_fmt_count(runs)} runs per line)", fontsize=9)
+            ax.set_xlabel("environment steps")
+            ax.xaxis.set_major_formatter(EngFormatter(sep=""))  # 250k, 1M, ...
+            ax.grid(alpha=0.3)
+            if divs:
+                ax.text(0.98, 0.02, "diverged (excluded):\n" + "\n".join(divs), transform=ax.transAxes,
+                        ha="right", va="bottom", fontsize=7, color="#b00000",
+                        bbox=dict(boxstyle="round", fc="white", ec="#b00000", alpha=0.8))
+        for ax in np.ravel(axes)[len(lags):]:
+            ax.set_visible(False)
+        ylabel = (r"evaluation return (learner $\pi_T$, stochastic)" if metric == "eval_return"
+                  else "training episode return (actors, lagged)")
+        for row in axes:
+            row[0].set_ylabel(ylabel)
+        _legend(fig, axes)
+        _title(fig, f"Learning curves on {t}: {ylabel} vs environment steps, one panel per lag depth")
+        cap = ["Lines: mean over seeds; shading: ± 1 standard error of the mean. Diverged runs (non-finite "
+               "parameters) are excluded and counted in the panel."]
+        if metric == "train_return":
+            cap.append("Evaluation was disabled in this run (eval_episodes = 0): training return shown instead.")
+        _caption(fig, cap)
+        paths += save_figure(fig, run_dir, f"learning_curves_{t}")
+    return paths
+
+
+# ----------------------------------------------------------------------------- (3), (4) diagnostics vs lag
+
+def read_diagnostics(run_dir: str) -> list[dict]:
+    path = os.path.join(run_dir, "diagnostics.csv")
+    if not os.path.exists(path):
+        raise NoData(f"{path} is missing (run vaco_jax.analysis.summarise first)")
+    rows = read_csv(path)
+    if not rows:
+        raise NoData(f"{path} is empty")
+    return rows
+
+
+def _diag_panel(ax, rows: Sequence[dict], column: str, lags: Sequence[int]) -> list[int]:
+    """Error-bar lines of one diagnostic per method; returns the run counts behind its points."""
+    methods = sort_methods({r["method"] for r in rows if _finite(r.get(column))})
+    runs, top = [], 0.0
+    for i, m in enumerate(methods):
+        pts = sorted((r for r in rows if r["method"] == m and _finite(r.get(column))),
+                     key=lambda r: int(r["lag_depth"]))
+        colour, marker = method_style(m, i)
+        se = [float(r.get(column + "_se")) if _finite(r.get(column + "_se")) else 0.0 for r in pts]
+        ax.errorbar([int(r["lag_depth"]) for r in pts], [float(r[column]) for r in pts], yerr=se, color=colour,
+                    marker=marker, ms=6, lw=1.6, capsize=3, label=method_label(m))
+        runs += [int(r["n_runs"]) for r in pts]
+        top = max([float(r[column]) + e for r, e in zip(pts, se)] + [top])
+    ax.set_ylim(0.0, top * 1.08 if top > 0 else 1.0)
+    set_lag_axis(ax, lags)
+    ax.grid(alpha=0.3)
+    return runs
+
+
+def _diagnostics_figure(run_dir: str, panels: Sequence[tuple[str, str, str]], title: str, name: str,
+                        extra_caption: str = "") -> list[str]:
+    rows = read_diagnostics(run_dir)
+    panels = [p for p in panels if any(_finite(r.get(p[0])) for r in rows)]
+    if not panels:
+        raise NoData(f"diagnostics.csv has none of the columns {name} needs")
+    lags = sorted({int(r["lag_depth"]) for r in rows})
+    fig, axes = _new_figure(len(panels), panel=(4.4, 3.5))
+    runs = []
+    for ax, (column, panel_title, ylabel) in zip(axes[0], panels):
+        runs += _diag_panel(ax, rows, column, lags)
+        ax.set_title(panel_title, fontsize=10)
+        ax.set_ylabel(ylabel)
+    _legend(fig, axes)
+    _title(fig, title)
+    lines = [f"Points: mean over runs of the per-run average over training; bars: ± 1 standard error "
+             f"(n = {_fmt_count(runs)} non-diverged runs per point, pooled over tasks).", extra_caption]
+    try:
+        lines.append(_pooled_note(load_scores(run_dir)))
+    except OSError:
+        pass
+    _caption(fig, lines)
+    return save_figure(fig, run_dir, name)
+
+
+def plot_filtering_vs_lag(run_dir: str) -> list[str]:
+    """Filtered fraction (VACO's TV filter) and clip fraction (PPO family, decoupled, SPO) vs lag depth."""
+    panels = [("mean_filtered_fraction", "filtered fraction (TV filter: VACO family)",
+               "fraction of samples filtered"),
+              ("mean_clip_fraction", "clip fraction |r − 1| > ε (PPO family, decoupled, SPO)",
+               "fraction of samples clipped")]
+    return _diagnostics_figure(
+        run_dir, panels, "Filtering behaviour vs lag depth: how much of each batch the objective discards",
+        "filtering_vs_lag",
+        "Fractions are per minibatch, averaged over all gradient steps of a run (0 = nothing filtered/clipped).")
+
+
+def plot_tv_vs_lag(run_dir: str) -> list[str]:
+    """TV estimates of the current policy to the behaviour policy β and to the phase's learner π_T."""
+    panels = [("mean_tv_behaviour", r"$\widehat{\mathrm{TV}}(\pi_\theta, \beta)$: to the behaviour policy",
+               "TV estimate (0 = identical policies)"),
+              ("mean_tv_learner", r"$\widehat{\mathrm{TV}}(\pi_\theta, \pi_T)$: to the learner at phase start",
+               "TV estimate (0 = identical policies)"),
+              ("mean_mean_staleness", "mean staleness of the data", "policy versions behind $\\pi_T$")]
+    return _diagnostics_figure(
+        run_dir, panels, r"Total-variation estimates vs lag depth: $\widehat{\mathrm{TV}} = \frac{1}{2}\,"
+        r"\mathrm{mean}_i\,|r_i - 1|$ over each minibatch (SPEC §6)",
+        "tv_vs_lag", r"$r_i = \pi_\theta/\beta$ resp. $\pi_\theta/\pi_T$; $\beta$ = the lagged actor's policy that "
+        r"produced the sample; $\pi_T$ = the learner when the phase began.")
+
+
+# ----------------------------------------------------------------------------- (5) forward lag
+
+def _mean_se(vals: Sequence[float]) -> tuple[float, float]:
+    a = np.asarray(vals, float)
+    if not len(a):
+        return float("nan"), float("nan")
+    return float(a.mean()), (float(a.std(ddof=1) / np.sqrt(len(a))) if len(a) > 1 else 0.0)
+
+
+def plot_forward_lag(run_dir: str, score: str = "final_eval_return") -> list[str]:
+    """Forward-lag sweep (epochs E x minibatches M per phase) at fixed backward lag: per task, a heat map
+    of the mean score per method (rows of panels: lag depths), or lines when only one of E, M varies."""
+    rows = [r for r in _score_rows(run_dir) if _finite(r.get("num_epochs")) and _finite(r.get("num_minibatches"))]
+    if not rows:
+        raise NoData("no score rows carry num_epochs and num_minibatches tags (not a forward-lag run)")
+    if not any(score in r for r in rows):
+        raise NoData(f"score rows have no {score!r} column")
+    paths = []
+    for task in sorted({r["env"] for r in rows}):
+        trows = [r for r in rows if r["env"] == task]
+        methods = sort_methods({r["method"] for r in trows})
+        lags = sorted({int(r["lag_depth"]) for r in trows})
+        epochs = sorted({int(r["num_epochs"]) for r in trows})
+        minibatches = sorted({int(r["num_minibatches"]) for r in trows})
+        cell = defaultdict(list)
+        n_div = defaultdict(int)
+        for r in trows:
+            key = (r["method"], int(r["lag_depth"]), int(r["num_epochs"]), int(r["num_minibatches"]))
+            if _is_diverged(r.get("diverged")) or not _finite(r.get(score)):
+                n_div[key] += 1
+            else:
+                cell[key].append(float(r[score]))
+        heat = len(epochs) > 1 and len(minibatches) > 1
+        unit = f"{SCORE_LABELS.get(score, score)} (episode return)"
+        if heat:
+            fig, axes = _new_figure(len(methods), len(lags), panel=(3.6, 3.2))
+            means = [np.mean(v) for v in cell.values() if v]
+            vmin, vmax = (min(means), max(means)) if means else (0.0, 1.0)
+            image = None
+            for li, lag in enumerate(lags):
+                for mi, m in enumerate(methods):
+                    ax = axes[li][mi]
+                    grid = np.full((len(epochs), len(minibatches)), np.nan)
+                    for ei, e in enumerate(epochs):
+                        for ji, mb in enumerate(minibatches):
+                            key = (m, lag, e, mb)
+                            mean, _ = _mean_se(cell[key])
+                            grid[ei, ji] = mean
+                            if cell[key] or n_div[key]:
+                                text = (f"{mean:.4g}\nn={len(cell[key])}" if cell[key] else "all\ndiverged")
+                                if n_div[key] and cell[key]:
+                                    text += f", {n_div[key]} div."
+                                ax.text(ji, ei, text, ha="center", va="center", fontsize=7,
+                                        color="white" if np.isfinite(mean) and
+                                        (mean - vmin) < 0.5 * (vmax - vmin + 1e-12) else "black")
+                    image = ax.imshow(np.ma.masked_invalid(grid), origin="lower", aspect="auto", cmap="viridis",
+                                      vmin=vmin, vmax=vmax)
+                    ax.set_facecolor("0.85")
+                    ax.set_xticks(range(len(minibatches)), [str(v) for v in minibatches])
+                    ax.set_yticks(range(len(epochs)), [str(v) for v in epochs])
+                    ax.set_xlabel("minibatches per epoch M")
+                    ax.set_ylabel("epochs per phase E")
+                    ax.set_title(f"{method_label(m)}, lag depth B = {lag}", fontsize=9)
+            if image is not None:
+                fig.colorbar(image, ax=axes, label=f"mean {unit}", shrink=0.8)
+            cap = ["Cells: mean over non-diverged seeds (n runs; 'div.' = diverged runs, excluded). Grey: no runs. "
+                   "Gradient steps per phase = E × M."]
+        else:
+            axis, values, xlabel = (("num_epochs", epochs, "epochs per phase E") if len(epochs) > 1 else
+                                    ("num_minibatches", minibatches, "minibatches per epoch M"))
+            fixed = (f"M = {minibatches[0]}" if axis == "num_epochs" else f"E = {epochs[0]}")
+            fig, axes = _new_figure(len(lags), panel=(4.4, 3.5), sharey=True)
+            log2 = all(v > 0 and (v & (v - 1)) == 0 for v in values) and len(values) > 1
+            for ax, lag in zip(axes[0], lags):
+                divs = []
+                for i, m in enumerate(methods):
+                    colour, marker = method_style(m, i)
+                    xs, ys, ses = [], [], []
+                    for v in values:
+                        key = (m, lag, v if axis == "num_epochs" else epochs[0],
+                               v if axis == "num_minibatches" else minibatches[0])
+                        if n_div[key]:
+                            divs.append(f"{method_label(m)} {axis.split('_')[1][0].upper()}={v}: {n_div[key]}")
+                        if cell[key]:
+                            mean, se = _mean_se(cell[key])
+                            xs.append(v), ys.append(mean), ses.append(se)
+                    if xs:
+                        ax.errorbar(xs, ys, yerr=ses, color=colour, marker=marker, capsize=3, lw=1.6,
+                                    label=method_label(m))
+                if log2:
+                    ax.set_xscale("log", base=2)
+                ax.xaxis.set_major_locator(FixedLocator(values))
+                ax.set_xticklabels([str(v) for v in values])
+                ax.xaxis.set_minor_locator(NullLocator())
+                ax.set_xlabel(f"{xlabel} ({fixed}{', log$_2$ scale' if log2 else ''})")
+                ax.set_title(f"lag depth B = {lag}", fontsize=10)
+                ax.grid(alpha=0.3)
+                if divs:
+                    ax.text(0.98, 0.02, "diverged (excluded):\n" + "\n".join(divs), transform=ax.transAxes,
+                            ha="right", va="bottom", fontsize=7, color="#b00000")
+            axes[0][0].set_ylabel(f"mean {unit}")
+            _legend(fig, axes)
+            cap = ["Points: mean over non-diverged seeds; bars: ± 1 standard error."]
+        _title(fig, f"Forward-lag sweep on {task}: {SCORE_LABELS.get(score, score)}\nby epochs E × minibatches M "
+                    f"per phase (backward lag depth B = {', '.join(map(str, lags))}; {len(methods)} "
+                    f"method{'s' if len(methods) > 1 else ''})")
+        _caption(fig, cap)
+        paths += save_figure(fig, run_dir, f"forward_lag_{score}_{task}")
+    return paths
+
+
+# ----------------------------------------------------------------------------- everything
+
+def make_all(run_dir: str, summarise: bool | None = None, reps: int | None = None) -> list[str]:
+    """Draw every figure whose data exists; prints a note for each one skipped.
+
+    ``summarise``: re-run :func:`vaco_jax.analysis.summarise` first (True), never (False), or only
+    when ``summary.csv`` is missing (None, the default). ``reps``: bootstrap replicates for it
+    (default: the run's ``bootstrap_reps`` from ``run.json``, else 2000).
+    """
+    from vaco_jax import analysis
+
+    have_summary = os.path.exists(os.path.join(run_dir, "summary.csv"))
+    summary_ok = True
+    if summarise or (summarise is None and not have_summary):
+        try:
+            analysis.summarise(run_dir, reps=reps or _bootstrap_reps(run_dir) or 2000)
+        except FileNotFoundError as e:
+            print(f"[plots] no summary: {e}")
+        except ValueError as e:  # e.g. a non-finite reference score: draw what does not need the summary
+            summary_ok = False
+            print(f"[plots] analysis.summarise failed ({type(e).__name__}: {e}); "
+                  "skipping the figures drawn from summary.csv / diagnostics.csv")
+    paths: list[str] = []
+
+    def attempt(name, fn, *args):
+        try:
+            paths.extend(fn(run_dir, *args))
+        except NoData as e:
+            print(f"[plots] skipped {name}: {e}")
+
+    try:
+        summary = read_summary(run_dir) if summary_ok else []
+    except NoData as e:
+        print(f"[plots] skipped aggregate-vs-lag figures: {e}")
+        summary = []
+    combos = []
+    for r in summary:
+        key = (r["score"], r["normalization"])
+        if key not in combos:
+            combos.append(key)
+    order = {s: i for i, s in enumerate(analysis.SCORES)}
+    combos.sort(key=lambda k: (order.get(k[0], len(order)), k[1] != "normalized"))
+    for score, norm in combos:
+        attempt(f"aggregate vs lag ({score}, {norm})", plot_aggregate_vs_lag, score, norm)
+    attempt("learning curves", plot_learning_curves)
+    if summary_ok:
+        attempt("filtering vs lag", plot_filtering_vs_lag)
+        attempt("TV vs lag", plot_tv_vs_lag)
+    try:
+        scores = load_scores(run_dir)
+    except OSError:
+        scores = []
+    if any("num_epochs" in r and "num_minibatches" in r for r in scores):
+        attempt("forward lag", plot_forward_lag)
+    return paths
