@@ -1,24 +1,28 @@
 """Env steps per second: raw environment vs our trainer (B = 1) vs Brax's own PPO trainer.
 
-Three measurements on one task, one batch shape (``num_envs`` x ``unroll_length`` env steps per
-phase, ``num_epochs`` x ``num_minibatches`` gradient steps per phase) and one network size, in one
-process, reported as steps/s and as ratios:
+Measured in one process on one task, one batch shape (``num_envs`` x ``unroll_length`` env steps per
+phase, ``num_epochs`` x ``num_minibatches`` gradient steps per phase) and one network size, reported
+as steps/s and as ratios:
 
 (a)  the raw environment: our ``make_env`` step (with its truncation-aware auto-reset), vmapped over
      ``num_envs`` envs and stepped with uniform random actions inside a jitted ``lax.scan`` of
-     ``unroll_length`` steps (``phases`` such scans per call, the same env steps per call as (b));
-(a') the same with Brax's bare ``env.step`` (no auto-reset, no episode bookkeeping): a reference;
+     ``unroll_length`` steps (``phases`` such scans per call: the env steps of one call of (b));
+(a') the same env exactly as Brax's trainer steps it: ``brax.envs.training.wrap`` (Brax's own
+     episode bookkeeping and auto-reset instead of ours), a reference for (c);
 (b)  our trainer: ``jax.jit(trainer.run_chunk)`` with ``phases_per_chunk = phases``, method
      ``ppo_clip``, lag depth ``B = 1``, no evaluation;
 (c)  Brax's trainer ``brax.training.agents.ppo.train.train`` on the same task with the same env steps
-     and gradient steps per update and the same hidden sizes (see ``bench_brax``).
+     and gradient steps per update and the same networks (see ``bench_brax`` and ``BRAX_METHOD``).
 
-(a) and (b) are compiled ahead of time (``jit(...).lower(...).compile()``, timed: "compile s"), then
-run ``warmup`` untimed calls and ``repeats`` timed calls (each ends with ``block_until_ready``); the
-reported steps/s is the median over the timed calls. (c) is a closed loop that compiles on its first
-epoch, so its steady state is read from the wall-clock times of its ``progress_fn`` callbacks (one per
-epoch of ``phases`` training steps; see ``bench_brax``). A ``jax.monitoring`` listener counts XLA
-compilations inside every timed interval, so a timing that includes a compile is flagged.
+How it is timed. (a), (a') and (b) are compiled ahead of time (``jit(f).lower(...).compile()``, the
+"compile s" column), then run ``warmup`` untimed calls. (c) is a closed host loop that compiles
+during its first epoch; its steady state is read from the wall-clock times of its ``progress_fn``
+callbacks (one after every epoch of ``phases`` training steps). The ``repeats`` timed rounds are
+interleaved: between two consecutive timed Brax epochs, inside Brax's ``progress_fn`` (and outside
+the interval charged to Brax), one timed call each of (a), (a') and (b) runs, so load drift on a
+shared machine hits every measurement alike. Each timed call ends with ``block_until_ready``; each
+reported steps/s is the median over the rounds. A ``jax.monitoring`` listener counts the XLA
+compilations inside every timed interval, so a timing that contains a compile is flagged.
 
 Usage (``python -m benchmarks.throughput --help`` lists every flag)::
 
@@ -60,7 +64,7 @@ class Args:
     """Env steps/s of the raw env, our trainer (B = 1) and Brax's PPO trainer on one configuration."""
 
     env: str = "inverted_double_pendulum"  # task (any of vaco_jax.config.TASKS, e.g. halfcheetah)
-    backend: str = "mjx"  # physics pipeline of the Brax env (all three measurements use it)
+    backend: str = "mjx"  # physics pipeline of the Brax env (every measurement uses it)
     num_envs: int = 256  # parallel envs
     unroll_length: int = 32  # env steps per env per phase (one update)
     num_minibatches: int = 4  # minibatches per epoch (Brax: num_minibatches, batch_size = num_envs // this)
@@ -70,11 +74,11 @@ class Args:
     episode_length: int = 1000  # truncation length (both trainers)
     lag_depth: int = 1  # our trainer's policy-lag depth B
     phases: int = 10  # phases (updates) per timed call: env steps per call = phases * num_envs * unroll_length
-    repeats: int = 3  # timed calls per measurement (Brax: timed epochs); the median is reported
+    repeats: int = 3  # timed rounds (one call of each measurement, one Brax epoch); medians are reported
     warmup: int = 1  # untimed calls after compilation (Brax: untimed epochs, at least its compiling one)
     seed: int = 0
     skip_brax: bool = False  # skip (c), Brax's PPO trainer
-    raw_brax: bool = True  # also time (a'): Brax's bare env.step without our auto-reset wrapper
+    raw_brax: bool = True  # also time (a'): the env under Brax's own training wrappers instead of ours
     out: str | None = None  # JSON output; default runs/benchmarks/throughput_<env>.json
 
 
@@ -94,42 +98,69 @@ class CompileLog:
             self.events.append((time.perf_counter(), float(duration)))
 
     def between(self, t0: float, t1: float) -> tuple[int, float]:
-        """(count, seconds) of compilations that ended inside [t0, t1]."""
+        """(count, seconds) of the compilations that ended inside [t0, t1]."""
         hits = [d for t, d in self.events if t0 <= t <= t1]
         return len(hits), float(sum(hits))
 
 
-def time_program(fn: Callable, args: tuple, next_args: Callable, *, steps_per_call: int, warmup: int,
-                 repeats: int, log: CompileLog) -> dict:
-    """Compile ``fn`` ahead of time, run ``warmup`` untimed and ``repeats`` timed calls, chaining state."""
+@dataclasses.dataclass
+class Program:
+    """A compiled program whose timed calls are chained: each call's output feeds the next call."""
+
+    label: str
+    compiled: Callable
+    args: tuple
+    next_args: Callable[[Any, tuple], tuple]
+    steps_per_call: int
+    compile_seconds: float
+    xla_compile_seconds: float
+    extra: dict = dataclasses.field(default_factory=dict)
+    seconds: list = dataclasses.field(default_factory=list)
+    compiles: int = 0
+
+    def call(self) -> float:
+        """One call, blocked until ready; returns its wall-clock seconds."""
+        t0 = time.perf_counter()
+        out = jax.block_until_ready(self.compiled(*self.args))
+        t1 = time.perf_counter()
+        self.args = self.next_args(out, self.args)
+        return t1 - t0
+
+    def timed_call(self, log: CompileLog) -> float:
+        t0 = time.perf_counter()
+        seconds = self.call()
+        self.seconds.append(seconds)
+        self.compiles += log.between(t0, time.perf_counter())[0]
+        return self.steps_per_call / seconds
+
+    def summary(self) -> dict:
+        per_call = [self.steps_per_call / s for s in self.seconds]
+        return {
+            "steps_per_second": float(np.median(per_call)),
+            "steps_per_second_each": per_call,
+            "seconds_each": list(self.seconds),
+            "env_steps_per_call": self.steps_per_call,
+            "compile_seconds": self.compile_seconds,
+            "xla_compile_seconds": self.xla_compile_seconds,
+            "compiles_during_timing": self.compiles,
+            **self.extra,
+        }
+
+
+def prepare(label: str, fn: Callable, args: tuple, next_args: Callable, *, steps_per_call: int,
+            warmup: int, log: CompileLog, **extra) -> Program:
+    """Compile ``fn`` ahead of time (timed) and run ``warmup`` untimed calls."""
     t0 = time.perf_counter()
     compiled = jax.jit(fn).lower(*args).compile()
     t1 = time.perf_counter()
-    _, xla_compile_s = log.between(t0, t1)
+    program = Program(label, compiled, args, next_args, steps_per_call, t1 - t0, log.between(t0, t1)[1],
+                      extra=dict(extra))
     for _ in range(warmup):
-        out = jax.block_until_ready(compiled(*args))
-        args = next_args(out, args)
-    seconds, compiles = [], 0
-    for _ in range(repeats):
-        ta = time.perf_counter()
-        out = jax.block_until_ready(compiled(*args))
-        tb = time.perf_counter()
-        seconds.append(tb - ta)
-        compiles += log.between(ta, tb)[0]
-        args = next_args(out, args)
-    per_call = [steps_per_call / s for s in seconds]
-    return {
-        "steps_per_second": float(np.median(per_call)),
-        "steps_per_second_each": per_call,
-        "seconds_each": seconds,
-        "env_steps_per_call": steps_per_call,
-        "compile_seconds": t1 - t0,
-        "xla_compile_seconds": xla_compile_s,
-        "compiles_during_timing": compiles,
-    }
+        program.call()
+    return program
 
 
-# ----------------------------------------------------------------------------- (a) raw env
+# ----------------------------------------------------------------------------- (a), (a') raw env
 
 def raw_env_program(step: Callable, num_envs: int, action_size: int, unroll_length: int, phases: int):
     """``phases`` x a ``lax.scan`` of ``unroll_length`` batched steps with uniform random actions."""
@@ -152,27 +183,47 @@ def raw_env_program(step: Callable, num_envs: int, action_size: int, unroll_leng
     return run
 
 
-def bench_raw(args: Args, log: CompileLog, env_state, bare_brax: bool) -> dict:
-    """``env_state``: the batch of envs our trainer's ``init`` reset (one reset compile for all)."""
+def prepare_raw(args: Args, log: CompileLog, env_state) -> Program:
+    """(a): our ``make_env`` step; ``env_state`` is the batch our trainer's ``init`` reset."""
     env = make_env(args.env, args.backend, args.episode_length)
-    if bare_brax:
-        state = env_state.core
 
-        def step(s, a):
-            nxt = jax.vmap(env.raw.step)(s, a)
-            return nxt, nxt.reward
-    else:
-        state = env_state
-
-        def step(s, a):
-            nxt, out = jax.vmap(env.step)(s, a)
-            return nxt, out.reward
+    def step(s, a):
+        nxt, out = jax.vmap(env.step)(s, a)
+        return nxt, out.reward
 
     program = raw_env_program(step, args.num_envs, env.action_size, args.unroll_length, args.phases)
     key = jax.random.fold_in(jax.random.PRNGKey(args.seed), 1)
-    return time_program(program, (state, key), lambda out, _: out[:2],
-                        steps_per_call=args.phases * args.num_envs * args.unroll_length,
-                        warmup=args.warmup, repeats=args.repeats, log=log)
+    return prepare("raw_env", program, (env_state, key), lambda out, _: out[:2],
+                   steps_per_call=args.phases * args.num_envs * args.unroll_length, warmup=args.warmup,
+                   log=log)
+
+
+def prepare_raw_brax(args: Args, log: CompileLog) -> Program:
+    """(a'): the env exactly as Brax's trainer steps it, with Brax's own wrappers and auto-reset.
+
+    ``brax.envs.training.wrap`` = VmapWrapper + EpisodeWrapper(episode_length) + AutoResetWrapper.
+    (Brax's bare ``env.step`` without any auto-reset is no throughput reference: finished episodes
+    keep simulating, e.g. a fallen double pendulum, whose constraint solve costs far more per step.)
+    """
+    from brax import envs as brax_envs
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        env = brax_envs.training.wrap(brax_envs.get_environment(args.env, backend=args.backend),
+                                      episode_length=args.episode_length)
+    key = jax.random.PRNGKey(args.seed)
+    t0 = time.perf_counter()
+    state = jax.block_until_ready(jax.jit(env.reset)(jax.random.split(key, args.num_envs)))
+    reset_seconds = time.perf_counter() - t0
+
+    def step(s, a):
+        nxt = env.step(s, a)
+        return nxt, nxt.reward
+
+    program = raw_env_program(step, args.num_envs, env.action_size, args.unroll_length, args.phases)
+    return prepare("raw_brax_env", program, (state, jax.random.fold_in(key, 1)), lambda out, _: out[:2],
+                   steps_per_call=args.phases * args.num_envs * args.unroll_length, warmup=args.warmup,
+                   log=log, reset_seconds=reset_seconds)
 
 
 # ----------------------------------------------------------------------------- (b) our trainer
@@ -186,8 +237,8 @@ def our_config(args: Args) -> Config:
         total_env_steps=args.phases * args.num_envs * args.unroll_length, num_evals=1, eval_episodes=0)
 
 
-def setup_ours(args: Args) -> dict:
-    """Build our trainer and its initial state (whose env batch (a) and (a') start from too)."""
+def init_ours(args: Args) -> dict:
+    """Our trainer and its initial state (whose env batch (a) starts from too: one reset compile)."""
     config = our_config(args)
     assert config.phases_per_chunk == args.phases
     traced = make_traced(config, args.lag_depth)
@@ -198,29 +249,28 @@ def setup_ours(args: Args) -> dict:
             "init_seconds": time.perf_counter() - t0}
 
 
-def bench_ours(args: Args, log: CompileLog, setup: dict) -> dict:
-    result = time_program(setup["trainer"].run_chunk, (setup["state"], setup["traced"]),
-                          lambda out, prev: (out[0], prev[1]),
-                          steps_per_call=setup["config"].env_steps_per_chunk, warmup=args.warmup,
-                          repeats=args.repeats, log=log)
-    result["init_seconds"] = setup["init_seconds"]  # jit(trainer.init): compile + env reset
-    return result
+def prepare_ours(args: Args, log: CompileLog, setup: dict) -> Program:
+    return prepare("ours", setup["trainer"].run_chunk, (setup["state"], setup["traced"]),
+                   lambda out, prev: (out[0], prev[1]), steps_per_call=setup["config"].env_steps_per_chunk,
+                   warmup=args.warmup, log=log,
+                   init_seconds=setup["init_seconds"])  # jit(trainer.init): compile + env reset
 
 
 # ----------------------------------------------------------------------------- (c) Brax's trainer
 
 BRAX_METHOD = (
     "Brax's ppo.train is a closed host loop: num_evals - 1 epochs, each ONE pmapped call of "
-    "`phases` training steps (= our phases: num_envs // num_minibatches x num_minibatches "
-    "trajectories of unroll_length steps, i.e. num_envs x unroll_length env steps, then "
-    "num_updates_per_batch = num_epochs passes of num_minibatches minibatches), with "
-    "run_evals=False so progress_fn is called right after every epoch. The first epoch compiles "
-    "(untimed, with any further warm-up epochs); steps/s of each timed epoch = (env_steps at this "
-    "callback - env_steps at the previous one) / (wall time between the two callbacks), so the "
-    "interval also holds Brax's per-epoch host work (weak-type stripping, metric means, "
-    "parameter unreplication); the median over the timed epochs is reported. Brax's own "
-    "'training/sps' (device time of the epoch call alone) is recorded as a cross-check. Compile "
-    "seconds = wall time from the train() call to the first callback minus one steady epoch.")
+    "`phases` training steps; a training step = batch_size x num_minibatches = num_envs "
+    "trajectories of unroll_length steps (num_envs x unroll_length env steps, our phase), then "
+    "num_updates_per_batch = num_epochs passes over num_minibatches minibatches (our E x M). With "
+    "run_evals=False, progress_fn is called right after every epoch. The first epoch compiles "
+    "(untimed, with any further warm-up epochs). Steps/s of a timed epoch = (env_steps at its "
+    "callback - env_steps at the previous callback) / (wall time from the return of the previous "
+    "callback to the entry of this one), so it holds the epoch and Brax's own per-epoch host work "
+    "(weak-type stripping, metric means, parameter unreplication) and nothing of ours: the timed "
+    "calls of (a), (a') and (b) run inside the callback, between the two timestamps. Median over "
+    "the timed epochs. Brax's own 'training/sps' (the epoch call alone) is kept as a cross-check. "
+    "Compile seconds = wall time from the train() call to the first callback minus one steady epoch.")
 
 SHIM_NOTE = (
     "jax.device_put_replicated is gone in jax {jax} (removed in 0.10: `AttributeError: {err}`); "
@@ -236,17 +286,14 @@ SHIM_NOTE = (
     "{jax}.")
 
 
-@dataclasses.dataclass
-class _BraxShim:
-    used: bool = False
-    note: str = ""
+def _brax_shim(axis_name: str, brax_version: str) -> tuple[bool, str, Callable[[], None]]:
+    """Install a stand-in for ``jax.device_put_replicated`` if this jax lacks it.
 
-
-def _brax_shim(axis_name: str, brax_version: str) -> tuple[_BraxShim, Callable[[], None]]:
-    """Install a stand-in for ``jax.device_put_replicated`` if this jax lacks it; returns an undo."""
+    Returns (installed, explanation, undo).
+    """
     try:
         jax.device_put_replicated  # noqa: B018  (jax 0.10 raises AttributeError via __getattr__)
-        return _BraxShim(False, "jax.device_put_replicated exists in this jax; no shim needed"), lambda: None
+        return False, "jax.device_put_replicated exists in this jax; no shim needed", lambda: None
     except AttributeError as err:
         message = str(err)
 
@@ -270,31 +317,30 @@ def _brax_shim(axis_name: str, brax_version: str) -> tuple[_BraxShim, Callable[[
         except AttributeError:
             pass
 
-    note = SHIM_NOTE.format(jax=jax.__version__, brax=brax_version, err=message, axis=axis_name)
-    return _BraxShim(True, note), undo
+    return True, SHIM_NOTE.format(jax=jax.__version__, brax=brax_version, err=message, axis=axis_name), undo
 
 
-def bench_brax(args: Args, log: CompileLog) -> dict:
-    """Time Brax's own PPO trainer on the same configuration (method: ``BRAX_METHOD``)."""
-    from flax import linen
+def bench_brax(args: Args, log: CompileLog, between_epochs: Callable[[int], None]) -> dict:
+    """Time Brax's PPO trainer (method: ``BRAX_METHOD``); ``between_epochs(r)`` runs round ``r``."""
     from brax import envs as brax_envs
     from brax.training.agents.ppo import networks as ppo_networks
     from brax.training.agents.ppo import train as ppo_train
+    from flax import linen
 
     if args.num_envs % args.num_minibatches:
         raise ValueError(f"Brax needs num_minibatches={args.num_minibatches} to divide "
                          f"num_envs={args.num_envs} (batch_size = num_envs // num_minibatches)")
     batch_size = args.num_envs // args.num_minibatches
     steps_per_epoch = args.phases * batch_size * args.num_minibatches * args.unroll_length
-    untimed_epochs = max(args.warmup, 1)  # the first epoch compiles
-    num_evals = untimed_epochs + args.repeats + 1  # num_evals - 1 epochs, one callback after each
+    untimed = max(args.warmup, 1)  # the first epoch compiles
+    num_evals = untimed + args.repeats + 1  # num_evals - 1 epochs, one callback after each
     num_timesteps = (num_evals - 1) * steps_per_epoch  # -> exactly `phases` training steps per epoch
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         environment = brax_envs.get_environment(args.env, backend=args.backend)
-    # Same sizes as ours; also our activation (tanh) and distribution (Gaussian, state-independent
-    # log-std, no tanh squashing) so the two trainers run the same network arithmetic.
+    # Same hidden sizes as ours, and our activation (tanh) and distribution (Gaussian with a
+    # state-independent log-std, no tanh squashing), so both trainers do the same network arithmetic.
     network_factory = functools.partial(
         ppo_networks.make_ppo_networks, policy_hidden_layer_sizes=tuple(args.policy_hidden),
         value_hidden_layer_sizes=tuple(args.value_hidden), activation=linen.tanh,
@@ -307,13 +353,17 @@ def bench_brax(args: Args, log: CompileLog) -> dict:
         gae_lambda=0.95, clipping_epsilon=0.2, max_grad_norm=0.5, normalize_advantage=True,
         seed=args.seed)
 
-    stamps: list[tuple[float, int, float]] = []
+    stamps: list[tuple[float, float, int, float]] = []  # (entry, exit, env_steps, Brax's sps)
 
     def progress_fn(step, metrics):
-        stamps.append((time.perf_counter(), int(step), float(metrics.get("training/sps", math.nan))))
+        entry = time.perf_counter()
+        index = len(stamps)  # this callback follows epoch index + 1
+        if untimed - 1 <= index < untimed - 1 + args.repeats:
+            between_epochs(index - (untimed - 1))  # round r runs right before timed epoch r
+        stamps.append((entry, time.perf_counter(), int(step), float(metrics.get("training/sps", math.nan))))
 
-    brax_version = importlib.metadata.version("brax")
-    shim, undo = _brax_shim(getattr(ppo_train, "_PMAP_AXIS_NAME", "i"), brax_version)
+    shim_used, shim_note, undo = _brax_shim(getattr(ppo_train, "_PMAP_AXIS_NAME", "i"),
+                                            importlib.metadata.version("brax"))
     t_start = time.perf_counter()
     try:
         ppo_train.train(environment=environment, network_factory=network_factory,
@@ -322,35 +372,33 @@ def bench_brax(args: Args, log: CompileLog) -> dict:
         undo()
     t_end = time.perf_counter()
 
-    timed = list(zip(stamps[untimed_epochs - 1:-1], stamps[untimed_epochs:]))
-    if len(stamps) != num_evals - 1 or len(timed) != args.repeats:
-        raise RuntimeError(f"expected {num_evals - 1} progress callbacks, got {len(stamps)}")
+    if len(stamps) != num_evals - 1:
+        raise RuntimeError(f"expected {num_evals - 1} progress callbacks from Brax, got {len(stamps)}")
     per_epoch, seconds, own_sps, compiles = [], [], [], 0
-    for (t0, s0, _), (t1, s1, sps) in timed:
-        per_epoch.append((s1 - s0) / (t1 - t0))
-        seconds.append(t1 - t0)
-        own_sps.append(sps)
-        compiles += log.between(t0, t1)[0]
+    for (_, left, s0, _), (entry, _, s1, sps) in zip(stamps[untimed - 1:-1], stamps[untimed:]):
         if s1 - s0 != steps_per_epoch:
-            raise RuntimeError(f"Brax epoch ran {s1 - s0} env steps, expected {steps_per_epoch}")
-    _, xla_compile_s = log.between(t_start, stamps[0][0])
+            raise RuntimeError(f"a Brax epoch ran {s1 - s0} env steps, expected {steps_per_epoch}")
+        per_epoch.append((s1 - s0) / (entry - left))
+        seconds.append(entry - left)
+        own_sps.append(sps)
+        compiles += log.between(left, entry)[0]
     return {
         "steps_per_second": float(np.median(per_epoch)),
         "steps_per_second_each": per_epoch,
         "seconds_each": seconds,
         "env_steps_per_call": steps_per_epoch,
         "compile_seconds": (stamps[0][0] - t_start) - float(np.median(seconds)),
-        "xla_compile_seconds": xla_compile_s,
+        "xla_compile_seconds": log.between(t_start, stamps[0][0])[1],
         "compiles_during_timing": compiles,
         "brax_reported_sps_each": own_sps,
         "brax_reported_sps": float(np.median(own_sps)),
         "total_seconds": t_end - t_start,
         "train_kwargs": train_kwargs,
         "network_factory": ("make_ppo_networks(policy_hidden_layer_sizes={}, value_hidden_layer_sizes={}, "
-                            "activation=tanh, distribution_type='normal', noise_std_type='log')"
+                            "activation=linen.tanh, distribution_type='normal', noise_std_type='log')"
                             .format(tuple(args.policy_hidden), tuple(args.value_hidden))),
-        "shim_used": shim.used,
-        "shim": shim.note,
+        "shim_used": shim_used,
+        "shim": shim_note,
         "method": BRAX_METHOD,
     }
 
@@ -380,6 +428,7 @@ def _machine() -> dict:
         "device": str(dev), "platform": dev.platform, "device_kind": dev.device_kind,
         "device_count": jax.device_count(), "cpu_model": cpu_model, "cpu_count": os.cpu_count(),
         "cpus_available": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "python": platform.python_version(), "hostname": platform.node(),
         "compilation_cache_dir": jax.config.jax_compilation_cache_dir,
     }
@@ -396,60 +445,64 @@ def _fmt(x, spec=",.0f", missing="-") -> str:
 
 
 def report(args: Args, results: dict, meta: dict) -> str:
-    rows = [("raw_env", "(a)  raw env: our make_env step, random actions"),
-            ("raw_brax_env", "(a') raw env: Brax env.step, no auto-reset"),
+    brax = results.get("brax")
+    rows = [("raw_env", "(a)  raw env, our make_env step"),
+            ("raw_brax_env", "(a') raw env, Brax's training wrappers"),
             ("ours", f"(b)  ours: ppo_clip trainer, B={args.lag_depth}"),
-            ("brax", "(c)  Brax ppo.train (shimmed)" if (results.get("brax") or {}).get("shim_used")
-             else "(c)  Brax ppo.train")]
+            ("brax", "(c)  Brax ppo.train" + (" (shimmed)" if brax and brax.get("shim_used") else ""))]
+    m = meta["machine"]
     lines = [
         f"throughput on {args.env} ({args.backend}): {args.num_envs} envs x {args.unroll_length} steps per "
         f"phase, {args.num_epochs} epochs x {args.num_minibatches} minibatches, policy "
         f"{tuple(args.policy_hidden)}, value {tuple(args.value_hidden)}, episode_length {args.episode_length}",
-        f"timed: {args.phases} phases = {args.phases * args.num_envs * args.unroll_length:,} env steps per "
-        f"call; median of {args.repeats} timed calls after compile + {args.warmup} warm-up call(s)",
+        f"timed: {args.phases} phases = {args.phases * args.num_envs * args.unroll_length:,} env steps per call "
+        f"/ Brax epoch; median of {args.repeats} interleaved rounds, after compile + {args.warmup} warm-up "
+        "call(s)",
         f"jax {meta['versions']['jax']}, brax {meta['versions']['brax']}, mujoco-mjx "
-        f"{meta['versions']['mujoco-mjx']}; device {meta['machine']['device']} "
-        f"({meta['machine']['cpu_model']}, {meta['machine']['cpus_available']} CPUs available); {meta['date']}",
+        f"{meta['versions']['mujoco-mjx']}; device {m['device']} ({m['cpu_model']}, {m['cpus_available']} "
+        f"CPUs available, load average at start {_fmt((m['load_average'] or [None])[0], '.2f')}); {meta['date']}",
         f"command: {meta['command']}",
         "",
-        f"{'measurement':<50} {'steps/s':>10} {'min..max':>17} {'s/call':>8} {'compile s':>10}",
+        f"{'measurement':<42} {'steps/s':>10} {'min..max':>17} {'s/call':>8} {'compile s':>10}",
     ]
     for key, label in rows:
         r = results.get(key)
         if r is None:
-            lines.append(f"{label:<50} {'skipped':>10}")
+            lines.append(f"{label:<42} {'skipped':>10}")
         elif "error" in r:
-            lines.append(f"{label:<50} {'FAILED':>10}  {r['error']}")
+            lines.append(f"{label:<42} {'FAILED':>10}  {r['error']}")
         else:
             each = r["steps_per_second_each"]
             spread = f"{_fmt(min(each))}..{_fmt(max(each))}"
-            lines.append(f"{label:<50} {_fmt(r['steps_per_second']):>10} {spread:>17} "
+            lines.append(f"{label:<42} {_fmt(r['steps_per_second']):>10} {spread:>17} "
                          f"{_fmt(float(np.median(r['seconds_each'])), '.2f'):>8} "
                          f"{_fmt(r['compile_seconds'], '.1f'):>10}")
     ratios = results["ratios"]
-    lines.append("")
-    ob = ratios["ours_over_brax"]
-    lines.append(f"ours / brax = {_fmt(ob, '.3f')}   (target >= 1: "
-                 f"{'met' if ob is not None and ob >= 1 else 'NOT met' if ob is not None else 'n/a'})")
-    orw = ratios["ours_over_raw"]
-    verdict = "n/a" if orw is None else ("met" if orw >= 1 / 1.5 else "NOT met")
-    scope = "" if args.env == "halfcheetah" else "; the target is set for a simulation-dominated task (halfcheetah)"
-    lines.append(f"ours / raw  = {_fmt(orw, '.3f')}   (raw / ours = {_fmt(None if not orw else 1 / orw, '.2f')}x; "
-                 f"target raw/ours <= 1.5x: {verdict}{scope})")
-    if ratios["raw_brax_over_raw"] is not None:
-        lines.append(f"raw Brax env.step / raw make_env step = {_fmt(ratios['raw_brax_over_raw'], '.3f')} "
-                     "(cost of the auto-reset wrapper; bare steps keep simulating after an episode ends)")
+    ob, orw = ratios["ours_over_brax"], ratios["ours_over_raw"]
+    lines += [
+        "",
+        f"ours / brax = {_fmt(ob, '.3f')}   (target >= 1: "
+        f"{'n/a' if ob is None else 'met' if ob >= 1 else 'NOT met'})",
+        f"ours / raw  = {_fmt(orw, '.3f')}   (raw / ours = {_fmt(None if not orw else 1 / orw, '.2f')}x; "
+        f"target raw / ours <= 1.5x: {'n/a' if orw is None else 'met' if orw >= 1 / 1.5 else 'NOT met'}"
+        + ("" if args.env == "halfcheetah" else
+           "; the target is set for a simulation-dominated task, halfcheetah") + ")",
+    ]
+    if ratios["ours_over_raw_brax"] is not None:
+        lines.append(f"against (a'): ours / raw = {_fmt(ratios['ours_over_raw_brax'], '.3f')}, brax / raw = "
+                     f"{_fmt(ratios['brax_over_raw_brax'], '.3f')}; raw env under Brax's wrappers / under ours "
+                     f"= {_fmt(ratios['raw_brax_over_raw'], '.3f')}")
     flagged = [k for k in ("raw_env", "raw_brax_env", "ours", "brax")
                if results.get(k) and results[k].get("compiles_during_timing")]
     if flagged:
         lines.append(f"WARNING: XLA compilations happened inside timed intervals of: {', '.join(flagged)}")
-    b = results.get("brax")
-    if b and "error" not in b:
-        lines += ["", f"Brax's own 'training/sps' for the timed epochs: "
-                      f"{', '.join(_fmt(x) for x in b['brax_reported_sps_each'])}",
-                  "How (c) was measured: " + b["method"], "Shim: " + b["shim"]]
-    elif b:
-        lines += ["", "Brax's trainer could not run: " + b["error"], b.get("why", "")]
+    if brax and "error" not in brax:
+        lines += ["", "Brax's own 'training/sps' for the timed epochs: "
+                      + ", ".join(_fmt(x) for x in brax["brax_reported_sps_each"]),
+                  "How (c) was measured: " + brax["method"], "Shim: " + brax["shim"]]
+    elif brax:
+        lines += ["", f"Brax's trainer could not run: {brax['error']} ({brax['why']}); "
+                      "(a), (a') and (b) were timed on their own."]
     return "\n".join(lines)
 
 
@@ -462,35 +515,55 @@ def main(args: Args | None = None) -> dict:
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "command": command, "versions": _versions(), "machine": _machine()}
     log = CompileLog()
-    results: dict[str, Any] = {}
     t_all = time.perf_counter()
 
-    print(f"[0/4] set-up: our trainer's init (env reset) on {args.env} ...", flush=True)
-    setup = setup_ours(args)
-    print("[1/4] (a) raw env: our make_env step, random actions ...", flush=True)
-    results["raw_env"] = bench_raw(args, log, setup["state"].env_state, bare_brax=False)
+    print(f"[setup] our trainer's init (env reset) on {args.env} ...", flush=True)
+    setup = init_ours(args)
+    print("[compile] (a) raw env, our make_env step ...", flush=True)
+    programs = [prepare_raw(args, log, setup["state"].env_state)]
     if args.raw_brax:
-        print("[2/4] (a') raw env: Brax env.step without auto-reset ...", flush=True)
-        results["raw_brax_env"] = bench_raw(args, log, setup["state"].env_state, bare_brax=True)
-    print(f"[3/4] (b) ours: ppo_clip trainer at B={args.lag_depth} ...", flush=True)
-    results["ours"] = bench_ours(args, log, setup)
+        print("[compile] (a') raw env, Brax's training wrappers ...", flush=True)
+        programs.append(prepare_raw_brax(args, log))
+    print(f"[compile] (b) ours: ppo_clip trainer at B={args.lag_depth} ...", flush=True)
+    programs.append(prepare_ours(args, log, setup))
+    del setup
+
+    rounds_done = 0
+
+    def run_round(r: int) -> None:
+        nonlocal rounds_done
+        rates = [f"{p.label} {p.timed_call(log):,.0f}" for p in programs]
+        rounds_done += 1
+        print(f"[round {r + 1}/{args.repeats}] steps/s: {', '.join(rates)}", flush=True)
+
+    results: dict[str, Any] = {}
     if not args.skip_brax:
-        print("[4/4] (c) Brax's ppo.train ...", flush=True)
+        print("[brax] (c) Brax's ppo.train (compiles during its first epoch; rounds run between its "
+              "timed epochs) ...", flush=True)
         try:
-            results["brax"] = bench_brax(args, log)
-        except Exception as err:  # report why instead of crashing the whole benchmark
+            results["brax"] = bench_brax(args, log, run_round)
+            print(f"[brax] epochs steps/s: {', '.join(_fmt(x) for x in results['brax']['steps_per_second_each'])}",
+                  flush=True)
+        except Exception as err:  # report why instead of losing the other measurements
             frame = traceback.extract_tb(err.__traceback__)[-1]
             results["brax"] = {
                 "error": f"{type(err).__name__}: {err}",
                 "why": f"raised at {frame.filename}:{frame.lineno} ({frame.name}): {frame.line}",
                 "traceback": traceback.format_exc(),
             }
+            print(f"[brax] FAILED: {results['brax']['error']}", flush=True)
+    while rounds_done < args.repeats:
+        run_round(rounds_done)
+    for p in programs:
+        results[p.label] = p.summary()
+
     results["ratios"] = {
         "ours_over_brax": _ratio(results["ours"], results.get("brax")),
         "ours_over_raw": _ratio(results["ours"], results["raw_env"]),
         "raw_over_ours": _ratio(results["raw_env"], results["ours"]),
         "raw_brax_over_raw": _ratio(results.get("raw_brax_env"), results["raw_env"]),
         "ours_over_raw_brax": _ratio(results["ours"], results.get("raw_brax_env")),
+        "brax_over_raw_brax": _ratio(results.get("brax"), results.get("raw_brax_env")),
     }
     meta["total_seconds"] = time.perf_counter() - t_all
     text = report(args, results, meta)

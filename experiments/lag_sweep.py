@@ -51,6 +51,10 @@ class Args:
     lag_depths: tuple[int, ...] | None = None
     seeds: tuple[int, ...] | None = None
     total_env_steps: int | None = None
+    num_envs: int | None = None
+    unroll_length: int | None = None
+    num_evals: int | None = None
+    eval_episodes: int | None = None
     lag_model: str = "uniform"
     learning_rate: float = 3e-4
     clip_epsilon: float = 0.2
@@ -64,7 +68,8 @@ class Args:
 def resolve(args: Args) -> dict:
     """Preset values overridden by any flag given; validated before anything is compiled."""
     spec = dict(PRESETS[args.preset])
-    for key in ("tasks", "methods", "lag_depths", "seeds", "total_env_steps"):
+    for key in ("tasks", "methods", "lag_depths", "seeds", "total_env_steps", "num_envs", "unroll_length",
+                "num_evals", "eval_episodes"):
         if getattr(args, key) is not None:
             spec[key] = getattr(args, key)
     for m in spec["methods"]:

@@ -53,7 +53,7 @@ def test_notebook_runs_on_a_tiny_sweep(tmp_path, monkeypatch):
     run_dir = str(tmp_path / "run")
     sweep = subprocess.run(
         [sys.executable, os.path.join(REPO, "experiments", "lag_sweep.py"), "--preset", "tiny", "--out", run_dir,
-         "--no-progress", "--bootstrap-reps", "200"],
+         "--no-progress", "--bootstrap-reps", "200", "--episode-length", "50"],
         cwd=REPO, env=_env(), capture_output=True, text=True, timeout=1800)
     assert sweep.returncode == 0, f"lag_sweep.py failed:\n{sweep.stdout[-2000:]}\n{sweep.stderr[-4000:]}"
     assert os.path.exists(os.path.join(run_dir, "summary.csv"))

@@ -46,8 +46,8 @@ def reference_scores(rows, tasks, score, random: dict | None):
     if ref.shape[0] == 0:
         return None
     ref_mean = np.nanmean(ref, axis=0)
-    rnd = np.array([random[t] for t in tasks], float)
-    if np.any(~np.isfinite(ref_mean)) or np.any(np.abs(ref_mean - rnd) < 1e-6 * np.maximum(1, np.abs(rnd))):
+    rnd = np.array([random.get(t, np.nan) for t in tasks], float)
+    if np.any(~np.isfinite(ref_mean)) or np.any(~np.isfinite(rnd)) or np.any(np.abs(ref_mean - rnd) < 1e-6 * np.maximum(1, np.abs(rnd))):
         return None
     return rnd, ref_mean
 

@@ -51,6 +51,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 from typing import Any
 
 import jax
@@ -163,7 +164,7 @@ def save_checkpoint(directory: str, state, chunk: int, extra: dict | None = None
     """
     extra = {} if extra is None else extra
     json.dumps(extra)  # fail before writing anything if it is not JSON-able
-    directory = epath.Path(directory)
+    directory = epath.Path(os.path.abspath(directory))  # orbax requires absolute paths
     directory.mkdir(parents=True, exist_ok=True)
 
     records, arrays = [], {}
@@ -201,7 +202,7 @@ def save_checkpoint(directory: str, state, chunk: int, extra: dict | None = None
 
 def latest_checkpoint(directory: str) -> int | None:
     """``chunk`` of the newest complete checkpoint in ``directory``, or None."""
-    newest = _newest(epath.Path(directory))
+    newest = _newest(epath.Path(os.path.abspath(directory)))
     return None if newest is None else int(newest[1]["chunk"])
 
 
@@ -216,7 +217,7 @@ def restore_checkpoint(directory: str, template) -> tuple[Any, int, dict] | None
     directory holds no complete checkpoint. Raises ValueError when the checkpoint does not match
     the template (different leaves, shapes or dtypes).
     """
-    newest = _newest(epath.Path(directory))
+    newest = _newest(epath.Path(os.path.abspath(directory)))
     if newest is None:
         return None
     path, meta = newest

@@ -264,8 +264,8 @@ def _pooled_note(score_rows: Sequence[dict]) -> str:
     keys = variant_keys(score_rows)
     if not keys:
         return ""
-    parts = [f"{k} ∈ {{{', '.join(sorted({_fmt_value(r[k]) for r in score_rows if _finite(r.get(k))}))}}}"
-             for k in keys]
+    show = lambda v: _fmt_value(v) if _finite(v) else str(v)  # noqa: E731
+    parts = [f"{k} ∈ {{{', '.join(sorted({show(r[k]) for r in score_rows if k in r}))}}}" for k in keys]
     return "Caution: pools runs that differ in " + "; ".join(parts) + " (summary.csv does not separate them)."
 
 
@@ -340,7 +340,7 @@ def plot_aggregate_vs_lag(run_dir: str, score: str = "final_eval_return",
     if normalized:
         title += "\n1.0 = synchronous PPO-Clip (lag depth 1); 0.0 = uniform-random policy"
     title += f"\nlines: point estimates; bands: {CI_TEXT}"
-    _title(fig, title)
+    _title(fig, title[0].upper() + title[1:])
     reps = _bootstrap_reps(run_dir)
     diverged = sorted({(m, int(r["lag_depth"]), int(r["n_diverged"])) for m in methods for r in rows
                        if r["method"] == m and _finite(r.get("n_diverged")) and int(r["n_diverged"]) > 0})

@@ -110,12 +110,17 @@ def _pad(cells: list[Cell], multiple: int) -> list[Cell]:
 # ----------------------------------------------------------------------------- scores
 
 def cell_scores(curve_rows: list[dict], phase_returns: np.ndarray, phase_counts: np.ndarray,
-                last_fraction: float = 0.05) -> dict:
-    """Scores of one cell (SPEC §7): final eval return, area under the eval curve, last-5% train return."""
+                last_fraction: float = 0.05, evaluated: bool = True) -> dict:
+    """Scores of one cell (SPEC §7): final eval return, area under the eval curve, last-5% train return.
+
+    A cell is diverged when its parameters became non-finite (the trainer's flag) or, when it was
+    evaluated (``evaluated``), its final evaluation return is not finite.
+    """
     evals = np.array([r["eval_return"] for r in curve_rows], float)
     n_last = max(1, int(math.ceil(last_fraction * len(phase_returns))))
     ret, cnt = phase_returns[-n_last:].sum(), phase_counts[-n_last:].sum()
-    diverged = any(bool(r["diverged"]) for r in curve_rows) or not np.isfinite(evals[-1] if len(evals) else np.nan)
+    diverged = any(bool(r["diverged"]) for r in curve_rows) or (
+        evaluated and not np.isfinite(evals[-1] if len(evals) else np.nan))
     return {
         "final_eval_return": float(evals[-1]) if len(evals) else float("nan"),
         "auc_eval_return": float(np.mean(evals)) if len(evals) else float("nan"),
@@ -138,6 +143,10 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
     """
     tags = dict(tags or {})
     scores_path = os.path.join(group_dir, "scores.csv")
+    cells_json = json.dumps([dataclasses.asdict(c) for c in cells], indent=1)
+    cells_path = os.path.join(group_dir, "cells.json")
+    if os.path.exists(cells_path) and open(cells_path).read() != cells_json:
+        raise ValueError(f"{group_dir} holds a different grid (cells.json differs); use another run directory")
     if os.path.exists(scores_path):
         return read_csv(scores_path)
     from tqdm.auto import tqdm
@@ -145,10 +154,6 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
     from vaco_jax import checkpoint as ckpt
 
     os.makedirs(group_dir, exist_ok=True)
-    cells_json = json.dumps([dataclasses.asdict(c) for c in cells], indent=1)
-    cells_path = os.path.join(group_dir, "cells.json")
-    if os.path.exists(cells_path) and open(cells_path).read() != cells_json:
-        raise ValueError(f"{group_dir} holds a different grid (cells.json differs); use another run directory")
     atomic_write_text(cells_path, cells_json)
 
     trainer = trainer or make_train(config)
@@ -210,7 +215,7 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
         rows = [r for r in curve_rows if all(r[f] == getattr(cell, f) for f in CELL_FIELDS)]
         rows = rows[: config.num_evals] if len(rows) >= config.num_evals else rows
         row = {"env": config.env, "method": config.method, **tags, **dataclasses.asdict(cell)}
-        row.update(cell_scores(rows, returns[i], counts[i]))
+        row.update(cell_scores(rows, returns[i], counts[i], evaluated=config.eval_episodes > 0))
         diag_names = [k for k in rows[0] if k not in row and k not in ("chunk", "env_steps", "eval_return",
                                                                        "train_return", "seconds",
                                                                        "grid_steps_per_second")]
