@@ -339,12 +339,18 @@ def bench_brax(args: Args, log: CompileLog, between_epochs: Callable[[int], None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         environment = brax_envs.get_environment(args.env, backend=args.backend)
-    # Same hidden sizes as ours, and our activation (tanh) and distribution (Gaussian with a
-    # state-independent log-std, no tanh squashing), so both trainers do the same network arithmetic.
+    # Same hidden sizes as ours, and our activation (tanh), distribution (Gaussian with a
+    # state-independent log-std, no tanh squashing) and policy initialisation (orthogonal, mean layer
+    # scaled 0.01, std exp(init_log_std)): both trainers do the same network arithmetic and start by
+    # sending the same action distribution to the simulator, whose cost per step depends on the state.
+    init_std = math.exp(our_config(args).init_log_std)
     network_factory = functools.partial(
         ppo_networks.make_ppo_networks, policy_hidden_layer_sizes=tuple(args.policy_hidden),
         value_hidden_layer_sizes=tuple(args.value_hidden), activation=linen.tanh,
-        distribution_type="normal", noise_std_type="log")
+        distribution_type="normal", noise_std_type="log", init_noise_std=init_std,
+        policy_network_kernel_init_fn=jax.nn.initializers.orthogonal,
+        policy_network_kernel_init_kwargs={"scale": math.sqrt(2.0)},
+        mean_kernel_init_fn=jax.nn.initializers.orthogonal, mean_kernel_init_kwargs={"scale": 0.01})
     train_kwargs = dict(
         num_timesteps=num_timesteps, episode_length=args.episode_length, num_envs=args.num_envs,
         unroll_length=args.unroll_length, batch_size=batch_size, num_minibatches=args.num_minibatches,
@@ -394,9 +400,12 @@ def bench_brax(args: Args, log: CompileLog, between_epochs: Callable[[int], None
         "brax_reported_sps": float(np.median(own_sps)),
         "total_seconds": t_end - t_start,
         "train_kwargs": train_kwargs,
-        "network_factory": ("make_ppo_networks(policy_hidden_layer_sizes={}, value_hidden_layer_sizes={}, "
-                            "activation=linen.tanh, distribution_type='normal', noise_std_type='log')"
-                            .format(tuple(args.policy_hidden), tuple(args.value_hidden))),
+        "network_factory": (f"make_ppo_networks(policy_hidden_layer_sizes={tuple(args.policy_hidden)}, "
+                            f"value_hidden_layer_sizes={tuple(args.value_hidden)}, activation=linen.tanh, "
+                            f"distribution_type='normal', noise_std_type='log', init_noise_std={init_std:.4f}, "
+                            "policy_network_kernel_init_fn=orthogonal, policy_network_kernel_init_kwargs="
+                            "{'scale': sqrt(2)}, mean_kernel_init_fn=orthogonal, "
+                            "mean_kernel_init_kwargs={'scale': 0.01})"),
         "shim_used": shim_used,
         "shim": shim_note,
         "method": BRAX_METHOD,
@@ -460,7 +469,8 @@ def report(args: Args, results: dict, meta: dict) -> str:
         "call(s)",
         f"jax {meta['versions']['jax']}, brax {meta['versions']['brax']}, mujoco-mjx "
         f"{meta['versions']['mujoco-mjx']}; device {m['device']} ({m['cpu_model']}, {m['cpus_available']} "
-        f"CPUs available, load average at start {_fmt((m['load_average'] or [None])[0], '.2f')}); {meta['date']}",
+        f"CPUs available, 1-min load average {_fmt((m['load_average'] or [None])[0], '.2f')} at start, "
+        f"{_fmt((meta.get('load_average_end') or [None])[0], '.2f')} at end); {meta['date']}",
         f"command: {meta['command']}",
         "",
         f"{'measurement':<42} {'steps/s':>10} {'min..max':>17} {'s/call':>8} {'compile s':>10}",
@@ -502,7 +512,7 @@ def report(args: Args, results: dict, meta: dict) -> str:
                   "How (c) was measured: " + brax["method"], "Shim: " + brax["shim"]]
     elif brax:
         lines += ["", f"Brax's trainer could not run: {brax['error']} ({brax['why']}); "
-                      "(a), (a') and (b) were timed on their own."]
+                      "the other measurements were timed on their own."]
     return "\n".join(lines)
 
 
@@ -566,6 +576,7 @@ def main(args: Args | None = None) -> dict:
         "brax_over_raw_brax": _ratio(results.get("brax"), results.get("raw_brax_env")),
     }
     meta["total_seconds"] = time.perf_counter() - t_all
+    meta["load_average_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
     text = report(args, results, meta)
     print("\n" + text, flush=True)
 

@@ -82,7 +82,7 @@ class Config:
 
     # --- forward lag: E epochs x M minibatches per phase
     num_epochs: int = 4
-    num_minibatches: int = 4
+    num_minibatches: int = 8
 
     # --- simulated asynchrony (SPEC §2)
     buffer_capacity: int = 16  # K; the traced lag depth B must satisfy 1 <= B <= K
@@ -97,6 +97,7 @@ class Config:
     value_hidden: tuple[int, ...] = (64, 64)
     init_log_std: float = -0.5
     normalize_observations: bool = True
+    normalize_rewards: bool = True  # divide rewards by the running std of the discounted return
 
     # --- optimisation
     gamma: float = 0.99

@@ -102,3 +102,30 @@ def normalize(state: NormalizerState, obs: jnp.ndarray, enabled: bool = True, cl
     if not enabled:
         return obs
     return jnp.clip((obs - state.mean) * jax.lax.rsqrt(state.var + 1e-8), -clip, clip)
+
+
+# ----------------------------------------------------------------------------- reward scaling
+
+class RewardScalerState(NamedTuple):
+    """Running variance of each env's discounted return; rewards are divided by its std (not shifted)."""
+
+    returns: jnp.ndarray  # [num_envs] discounted return accumulated so far in each env's episode
+    stats: NormalizerState  # of the discounted returns (size 1)
+
+
+def reward_scaler_init(num_envs: int) -> RewardScalerState:
+    return RewardScalerState(returns=jnp.zeros((num_envs,), jnp.float32), stats=normalizer_init(1))
+
+
+def reward_scaler_update(state: RewardScalerState, rewards, dones, gamma) -> tuple[RewardScalerState, jnp.ndarray]:
+    """Scale a time-major [U, N] reward block: update the return statistics with the block's discounted
+    returns (reset at episode ends), then divide every reward by the return std."""
+    def step(ret, xs):
+        r, done = xs
+        ret = ret * gamma + r
+        return ret * (1.0 - done), ret
+
+    returns, seen = jax.lax.scan(step, state.returns, (rewards, dones))
+    stats = normalizer_update(state.stats, seen.reshape(-1, 1))
+    scaled = rewards * jax.lax.rsqrt(stats.var[0] + 1e-8)
+    return RewardScalerState(returns=returns, stats=stats), scaled

@@ -30,8 +30,8 @@ from vaco_jax import lag as lag_lib
 from vaco_jax import proximal as prox
 from vaco_jax.config import Config, TracedParams, make_traced
 from vaco_jax.envs import EnvState, make_env, reset_batch
-from vaco_jax.networks import (GaussianPolicy, NormalizerState, ValueNet, normalize, normalizer_init,
-                               normalizer_update)
+from vaco_jax.networks import (GaussianPolicy, NormalizerState, RewardScalerState, ValueNet, normalize,
+                               normalizer_init, normalizer_update, reward_scaler_init, reward_scaler_update)
 from vaco_jax.rollout import rollout
 from vaco_jax.update import LearnerState, Networks, align, make_optimizer, update_phase
 
@@ -44,6 +44,7 @@ class TrainState(NamedTuple):
 
     learner: LearnerState
     normalizer: NormalizerState  # the learner's statistics
+    reward_scaler: RewardScalerState
     buffer: lag_lib.PolicyBuffer
     env_state: EnvState
     phase: jnp.ndarray  # int32 T
@@ -94,7 +95,8 @@ class Trainer:
                                prox.ewma_init(policy_params))
         buffer = lag_lib.buffer_init(self.snapshot(policy_params, normalizer), cfg.buffer_capacity)
         env_state = reset_batch(self.env, jax.random.fold_in(key, ENV_STREAM), cfg.num_envs)
-        return TrainState(learner, normalizer, buffer, env_state, jnp.zeros((), jnp.int32), key)
+        return TrainState(learner, normalizer, reward_scaler_init(cfg.num_envs), buffer, env_state,
+                          jnp.zeros((), jnp.int32), key)
 
     def phase(self, state: TrainState, traced: TracedParams) -> tuple[TrainState, PhaseMetrics]:
         cfg = self.config
@@ -111,6 +113,11 @@ class Trainer:
             unroll_length=cfg.unroll_length, lag_model=cfg.lag_model, envs_per_actor=cfg.envs_per_actor,
             partial_resync_every=cfg.partial_resync_every, actor_dtype=cfg.actor_dtype,
             normalize_observations=cfg.normalize_observations, phase=T)
+        reward_scaler = state.reward_scaler
+        if cfg.normalize_rewards:  # learner-side only: actors never see rewards
+            dones = jnp.maximum(traj.termination, traj.truncation)
+            reward_scaler, scaled = reward_scaler_update(reward_scaler, traj.reward, dones, cfg.gamma)
+            traj = traj._replace(reward=scaled)
         aligned, diag = align(cfg, self.nets, learner.policy_params, learner.value_params, state.normalizer,
                               state.buffer, traj, T, traced)
         lr = traced.learning_rate
@@ -131,7 +138,7 @@ class Trainer:
             episode_count=jnp.sum(ended),
             diagnostics=diag,
         )
-        return TrainState(learner, normalizer, buffer, env_state, T + 1, state.run_key), metrics
+        return TrainState(learner, normalizer, reward_scaler, buffer, env_state, T + 1, state.run_key), metrics
 
     def evaluate(self, key: jax.Array, policy_params, normalizer, num_episodes: int | None = None,
                  uniform_random: bool = False) -> jnp.ndarray:
@@ -257,11 +264,11 @@ class TrainArgs:
     learning_rate: float = 3e-4
     clip_epsilon: float = 0.2
     tv_budget: float = 0.2
-    total_env_steps: int = 200_000
+    total_env_steps: int = 300_000
     num_envs: int = 64
     unroll_length: int = 32
     num_epochs: int = 4
-    num_minibatches: int = 4
+    num_minibatches: int = 8
     buffer_capacity: int = 16
     lag_model: str = "uniform"
     actor_dtype: str = "float32"
