@@ -16,20 +16,17 @@ def test_unknown_task_and_backend_name_the_valid_values():
         make_env("reacher", backend="spring")
 
 
-@pytest.mark.slow
-def test_truncation_termination_and_auto_reset():
-    env = make_env("inverted_double_pendulum", "mjx", episode_length=7)
-    n = 4
+def _run_and_check(env, actions, steps):
+    """Step a batch, checking every step against the plain env; returns which episode ends were seen."""
+    n = actions.shape[0]
     state = jax.jit(lambda k: reset_batch(env, k, n))(jax.random.PRNGKey(0))
     initial_obs = np.asarray(state.core.obs)
     step = jax.jit(jax.vmap(env.step))
     raw_step = jax.jit(jax.vmap(env.raw.step))
-    # env 0-1: zero action (the pendulum stays up for a while); env 2-3: full push (it falls).
-    actions = jnp.array([[0.0], [0.0], [1.0], [-1.0]])
     returns = np.zeros(n)
     lengths = np.zeros(n, int)
     saw = {"term": False, "trunc": False}
-    for t in range(30):
+    for _ in range(steps):
         raw = raw_step(state.core, actions)  # what the plain env does from here
         prev_step = np.asarray(state.episode_step)
         state, out = step(state, actions)
@@ -40,7 +37,7 @@ def test_truncation_termination_and_auto_reset():
         np.testing.assert_allclose(out.next_obs, raw.obs, rtol=1e-5, atol=1e-5)
         np.testing.assert_array_equal(term, (np.asarray(raw.done) > 0.5).astype(np.float32))
         assert not np.any((term > 0) & (trunc > 0)), "truncation is never set together with termination"
-        np.testing.assert_array_equal(trunc, ((prev_step + 1 >= 7) & (term == 0)).astype(np.float32))
+        np.testing.assert_array_equal(trunc, ((prev_step + 1 >= env.episode_length) & (term == 0)).astype(np.float32))
         done = (term + trunc) > 0
         for i in range(n):
             if done[i]:
@@ -56,4 +53,18 @@ def test_truncation_termination_and_auto_reset():
                 np.testing.assert_allclose(out.obs[i], out.next_obs[i])
         saw["term"] |= bool(term.any())
         saw["trunc"] |= bool(trunc.any())
-    assert saw["term"] and saw["trunc"], saw
+    return saw
+
+
+@pytest.mark.slow
+def test_truncation_at_episode_length_with_auto_reset():
+    env = make_env("inverted_double_pendulum", "mjx", episode_length=4)
+    saw = _run_and_check(env, jnp.zeros((2, 1)), steps=10)
+    assert saw["trunc"] and not saw["term"], saw
+
+
+@pytest.mark.slow
+def test_termination_with_auto_reset():
+    env = make_env("inverted_double_pendulum", "mjx", episode_length=1000)
+    saw = _run_and_check(env, jnp.array([[1.0], [-1.0]]), steps=60)  # full pushes topple the pendulum
+    assert saw["term"] and not saw["trunc"], saw

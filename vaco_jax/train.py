@@ -163,10 +163,13 @@ class Trainer:
                 noise = jax.random.normal(noise_key, mean.shape)
                 action = jnp.clip(mean + jnp.exp(log_std) * noise, -1.0, 1.0)
             nxt = jax.vmap(env.raw.step)(core, action)
-            # after its episode ends an env keeps stepping (its physics may blow up): mask with where
             total = total + jnp.where(alive > 0, nxt.reward, 0.0)
+            # A finished episode is frozen at its last live state: stepping on from a fallen state
+            # lets the physics blow up (NaN), which is slow and poisons sums.
+            frozen = jax.tree.map(lambda a, b: jnp.where(
+                jnp.reshape(alive > 0, (-1,) + (1,) * (jnp.ndim(a) - 1)), a, b), nxt, core)
             alive = alive * (1.0 - (nxt.done > 0.5))
-            return (nxt, alive, total), None
+            return (frozen, alive, total), None
 
         carry = (state.core, jnp.ones(num_episodes), jnp.zeros(num_episodes))
         (_, _, total), _ = jax.lax.scan(step, carry, jnp.arange(cfg.episode_length))
