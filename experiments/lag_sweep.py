@@ -34,7 +34,7 @@ PRESETS = {
                   lag_depths=(1, 2, 4, 8, 16, 32), seeds=tuple(range(10)), total_env_steps=10_000_000,
                   num_envs=256, unroll_length=64, num_evals=20, eval_episodes=16, buffer_capacity=32),
     # for tests and quick looks
-    "tiny": dict(tasks=("inverted_double_pendulum",), methods=("ppo_clip", "vaco"), lag_depths=(1, 4),
+    "tiny": dict(tasks=("inverted_double_pendulum",), methods=("ppo_clip",), lag_depths=(1, 4),
                  seeds=(0, 1), total_env_steps=8 * 16 * 4, num_envs=8, unroll_length=16, num_evals=2,
                  eval_episodes=2, buffer_capacity=4),
 }
