@@ -295,17 +295,19 @@ def random_scores(run_dir: str, tasks: Sequence[str], base_config: Config, episo
     return {t: cache[t] for t in tasks}
 
 
-def load_scores(run_dir: str) -> list[dict]:
+def _load_all(run_dir: str, filename: str) -> list[dict]:
     rows = []
     for root, _, files in sorted(os.walk(run_dir)):
-        if "scores.csv" in files:
-            rows.extend(read_csv(os.path.join(root, "scores.csv")))
+        if filename in files:
+            rows.extend(read_csv(os.path.join(root, filename)))
     return rows
+
+
+def load_scores(run_dir: str) -> list[dict]:
+    """Every group's score rows under ``run_dir`` (finished groups only)."""
+    return _load_all(run_dir, "scores.csv")
 
 
 def load_curves(run_dir: str) -> list[dict]:
-    rows = []
-    for root, _, files in sorted(os.walk(run_dir)):
-        if "curves.csv" in files:
-            rows.extend(read_csv(os.path.join(root, "curves.csv")))
-    return rows
+    """Every group's learning-curve rows under ``run_dir`` (finished or not)."""
+    return _load_all(run_dir, "curves.csv")
