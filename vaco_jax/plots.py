@@ -280,14 +280,19 @@ def _variant_label(method: str, variant: tuple, keys: Sequence[str]) -> str:
 
 # ----------------------------------------------------------------------------- (1) aggregate vs lag
 
-def read_summary(run_dir: str) -> list[dict]:
-    path = os.path.join(run_dir, "summary.csv")
+def _read_analysis_table(run_dir: str, filename: str) -> list[dict]:
+    """Rows of a table written by ``analysis.summarise``; NoData when it is missing or empty."""
+    path = os.path.join(run_dir, filename)
     if not os.path.exists(path):
         raise NoData(f"{path} is missing (run vaco_jax.analysis.summarise first)")
     rows = read_csv(path)
     if not rows:
         raise NoData(f"{path} is empty")
     return rows
+
+
+def read_summary(run_dir: str) -> list[dict]:
+    return _read_analysis_table(run_dir, "summary.csv")
 
 
 def plot_aggregate_vs_lag(run_dir: str, score: str = "final_eval_return",
@@ -462,13 +467,7 @@ def plot_learning_curves(run_dir: str, task: str | None = None) -> list[str]:
 # ----------------------------------------------------------------------------- (3), (4) diagnostics vs lag
 
 def read_diagnostics(run_dir: str) -> list[dict]:
-    path = os.path.join(run_dir, "diagnostics.csv")
-    if not os.path.exists(path):
-        raise NoData(f"{path} is missing (run vaco_jax.analysis.summarise first)")
-    rows = read_csv(path)
-    if not rows:
-        raise NoData(f"{path} is empty")
-    return rows
+    return _read_analysis_table(run_dir, "diagnostics.csv")
 
 
 def _diag_panel(ax, rows: Sequence[dict], column: str, lags: Sequence[int]) -> list[int]:
