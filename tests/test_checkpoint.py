@@ -245,9 +245,7 @@ def test_resume_is_bit_for_bit_single_cell(tmp_path, resume_setup):
 
 
 @pytest.mark.slow
-@pytest.mark.skip(reason="stalled once at 0% CPU inside device_get (XLA CPU) in a CI-like run on 2026-11-29; "
-                         "grid resume stays covered by tests/test_sweep.py::test_interrupted_group_resumes_...; "
-                         "re-enable after the stall is understood")
+@pytest.mark.slow
 def test_resume_is_bit_for_bit_vmapped_grid(tmp_path, resume_setup):
     from vaco_jax.config import make_traced, stack_traced
 

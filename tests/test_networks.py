@@ -45,3 +45,56 @@ def test_observation_normaliser_matches_numpy_moments():
     var = (c0 + ((allx - mean) ** 2).sum(0) + c0 * mean**2) / (c0 + n)
     np.testing.assert_allclose(state.mean, mean, rtol=1e-4)
     np.testing.assert_allclose(state.var, var, rtol=1e-4)
+
+
+# ----------------------------------------------------------------------------- orthogonal init
+
+def test_orthogonal_init_matches_flax_and_is_orthogonal():
+    import flax.linen as nn
+    import jax
+
+    from vaco_jax.networks import orthogonal
+
+    key = jax.random.PRNGKey(3)
+    for shape in [(17, 64), (64, 64), (64, 3), (5, 7)]:
+        for scale in [1.0, float(np.sqrt(2.0)), 0.01]:
+            ours = np.asarray(orthogonal(scale)(key, shape))
+            np.testing.assert_array_equal(ours, np.asarray(nn.initializers.orthogonal(scale)(key, shape)))
+            small = min(shape)
+            gram = ours.T @ ours if shape[0] >= shape[1] else ours @ ours.T
+            np.testing.assert_allclose(gram, scale**2 * np.eye(small), atol=1e-5 * max(1.0, scale**2))
+
+
+def test_vmapped_network_init_makes_only_unbatched_lapack_calls():
+    """Regression: a batched QR in a vmapped init (a grid of runs) hung XLA CPU at 0% CPU.
+
+    jaxlib's LAPACK kernels split a large batch into tasks on the intra-op pool and block a pool
+    thread until they finish; with every pool thread blocked in such a kernel the program never
+    finishes (seen on the 2-core machine in ``jit(vmap(trainer.train))``). The initialiser keeps
+    every QR unbatched, whatever the vmap depth, and gives each cell the values of its own init.
+    """
+    import re
+
+    import jax
+
+    from vaco_jax.networks import GaussianPolicy, ValueNet
+
+    policy, critic = GaussianPolicy((64, 64), 3), ValueNet((64, 64))
+    obs = jnp.zeros((1, 11))
+
+    def init(key):
+        k1, k2 = jax.random.split(key)
+        return policy.init(k1, obs), critic.init(k2, obs)
+
+    keys = jax.random.split(jax.random.PRNGKey(0), 6).reshape(2, 3, -1)
+    text = jax.jit(jax.vmap(jax.vmap(init))).lower(keys).as_text()
+    calls = re.findall(r"custom_call @(lapack_\w+)\(.*num_batch_dims = \"(\d+)\"", text)
+    assert {name for name, _ in calls} >= {"lapack_sgeqrf_ffi"}
+    assert all(batch == "0" for _, batch in calls), calls
+
+    grid = jax.jit(jax.vmap(jax.vmap(init)))(keys)
+    for i in range(2):
+        for j in range(3):
+            one = init(keys[i, j])
+            for a, b in zip(jax.tree.leaves(one), jax.tree.leaves(jax.tree.map(lambda x: x[i, j], grid))):
+                np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -17,6 +17,49 @@ import numpy as np
 LOG_2PI = float(np.log(2.0 * np.pi))
 
 
+def _qr_one_at_a_time(a):
+    """``jnp.linalg.qr`` whose batched form is a sequential map over the batch.
+
+    Why: jaxlib's CPU LAPACK kernels split a large enough batch of matrices into tasks on XLA's
+    intra-op thread pool and then block a pool thread until those tasks finish. When every pool
+    thread is inside such a kernel at once (two layers initialised in parallel on a 2-core
+    machine), no thread is left to run the tasks and the program hangs at 0% CPU. Under
+    ``vmap`` (a grid of runs initialised by one program) the QR of the orthogonal initialiser
+    is exactly such a batch; mapping it one matrix at a time keeps each LAPACK call unbatched,
+    which jaxlib runs inline. The values are those of the unbatched QR.
+    """
+
+    @jax.custom_batching.custom_vmap
+    def qr(x):
+        q, r = jnp.linalg.qr(x)
+        return q, r
+
+    @qr.def_vmap
+    def _qr_batched(axis_size, in_batched, x):
+        del axis_size, in_batched
+        return jax.lax.map(qr, x), (True, True)
+
+    return qr(a)
+
+
+def orthogonal(scale: float = 1.0):
+    """Orthogonal initialiser for a 2-D kernel, the same values as ``nn.initializers.orthogonal``
+    (Mezzadri's method: QR of a Gaussian matrix, column signs fixed by diag(R)) but safe to vmap
+    on CPU (see :func:`_qr_one_at_a_time`)."""
+
+    def init(key, shape, dtype=jnp.float32):
+        if len(shape) != 2:
+            raise ValueError(f"orthogonal: expected a 2-D kernel shape, got {shape}")
+        rows, cols = shape
+        z = jax.random.normal(key, (max(rows, cols), min(rows, cols)), dtype)
+        q, r = _qr_one_at_a_time(z)
+        q = q * jnp.sign(jnp.diagonal(r))[None, :]
+        q = q.T if rows < cols else q
+        return jnp.asarray(scale, dtype) * q
+
+    return init
+
+
 class MLP(nn.Module):
     hidden: Sequence[int]
     out: int
@@ -25,8 +68,8 @@ class MLP(nn.Module):
     @nn.compact
     def __call__(self, x):
         for size in self.hidden:
-            x = nn.tanh(nn.Dense(size, kernel_init=nn.initializers.orthogonal(np.sqrt(2.0)))(x))
-        return nn.Dense(self.out, kernel_init=nn.initializers.orthogonal(self.out_scale))(x)
+            x = nn.tanh(nn.Dense(size, kernel_init=orthogonal(np.sqrt(2.0)))(x))
+        return nn.Dense(self.out, kernel_init=orthogonal(self.out_scale))(x)
 
 
 class GaussianPolicy(nn.Module):
