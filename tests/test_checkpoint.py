@@ -245,7 +245,6 @@ def test_resume_is_bit_for_bit_single_cell(tmp_path, resume_setup):
 
 
 @pytest.mark.slow
-@pytest.mark.slow
 def test_resume_is_bit_for_bit_vmapped_grid(tmp_path, resume_setup):
     from vaco_jax.config import make_traced, stack_traced
 
