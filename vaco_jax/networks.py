@@ -17,7 +17,8 @@ import numpy as np
 LOG_2PI = float(np.log(2.0 * np.pi))
 
 
-def _qr_one_at_a_time(a):
+@jax.custom_batching.custom_vmap
+def _qr_one_at_a_time(x):
     """``jnp.linalg.qr`` whose batched form is a sequential map over the batch.
 
     Why: jaxlib's CPU LAPACK kernels split a large enough batch of matrices into tasks on XLA's
@@ -28,18 +29,14 @@ def _qr_one_at_a_time(a):
     is exactly such a batch; mapping it one matrix at a time keeps each LAPACK call unbatched,
     which jaxlib runs inline. The values are those of the unbatched QR.
     """
+    q, r = jnp.linalg.qr(x)
+    return q, r
 
-    @jax.custom_batching.custom_vmap
-    def qr(x):
-        q, r = jnp.linalg.qr(x)
-        return q, r
 
-    @qr.def_vmap
-    def _qr_batched(axis_size, in_batched, x):
-        del axis_size, in_batched
-        return jax.lax.map(qr, x), (True, True)
-
-    return qr(a)
+@_qr_one_at_a_time.def_vmap
+def _qr_batched(axis_size, in_batched, x):
+    del axis_size, in_batched
+    return jax.lax.map(_qr_one_at_a_time, x), (True, True)
 
 
 def orthogonal(scale: float = 1.0):
