@@ -28,12 +28,10 @@ import jax.numpy as jnp
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from vaco_jax import lag as lag_lib  # noqa: E402
 from vaco_jax.config import Config, make_traced  # noqa: E402
 from vaco_jax.methods import METHODS  # noqa: E402
 from vaco_jax.rollout import rollout  # noqa: E402
 from vaco_jax.train import make_train  # noqa: E402
-from vaco_jax.update import align, make_optimizer, update_phase  # noqa: E402
 
 
 @dataclasses.dataclass
@@ -62,7 +60,7 @@ def _time(fn, repeats):
 
 def measure(args: Args, name: str) -> dict:
     method, _, source = name.partition("+")
-    config = Config(env=args.env, method=method, old_logit_source=source or "snapshot", num_envs=args.num_envs,
+    config = Config(env=args.env, method=method, old_logit_source=source or None, num_envs=args.num_envs,
                     unroll_length=args.unroll_length, num_epochs=args.num_epochs,
                     num_minibatches=args.num_minibatches, buffer_capacity=max(args.lag_depth, 1),
                     total_env_steps=args.num_envs * args.unroll_length * args.phases, num_evals=1,
@@ -79,13 +77,11 @@ def measure(args: Args, name: str) -> dict:
 
     @jax.jit
     def make_batch(state):
-        ages = lag_lib.sample_ages(jax.random.PRNGKey(1), config.lag_model, config.num_actors, state.phase,
-                                   traced.lag_depth)
+        ages = traced.lag.start_ages(jax.random.PRNGKey(1), config.num_actors, state.phase)
         _, traj = rollout(env=trainer.env, policy_apply=trainer.nets.policy_apply, buffer=state.buffer,
                           learner_snapshot=trainer.snapshot(state.learner.policy_params, state.normalizer),
                           env_state=state.env_state, start_ages=ages, action_key=jax.random.PRNGKey(2),
-                          unroll_length=config.unroll_length, lag_model=config.lag_model,
-                          envs_per_actor=config.envs_per_actor, partial_resync_every=config.partial_resync_every,
+                          unroll_length=config.unroll_length, lag=traced.lag, envs_per_actor=config.envs_per_actor,
                           actor_dtype=config.actor_dtype, normalize_observations=config.normalize_observations,
                           phase=state.phase)
         return traj
@@ -94,12 +90,9 @@ def measure(args: Args, name: str) -> dict:
 
     @jax.jit
     def learner_only(state, traj):
-        l = state.learner
-        aligned, _ = align(config, trainer.nets, l.policy_params, l.value_params, state.normalizer,
-                           state.buffer, traj, state.phase, traced)
-        l, _ = update_phase(config, trainer.nets, make_optimizer(config), l, aligned, jax.random.PRNGKey(3),
-                            traced, traced.learning_rate)
-        return l.policy_params
+        learner, _ = trainer.learn(state.learner, state.normalizer, state.buffer, traj, state.phase,
+                                   jax.random.PRNGKey(3), traced)
+        return learner.policy_params
 
     learner_s = _time(lambda: learner_only(state, traj), args.repeats * 4)
     return {"method": name, "learner_ms": 1e3 * learner_s, "phase_ms": 1e3 * phase_s,

@@ -1,7 +1,7 @@
-"""VACO's TV budget δ (SPEC §4): δ x lag depth x seeds, plus the options that explain the result.
+"""VACO's TV budget δ (docs/surrogates.md): δ x lag depth x seeds, plus the options that explain the result.
 
 δ is traced, so every δ and lag depth of one variant is a single vmapped program. Variants are the
-static options SPEC names: the TV denominator (β, the default, or π_T) and the scale (½·L1 = TV, or
+static options the docs name: the TV denominator (β, the default, or π_T) and the scale (½·L1 = TV, or
 L1), and the ablations vaco_realign_only / vaco_filter_only.
 
     python experiments/delta_sweep.py                       # cpu preset
@@ -52,6 +52,7 @@ class Args:
     seeds: tuple[int, ...] | None = None
     total_env_steps: int | None = None
     progress: bool = True
+    sweep: tuple[str, ...] = ()  # any other setting, e.g. gamma=0.99,0.995 (see experiments/lag_sweep.py)
 
 
 def main(args: Args) -> str:
@@ -67,11 +68,13 @@ def main(args: Args) -> str:
                          unroll_length=spec["unroll_length"], num_evals=spec["num_evals"],
                          eval_episodes=spec["eval_episodes"], buffer_capacity=max(spec["lag_depths"]),
                          **VARIANTS[v]) for v in spec["variants"]}
-    sweep.write_run_metadata(out, {**dataclasses.asdict(args), **spec}, next(iter(configs.values())))
-    cells = sweep.grid(spec["lag_depths"], spec["seeds"], tv_budget=list(spec["deltas"]))
-    for variant, config in configs.items():
-        sweep.run_group(config, cells, os.path.join(out, spec["task"], variant), progress=args.progress,
-                        label=variant, tags={"variant": variant})
+    cells = tuple(sweep.grid(spec["lag_depths"], spec["seeds"], tv_budget=list(spec["deltas"])))
+    groups = sweep.apply_sweep([sweep.Group(config, cells, os.path.join(spec["task"], variant), variant,
+                                            (("variant", variant),)) for variant, config in configs.items()],
+                               sweep.parse_sweep(args.sweep))
+    print(sweep.plan_text(groups))
+    sweep.write_run_metadata(out, {**dataclasses.asdict(args), **spec}, groups[0].config)
+    sweep.run_groups(out, groups, progress=args.progress)
     table = analysis.summarise_by(out, ("variant", "tv_budget", "lag_depth"), filename="delta_sweep.csv")
     filt = analysis.summarise_by(out, ("variant", "tv_budget", "lag_depth"), score="mean_filtered_fraction",
                                  filename="delta_sweep_filtered.csv")
@@ -87,4 +90,4 @@ def main(args: Args) -> str:
 if __name__ == "__main__":
     import tyro
 
-    main(tyro.cli(Args))
+    sweep.cli_main(main, tyro.cli(Args))

@@ -1,4 +1,4 @@
-"""Forward-lag sweep (SPEC §7 figure 5): epochs x minibatches per phase at a fixed backward lag.
+"""Forward-lag sweep (docs/evaluation.md figure 5): epochs x minibatches per phase at a fixed backward lag.
 
 Forward lag is the drift of pi_theta away from pi_T inside a phase; it grows with the number of
 gradient steps S = E x M. Each (E, M) changes shapes, so each is its own compiled group; seeds are
@@ -47,6 +47,7 @@ class Args:
     total_env_steps: int | None = None
     progress: bool = True
     figures: bool = True
+    sweep: tuple[str, ...] = ()  # any other setting, e.g. gamma=0.99,0.995 (see experiments/lag_sweep.py)
 
 
 def main(args: Args) -> str:
@@ -64,12 +65,14 @@ def main(args: Args) -> str:
                     total_env_steps=spec["total_env_steps"], num_envs=spec["num_envs"],
                     unroll_length=spec["unroll_length"], num_evals=spec["num_evals"],
                     eval_episodes=spec["eval_episodes"], buffer_capacity=max(args.lag_depth, 1))
-    sweep.write_run_metadata(out, {**dataclasses.asdict(args), **spec}, next(iter(configs.values())))
-    cells = sweep.grid([args.lag_depth], spec["seeds"])
-    for (method, e, m), config in configs.items():
-        sweep.run_group(config, cells, os.path.join(out, spec["task"], method, f"e{e}_m{m}"),
-                        progress=args.progress, label=f"{method} E={e} M={m}",
-                        tags={"num_epochs": e, "num_minibatches": m})
+    cells = tuple(sweep.grid([args.lag_depth], spec["seeds"]))
+    groups = sweep.apply_sweep(
+        [sweep.Group(config, cells, os.path.join(spec["task"], method, f"e{e}_m{m}"), f"{method} E={e} M={m}",
+                     (("num_epochs", e), ("num_minibatches", m))) for (method, e, m), config in configs.items()],
+        sweep.parse_sweep(args.sweep))
+    print(sweep.plan_text(groups))
+    sweep.write_run_metadata(out, {**dataclasses.asdict(args), **spec}, groups[0].config)
+    sweep.run_groups(out, groups, progress=args.progress)
     table = analysis.summarise_by(out, ("method", "num_epochs", "num_minibatches"), filename="forward_lag.csv")
     print(f"forward lag at lag depth {args.lag_depth} ({spec['task']}): final eval return, IQM [95% CI]")
     for r in table:
@@ -86,4 +89,4 @@ def main(args: Args) -> str:
 if __name__ == "__main__":
     import tyro
 
-    main(tyro.cli(Args))
+    sweep.cli_main(main, tyro.cli(Args))

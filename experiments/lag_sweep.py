@@ -1,4 +1,4 @@
-"""The MuJoCo lag sweep (SPEC §7): methods x lag depths x seeds x tasks -> scores, statistics, figures.
+"""The MuJoCo lag sweep (docs/evaluation.md): methods x lag depths x seeds x tasks -> scores, statistics, figures.
 
 One compiled program per (task, method) vmaps lag depths x seeds, sharded over local devices.
 Re-running the same command skips finished groups and resumes unfinished ones from their last
@@ -7,6 +7,11 @@ checkpoint.
     python experiments/lag_sweep.py                     # cpu preset (default)
     python experiments/lag_sweep.py --preset paper      # GPU-sized
     python experiments/lag_sweep.py --preset cpu --methods ppo_clip vaco --lag-depths 1 8
+    python experiments/lag_sweep.py --preset tiny --sweep gamma=0.99,0.995 learning_rate=1e-4,3e-4
+
+``--sweep NAME=V1,V2 ...`` takes any setting: a traced knob (gamma, learning_rate, clip_epsilon, ...)
+multiplies the cells of each group (one compiled program), a static field (num_epochs, policy_hidden,
+actor_dtype, ...) makes one group per value. The plan is printed before anything compiles.
 """
 
 from __future__ import annotations
@@ -56,10 +61,11 @@ class Args:
     num_evals: int | None = None
     eval_episodes: int | None = None
     lag_model: str = "uniform"
-    learning_rate: float = 3e-4
-    clip_epsilon: float = 0.2
-    tv_budget: float = 0.2
+    learning_rate: float | None = None  # None: the Config default (3e-4)
+    clip_epsilon: float | None = None  # None: each method's default; applied to the methods that read it
+    tv_budget: float | None = None  # None: VACO's default (0.2)
     episode_length: int = 1000
+    sweep: tuple[str, ...] = ()  # any setting, e.g. gamma=0.99,0.995 learning_rate=1e-4,3e-4 num_epochs=2,4
     bootstrap_reps: int = 2000
     progress: bool = True
     figures: bool = True
@@ -75,10 +81,15 @@ def resolve(args: Args) -> dict:
     for m in spec["methods"]:
         if m not in METHODS:
             raise ConfigError(f"methods: {m!r} is not valid; allowed values: {', '.join(METHODS)}")
-    if max(spec["lag_depths"]) > spec["buffer_capacity"]:
-        spec["buffer_capacity"] = max(spec["lag_depths"])
+    for key in ("tasks", "methods", "lag_depths", "seeds"):
+        if len(spec[key]) == 0:
+            raise ConfigError(f"{key}: at least one value is needed")
+        if len(set(spec[key])) != len(spec[key]):
+            raise ConfigError(f"{key}={tuple(spec[key])} contains duplicates")
     if min(spec["lag_depths"]) < 1:
         raise ConfigError(f"lag_depths={spec['lag_depths']} must be >= 1")
+    if max(spec["lag_depths"]) > spec["buffer_capacity"]:
+        spec["buffer_capacity"] = max(spec["lag_depths"])
     spec["out"] = args.out or os.path.join("runs", f"lag_sweep_{args.preset}")
     return spec
 
@@ -90,20 +101,30 @@ def base_config(args: Args, spec: dict, task: str, method: str) -> Config:
                   lag_model=args.lag_model, episode_length=args.episode_length)
 
 
+def plan(args: Args, spec: dict) -> list:
+    """Every group (task x method x static sweep values) with its cells, validated, nothing compiled."""
+    from vaco_jax import sweep
+
+    keys = [(t, m) for t in spec["tasks"] for m in spec["methods"]]
+    configs = sweep.with_knobs([base_config(args, spec, t, m) for t, m in keys],
+                               dict(learning_rate=args.learning_rate, clip_epsilon=args.clip_epsilon,
+                                    tv_budget=args.tv_budget))
+    cells = tuple(sweep.grid(spec["lag_depths"], spec["seeds"]))
+    groups = [sweep.Group(c, cells, os.path.join(t, m), f"{t}/{m}") for (t, m), c in zip(keys, configs)]
+    return sweep.apply_sweep(groups, sweep.parse_sweep(args.sweep))
+
+
 def main(args: Args) -> str:
     from vaco_jax import analysis, sweep
 
     spec = resolve(args)
-    configs = {(t, m): base_config(args, spec, t, m) for t in spec["tasks"] for m in spec["methods"]}
+    groups = plan(args, spec)
+    print(sweep.plan_text(groups))
     run_dir = spec["out"]
-    sweep.write_run_metadata(run_dir, {**dataclasses.asdict(args), **spec}, next(iter(configs.values())))
+    sweep.write_run_metadata(run_dir, {**dataclasses.asdict(args), **spec}, groups[0].config)
     t0 = time.perf_counter()
-    sweep.random_scores(run_dir, spec["tasks"], next(iter(configs.values())))
-    cells = sweep.grid(spec["lag_depths"], spec["seeds"], learning_rate=args.learning_rate,
-                       clip_epsilon=args.clip_epsilon, tv_budget=args.tv_budget)
-    for (task, method), config in configs.items():
-        sweep.run_group(config, cells, os.path.join(run_dir, task, method), progress=args.progress,
-                        label=f"{task}/{method}")
+    sweep.random_scores(run_dir, spec["tasks"], groups[0].config)
+    sweep.run_groups(run_dir, groups, progress=args.progress)
     summary, _ = analysis.summarise(run_dir, reps=args.bootstrap_reps)
     print(f"\nlag sweep finished in {time.perf_counter() - t0:.0f} s -> {run_dir}")
     print_table(summary)
@@ -129,4 +150,6 @@ def print_table(summary: list[dict]) -> None:
 if __name__ == "__main__":
     import tyro
 
-    main(tyro.cli(Args))
+    from vaco_jax.sweep import cli_main
+
+    cli_main(main, tyro.cli(Args))

@@ -1,4 +1,4 @@
-"""Training–inference mismatch (SPEC §2): actor precision x old-logit source, with the cost of recovery.
+"""Training–inference mismatch (docs/lag.md): actor precision x old-logit source, with the cost of recovery.
 
 Actors sample with their snapshot evaluated in ``actor_dtype`` (bfloat16/float16 simulate an
 inference engine); the decoupled loss repairs the mismatch with π_old from the chosen source:
@@ -51,6 +51,7 @@ class Args:
     seeds: tuple[int, ...] | None = None
     total_env_steps: int | None = None
     progress: bool = True
+    sweep: tuple[str, ...] = ()  # any other setting, e.g. gamma=0.99,0.995 (see experiments/lag_sweep.py)
 
 
 def main(args: Args) -> str:
@@ -70,12 +71,14 @@ def main(args: Args) -> str:
         if args.include_ewma_revised:
             configs[("ppo_ewma_revised", dtype, "ewma_revised")] = Config(
                 method="ppo_ewma_revised", actor_dtype=dtype, old_logit_source="ewma_revised", **common)
-    sweep.write_run_metadata(out, {**dataclasses.asdict(args), **spec}, next(iter(configs.values())))
-    cells = sweep.grid(spec["lag_depths"], spec["seeds"])
-    for (method, dtype, source), config in configs.items():
-        sweep.run_group(config, cells, os.path.join(out, spec["task"], method, f"{dtype}_{source}"),
-                        progress=args.progress, label=f"{method} {dtype} {source}",
-                        tags={"actor_dtype": dtype, "old_logit_source": source})
+    cells = tuple(sweep.grid(spec["lag_depths"], spec["seeds"]))
+    groups = sweep.apply_sweep(
+        [sweep.Group(config, cells, os.path.join(spec["task"], method, f"{dtype}_{source}"),
+                     f"{method} {dtype} {source}", (("actor_dtype", dtype), ("old_logit_source", source)))
+         for (method, dtype, source), config in configs.items()], sweep.parse_sweep(args.sweep))
+    print(sweep.plan_text(groups))
+    sweep.write_run_metadata(out, {**dataclasses.asdict(args), **spec}, groups[0].config)
+    sweep.run_groups(out, groups, progress=args.progress)
     keys = ("method", "actor_dtype", "old_logit_source", "lag_depth")
     table = analysis.summarise_by(out, keys, filename="mismatch.csv")
     cost = _seconds_per_chunk(out)
@@ -101,4 +104,4 @@ def _seconds_per_chunk(run_dir: str) -> dict:
 if __name__ == "__main__":
     import tyro
 
-    main(tyro.cli(Args))
+    sweep.cli_main(main, tyro.cli(Args))

@@ -1,4 +1,4 @@
-"""Regenerate every figure of a run directory from the files on disk (SPEC §7).
+"""Regenerate every figure of a run directory from the files on disk (docs/evaluation.md).
 
 Re-runs ``analysis.summarise`` (so summary.csv / diagnostics.csv include every finished group),
 then draws each figure whose data exists into RUN_DIR/figures/ (PNG and PDF) and prints the paths.

@@ -1,4 +1,4 @@
-"""GAE and V-trace (SPEC §3) against slow numpy references, plus the reductions SPEC names."""
+"""GAE and V-trace (docs/estimators.md) against slow numpy references, plus the reductions the docs name."""
 
 import functools
 
@@ -65,7 +65,7 @@ def gae_reference(r, v, vn, term, trunc, gamma, lam):
 
 def vtrace_reference(r, v, vn, term, trunc, log_rhos, gamma, lam, rho_bar, c_bar, rho_bar_pg):
     """IMPALA's explicit-sum form v_s = V_s + Σ_{t≥s} γ^{t−s} (Π_{i<t} cont_i c_i) δ_t,
-    then q_t and the advantages straight from SPEC §3."""
+    then q_t and the advantages straight from docs/estimators.md."""
     shape, (r, v, vn, term, trunc, log_rhos) = _columns(r, v, vn, term, trunc, log_rhos)
     n_steps, n_cols = r.shape
     targets = np.zeros_like(r)
@@ -191,7 +191,7 @@ def test_vtrace_wrapper_is_thin():
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("gamma,lam", [(0.99, 0.95), (0.8, 0.6)])
 def test_vtrace_with_rho_one_equals_gae(shape, gamma, lam):
-    """SPEC §3 required reduction: β = π_T (ρ ≡ 1) gives GAE exactly."""
+    """docs/estimators.md required reduction: β = π_T (ρ ≡ 1) gives GAE exactly."""
     r, v, vn, term, trunc, _ = make_batch(shape, seed=6, consistent=True)
     zeros = np.zeros(shape, np.float32)
     out = vtrace_outputs(r, v, vn, term, trunc, zeros, gamma, lam)

@@ -1,4 +1,4 @@
-"""Environment wrapper: auto-reset, termination vs truncation, next observation before reset (SPEC §3, §8)."""
+"""Environment wrapper: auto-reset, termination vs truncation, next observation before reset (docs/estimators.md, docs/envs.md)."""
 
 import jax
 import jax.numpy as jnp

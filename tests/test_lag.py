@@ -1,4 +1,4 @@
-"""Policy buffer and lag models (SPEC §2): age distributions, clipping, FIFO versions."""
+"""Policy buffer and lag models (docs/lag.md): age distributions, clipping, FIFO versions."""
 
 import jax
 import jax.numpy as jnp
@@ -9,7 +9,8 @@ from vaco_jax import lag
 
 
 def _ages(model, phase, depth, n=4000, seed=0):
-    return np.asarray(lag.sample_ages(jax.random.PRNGKey(seed), model, n, phase, depth))
+    piece = lag.make_lag(model, depth, capacity=max(depth, 8))
+    return np.asarray(piece.start_ages(jax.random.PRNGKey(seed), n, phase))
 
 
 @pytest.mark.parametrize("depth", [1, 3, 8])
@@ -44,10 +45,43 @@ def test_ages_never_exceed_phase_index(model, phase):
 def test_traced_lag_depth_under_vmap_matches_python_value():
     key = jax.random.PRNGKey(3)
     depths = jnp.array([1, 2, 5], jnp.int32)
-    batched = jax.vmap(lambda b: lag.sample_ages(key, "uniform", 300, 100, b))(depths)
+    pieces = [lag.make_lag("uniform", b, capacity=8) for b in [1, 2, 5]]
+    stacked = jax.tree.map(lambda *x: jnp.stack(x), *pieces)
+    batched = jax.jit(jax.vmap(lambda p: p.start_ages(key, 300, 100)))(stacked)
     for i, b in enumerate([1, 2, 5]):
-        np.testing.assert_array_equal(batched[i], lag.sample_ages(key, "uniform", 300, 100, b))
+        np.testing.assert_array_equal(batched[i], pieces[i].start_ages(key, 300, 100))
         assert int(batched[i].max()) <= b - 1
+    del depths
+
+
+def test_uniform_age_distribution_draws_exactly_what_randint_draws():
+    """The i.i.d. models became a traced probability vector; a uniform one is still sampled with
+    randint(0, B), so runs of the earlier string-dispatched 'uniform' model reproduce bit for bit."""
+    key = jax.random.PRNGKey(7)
+    for b in (1, 3, 8):
+        ages = lag.make_lag("uniform", b, capacity=8).start_ages(key, 500, 100)
+        np.testing.assert_array_equal(ages, jax.random.randint(key, (500,), 0, b, dtype=jnp.int32))
+
+
+def test_any_age_distribution_is_sampled_with_its_frequencies():
+    weights = (0.5, 0.0, 0.2, 0.3)
+    piece = lag.make_lag("ages", capacity=6, age_weights=weights)
+    assert int(piece.depth()) == 4
+    ages = np.asarray(piece.start_ages(jax.random.PRNGKey(0), 40_000, 100))
+    freq = np.bincount(ages, minlength=6) / len(ages)
+    np.testing.assert_allclose(freq[:4], weights, atol=0.01)
+    assert freq[1] == 0 and freq[4:].sum() == 0
+
+
+def test_the_shape_of_the_lag_is_a_vmap_axis():
+    shapes = [(1.0, 1.0), (0.0, 0.0, 0.0, 1.0), (0.25, 0.25, 0.25, 0.25)]
+    pieces = [lag.make_lag("ages", capacity=4, age_weights=w) for w in shapes]
+    stacked = jax.tree.map(lambda *x: jnp.stack(x), *pieces)
+    ages = np.asarray(jax.jit(jax.vmap(lambda p: p.start_ages(jax.random.PRNGKey(1), 4000, 50)))(stacked))
+    assert set(np.unique(ages[0])) == {0, 1}
+    assert set(np.unique(ages[1])) == {3}
+    assert set(np.unique(ages[2])) == {0, 1, 2, 3}
+    np.testing.assert_array_equal(jax.vmap(lambda p: p.depth())(stacked), [2, 4, 4])
 
 
 def test_B_equal_1_gives_age_zero_for_every_model():
@@ -60,12 +94,12 @@ def test_partial_resync_moves_one_version_newer_every_k_steps_and_never_back():
     k = 4
     prev = np.asarray(start)
     for t in range(40):
-        ages = np.asarray(lag.ages_at_step(start, "partial", t, k))
+        ages = np.asarray(lag.make_lag("partial", 8, resync_every=k).ages_at_step(start, t))
         np.testing.assert_array_equal(ages, np.maximum(np.asarray(start) - t // k, 0))
         assert np.all(ages <= prev)  # age never grows = version never decreases
         prev = ages
     # other models ignore the step
-    np.testing.assert_array_equal(lag.ages_at_step(start, "uniform", 17, k), start)
+    np.testing.assert_array_equal(lag.make_lag("uniform", 8).ages_at_step(start, 17), start)
 
 
 def test_buffer_fifo_versions_and_prefill():

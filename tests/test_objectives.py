@@ -1,5 +1,5 @@
-"""Surrogates, filters and value loss (SPEC §4): values and gradients against numpy formulas,
-the reductions SPEC names, and hypothesis properties of VACO's TV filter."""
+"""Surrogates, filters and value loss (docs/surrogates.md): values and gradients against numpy formulas,
+the reductions the docs name, and hypothesis properties of VACO's TV filter."""
 
 
 import jax
@@ -210,7 +210,7 @@ def test_decoupled_reduces_to_ppo_clip_when_all_policies_are_behaviour():
 
 
 def test_loglinear_fresh_decoupled_equals_ppo_clip():
-    """SPEC §5 reduction: A-3PO with d = 0 is coupled PPO-Clip (value and gradient)."""
+    """docs/proximal.md reduction: A-3PO with d = 0 is coupled PPO-Clip (value and gradient)."""
     logp, behaviour, adv = make_minibatch(7)
     eps = 0.2
     staleness = np.zeros(N, np.int32)

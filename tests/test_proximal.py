@@ -1,4 +1,4 @@
-"""Proximal-policy sources (SPEC §5): A-3PO log-linear, linear interpolation, PPO-EWMA."""
+"""Proximal-policy sources (docs/proximal.md): A-3PO log-linear, linear interpolation, PPO-EWMA."""
 
 import jax
 import jax.numpy as jnp

@@ -1,4 +1,4 @@
-"""Tests for vaco_jax.stats (SPEC §7) against hand-computed values on tiny arrays."""
+"""Tests for vaco_jax.stats (docs/evaluation.md) against hand-computed values on tiny arrays."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Sweep runner: results on disk, resume after interruption, skip when finished, diverged cells,
-sharding over devices (SPEC §7, issue: lag-sweep experiments)."""
+sharding over devices (docs/evaluation.md, issue: lag-sweep experiments)."""
 
 import json
 import os
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from vaco_jax import analysis, sweep
-from vaco_jax.config import Config
+from vaco_jax.config import Config, ConfigError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -23,8 +23,51 @@ TINY_SWEEP = dict(env="inverted_double_pendulum", method="ppo_clip", total_env_s
 def test_grid_builds_the_cartesian_product():
     cells = sweep.grid([1, 4], [0, 1, 2], tv_budget=[0.1, 0.2])
     assert len(cells) == 12
-    assert {(c.lag_depth, c.seed, c.tv_budget) for c in cells} == {
+    assert {(c.lag_depth, c.seed, c.knob_dict()["tv_budget"]) for c in cells} == {
         (b, s, d) for b in (1, 4) for s in (0, 1, 2) for d in (0.1, 0.2)}
+    assert cells[0].row() == {"lag_depth": 1, "seed": 0, "tv_budget": 0.1}
+
+
+def test_parse_sweep_types_names_and_duplicates():
+    axes = sweep.parse_sweep(["gamma=0.99,0.995", "learning_rate=1e-4,3e-4", "num_epochs=2,4",
+                              "policy_hidden=(64,64),(32,)", "actor_dtype=float32,bfloat16",
+                              "normalize_rewards=True,False", "tv_budget=0.1,inf"])
+    assert axes == {"gamma": [0.99, 0.995], "learning_rate": [1e-4, 3e-4], "num_epochs": [2, 4],
+                    "policy_hidden": [(64, 64), (32,)], "actor_dtype": ["float32", "bfloat16"],
+                    "normalize_rewards": [True, False], "tv_budget": [0.1, float("inf")]}
+    for bad, match in [(["gama=0.9"], "did you mean gamma"), (["gamma=0.9,0.9"], "duplicate"),
+                       (["gamma="], "no values"), (["gamma=2"], "gamma"), (["gamma"], "NAME=V1"),
+                       (["num_epochs=two"], "not an integer"), (["learning_rate=nan"], "learning_rate")]:
+        with pytest.raises(ConfigError, match=match):
+            sweep.parse_sweep(bad)
+
+
+def test_apply_sweep_makes_groups_of_static_values_and_cells_of_traced_values():
+    base = [sweep.Group(Config(**TINY_SWEEP).replace(method=m), tuple(sweep.grid([1, 4], [0])), f"t/{m}", m)
+            for m in ("ppo_clip", "vaco")]
+    groups = sweep.apply_sweep(base, sweep.parse_sweep(["gamma=0.9,0.99", "clip_epsilon=0.1,0.3",
+                                                         "num_epochs=1,2"]))
+    assert len(groups) == 4  # 2 methods x 2 epoch values
+    by = {g.subdir: g for g in groups}
+    assert set(by) == {"t/ppo_clip/num_epochs=1", "t/ppo_clip/num_epochs=2", "t/vaco/num_epochs=1",
+                       "t/vaco/num_epochs=2"}
+    assert len(by["t/ppo_clip/num_epochs=1"].cells) == 2 * 2 * 2  # lag x gamma x clip_epsilon
+    assert len(by["t/vaco/num_epochs=2"].cells) == 2 * 2  # VACO reads no clip_epsilon
+    assert by["t/vaco/num_epochs=2"].config.num_epochs == 2 and dict(by["t/vaco/num_epochs=2"].tags) == {"num_epochs": 2}
+    text = sweep.plan_text(groups)
+    assert text.startswith("plan: 4 group(s)") and "gamma={0.9, 0.99}" in text
+    with pytest.raises(ConfigError, match="kl_coef.*no group"):
+        sweep.apply_sweep(base, {"kl_coef": [0.1, 1.0]})
+    with pytest.raises(ConfigError, match="lag_depth=9"):  # cells are validated before anything runs
+        sweep.apply_sweep(base, {"lag_depth": [9]})
+
+
+def test_study_level_knobs_go_to_the_methods_that_read_them():
+    configs = sweep.with_knobs([Config(**TINY_SWEEP), Config(**TINY_SWEEP).replace(method="vaco")],
+                               {"clip_epsilon": 0.3, "tv_budget": None})
+    assert configs[0].clip_epsilon == 0.3 and configs[1].clip_epsilon is None
+    with pytest.raises(ConfigError, match="kl_coef"):
+        sweep.with_knobs([Config(**TINY_SWEEP)], {"kl_coef": 0.5})
 
 
 def test_csv_round_trip_keeps_types():
@@ -98,7 +141,7 @@ def test_sharded_grid_equals_unsharded_grid(tmp_path):
         import jax
         assert len(jax.devices()) == 4, jax.devices()
         from vaco_jax import sweep
-        from vaco_jax.config import Config
+        from vaco_jax.config import Config, ConfigError
         config = Config(**{TINY_SWEEP!r}).replace(eval_episodes=0)
         cells = sweep.grid([1, 4, 2], [0])  # 3 cells: padded to 4 for 4 devices
         a = sweep.run_group(config, cells, sys.argv[1] + "/sharded", progress=False, shard=True, checkpoint=False)

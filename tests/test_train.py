@@ -1,4 +1,4 @@
-"""Trainer: synchronous reduction, vmapped grids, recorded versions, learning (SPEC §2, §7).
+"""Trainer: synchronous reduction, vmapped grids, recorded versions, learning (docs/lag.md, docs/evaluation.md).
 
 Each test compiles an MJX training program (tens of seconds on a CPU); configurations are shared so
 the persistent compilation cache (conftest.py) serves repeats.
@@ -79,12 +79,12 @@ def test_recorded_versions_and_logp_match_the_snapshots_used():
 
     @jax.jit
     def go(key):
-        ages = lag_lib.sample_ages(key, "uniform", config.num_actors, phase, traced.lag_depth)
+        ages = traced.lag.start_ages(key, config.num_actors, phase)
         _, traj = rollout(env=trainer.env, policy_apply=trainer.nets.policy_apply, buffer=buf,
                           learner_snapshot=None, env_state=state.env_state, start_ages=ages,
                           action_key=jax.random.PRNGKey(5), unroll_length=config.unroll_length,
-                          lag_model="uniform", envs_per_actor=1, partial_resync_every=8,
-                          actor_dtype="float32", normalize_observations=True, phase=phase)
+                          lag=traced.lag, envs_per_actor=1, actor_dtype="float32",
+                          normalize_observations=True, phase=phase)
         recovered = snapshot_logp(trainer.nets, buf, traj, phase, traced.lag_depth, True)
         return ages, traj, recovered
 
@@ -92,7 +92,7 @@ def test_recorded_versions_and_logp_match_the_snapshots_used():
     np.testing.assert_array_equal(traj.behaviour_version, np.broadcast_to(phase - np.asarray(ages),
                                                                           traj.behaviour_version.shape))
     assert len(np.unique(ages)) > 1
-    # exact old-logit recovery from the buffer equals what the actor computed (SPEC §2)
+    # exact old-logit recovery from the buffer equals what the actor computed (docs/lag.md)
     np.testing.assert_allclose(recovered, traj.behaviour_logp, rtol=1e-5, atol=1e-4)
     # ...and differs from the newest version's log-prob for stale samples (the check has teeth)
     newest = snapshot_logp(trainer.nets, buf, traj._replace(

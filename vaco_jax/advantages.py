@@ -1,11 +1,11 @@
-"""Advantage estimators and value targets (SPEC.md §3).
+"""Advantage estimators and value targets (docs/estimators.md).
 
 All arrays are time-major: the leading axis is time (``T`` steps of one unroll), any trailing axes
 are independent streams (e.g. ``[T]`` or ``[T, N]`` for ``N`` actors). Everything is jittable and
 computed in float32; ``gamma`` and ``lambda_`` (and the V-trace truncation constants) may be traced
 scalars, so a sweep over them is a ``vmap``.
 
-Episode boundaries (SPEC §3): ``V'_t = V(next observation of step t, before any auto-reset)``.
+Episode boundaries (docs/estimators.md): ``V'_t = V(next observation of step t, before any auto-reset)``.
 
     g_t    = γ (1 − term_t)                      (a termination zeroes the bootstrap)
     cont_t = (1 − term_t)(1 − trunc_t)           (either end stops the backward recursion)
@@ -35,7 +35,7 @@ def _prepare(rewards, values, next_values, terminations, truncations):
 
 
 def gae(rewards, values, next_values, terminations, truncations, gamma, lambda_):
-    """Generalised advantage estimation, GAE(λ) (SPEC §3, first bullet).
+    """Generalised advantage estimation, GAE(λ) (docs/estimators.md, first bullet).
 
         δ_t = r_t + g_t V'_t − V_t
         A_t = δ_t + γ λ cont_t A_{t+1},      A_T := 0 past the last step of the unroll
@@ -70,13 +70,13 @@ def gae(rewards, values, next_values, terminations, truncations, gamma, lambda_)
 
 
 class VTraceOutput(NamedTuple):
-    """Everything the V-trace realignment of SPEC §3 produces (all float32, no gradient).
+    """Everything the V-trace realignment of docs/estimators.md produces (all float32, no gradient).
 
     Attributes:
       value_targets: ``v_t``, the V-trace value targets.
       q_values: ``q_t``, the realigned action-value estimates.
       advantages: ``q_t − V_t`` — *not* ρ-weighted; the advantage for surrogates whose ratio is
-        already taken to the behaviour policy β (SPEC §3 "Which advantage a loss uses").
+        already taken to the behaviour policy β (docs/estimators.md "Which advantage a loss uses").
       pg_advantages: ``min(ρ̄_pg, ρ_t) · (q_t − V_t)`` — IMPALA's policy-gradient advantage, used
         with a ``π_T`` denominator and in the IMPALA loss.
       rhos: ``ρ_t = exp(log_rhos_t)``, untruncated.
@@ -102,7 +102,7 @@ def vtrace_outputs(
     c_bar=1.0,
     rho_bar_pg=1.0,
 ) -> VTraceOutput:
-    """V-trace realignment (SPEC §3, "V-trace realignment (VACO)"), all intermediate quantities.
+    """V-trace realignment (docs/estimators.md, "V-trace realignment (VACO)"), all intermediate quantities.
 
         ρ_t = exp(log_rhos_t)                                  (log π_target − log β)
         δ_t = min(ρ̄, ρ_t) · (r_t + g_t V'_t − V_t)
@@ -177,7 +177,7 @@ def vtrace(
     c_bar=1.0,
     rho_bar_pg=1.0,
 ):
-    """V-trace (SPEC §3), IMPALA / rlax-style interface.
+    """V-trace (docs/estimators.md), IMPALA / rlax-style interface.
 
     Thin wrapper of :func:`vtrace_outputs`.
 

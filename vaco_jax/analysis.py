@@ -1,4 +1,4 @@
-"""From a run directory's score rows to the tables behind the figures (SPEC §7).
+"""From a run directory's score rows to the tables behind the figures (docs/evaluation.md).
 
 ``summarise(run_dir)`` writes ``summary.csv`` (aggregate x method x lag depth, with stratified
 bootstrap CIs, on raw and on normalised scores) and ``diagnostics.csv`` (filtered/clipped

@@ -1,24 +1,30 @@
-"""Typed, validated configuration.
+"""Typed, validated configuration: one flat list of settings, each static or traced.
 
-Two kinds of fields (the rejax split, DESIGN.md):
+* **Static** fields set shapes or choose code paths (task, batch sizes, network sizes, buffer
+  capacity, lag model, the method's pieces and their structural options). Changing one recompiles.
+* **Traced** fields are the numeric knobs of ``knobs.KNOBS`` (lag depth, learning rate, γ, clip ε,
+  TV budget δ, ...). ``Config`` holds their defaults; ``make_traced(config, **overrides)`` builds one
+  cell's ``TracedParams`` pytree, and a grid of cells is a ``vmap`` of one compiled program.
 
-* ``Config`` holds **static** fields: they set shapes or choose code paths (task, batch sizes,
-  network sizes, buffer capacity, lag model, method pieces). Changing one recompiles.
-* ``TracedParams`` holds **traced** fields: plain arrays that enter the compiled program as
-  inputs, so a grid over them (lag depth, learning rate, clip epsilon, TV budget) is a ``vmap``.
-
-Every field is checked when the object is built, before anything is compiled; an error names the
-field and the allowed values.
+``STATIC_FIELDS`` and ``TRACED_FIELDS`` say which is which, in one place. Every field is checked
+when a ``Config`` is built, before anything is compiled; an error names the field and the allowed
+values. The method is resolved here too (``methods.make_method``): a preset never overwrites a piece
+or option the user gave: it is honoured, or it is an error.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
-from typing import NamedTuple
+from typing import Any, Optional
 
+import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import struct
+
+from vaco_jax.knobs import COMMON_KNOBS, KNOBS, METHOD_KNOBS, ConfigError, check_knob
+from vaco_jax.lag import LAG_MODELS, make_lag
+from vaco_jax.pieces import PIECE_KINDS, STATIC_CHOICES
 
 TASKS = (
     "halfcheetah",
@@ -31,24 +37,13 @@ TASKS = (
     "inverted_double_pendulum",
     "reacher",
     "pusher",
+    "point_mass",  # a tiny pure-JAX task (no physics engine) for fast tests
 )
 BACKENDS = ("mjx", "generalized", "positional")
-LAG_MODELS = ("uniform", "fixed", "staggered", "partial", "synchronous")
 ACTOR_DTYPES = ("float32", "bfloat16", "float16")
 
-ADVANTAGE_ESTIMATORS = ("gae", "vtrace", "vtrace_every_step")
-PROXIMAL_SOURCES = ("behavior", "recompute", "loglinear", "linear", "ewma", "ewma_revised")
-SURROGATES = ("ppo_clip", "ppo_kl", "spo", "decoupled", "is_pg", "impala")
-SAMPLE_FILTERS = ("none", "tv")
-OLD_LOGIT_SOURCES = ("snapshot", "infer", "recompute", "ewma_revised")
-TV_DENOMINATORS = ("behavior", "learner")
-TV_SCALES = ("tv", "l1")
-WEIGHT_CAP_MODES = ("truncate", "mask")
-EWMA_RATIO_TESTS = ("joint", "per_dim")
-
-
-class ConfigError(ValueError):
-    """A configuration field has a value outside its allowed set."""
+__all__ = ["Config", "ConfigError", "STATIC_FIELDS", "TRACED_FIELDS", "TracedParams", "make_traced",
+           "stack_traced"]
 
 
 def _check_choice(name: str, value, allowed) -> None:
@@ -56,22 +51,26 @@ def _check_choice(name: str, value, allowed) -> None:
         raise ConfigError(f"{name}={value!r} is not valid; allowed values: {', '.join(map(str, allowed))}")
 
 
-def _check_positive(name: str, value, allow_zero: bool = False) -> None:
-    ok = value >= 0 if allow_zero else value > 0
-    if not ok:
-        bound = ">= 0" if allow_zero else "> 0"
-        raise ConfigError(f"{name}={value!r} must be {bound}")
+def _check_int(name: str, value, minimum: int = 1) -> None:
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+        raise ConfigError(f"{name}={value!r} must be an integer >= {minimum}")
+    if value < minimum:
+        raise ConfigError(f"{name}={value!r} must be an integer >= {minimum}")
+
+
+def _check_bool(name: str, value) -> None:
+    if not isinstance(value, (bool, np.bool_)):
+        raise ConfigError(f"{name}={value!r} must be True or False")
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    """Static configuration of one training program (SPEC §2–§5, §8)."""
+    """One training run's settings: static fields, then the traced knobs' defaults (``knobs.KNOBS``: ranges and meaning)."""
 
-    # --- environment (SPEC §8)
+    # --- environment (docs/envs.md)
     env: str = "inverted_double_pendulum"
     backend: str = "mjx"
     episode_length: int = 1000
-    action_repeat: int = 1
 
     # --- batch shape
     num_envs: int = 64
@@ -84,139 +83,143 @@ class Config:
     num_epochs: int = 4
     num_minibatches: int = 8
 
-    # --- simulated asynchrony (SPEC §2)
+    # --- simulated asynchrony (docs/lag.md)
     buffer_capacity: int = 16  # K; the traced lag depth B must satisfy 1 <= B <= K
     lag_model: str = "uniform"
     envs_per_actor: int = 1  # an actor is a group of envs sharing one snapshot
     partial_resync_every: int = 8  # 'partial' lag model: steps between re-syncs
     actor_dtype: str = "float32"
-    old_logit_source: str = "snapshot"
 
     # --- networks
     policy_hidden: tuple[int, ...] = (64, 64)
     value_hidden: tuple[int, ...] = (64, 64)
-    init_log_std: float = -0.5
     normalize_observations: bool = True
     normalize_rewards: bool = True  # divide rewards by the running std of the discounted return
+    normalize_advantages: bool = True  # per minibatch, before any filter test
+    anneal_lr: bool = False  # linear decay to 0 over the phases that run
 
-    # --- optimisation
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    max_grad_norm: float = 0.5  # applied separately to actor and critic (see README)
-    adam_eps: float = 1e-5
-    anneal_lr: bool = False
-    value_coef: float = 0.5
-    value_clip: bool = False
-    entropy_coef: float = 0.0
-    normalize_advantages: bool = True
-
-    # --- method (DESIGN.md: a method is a choice of four pieces); `method` names a preset
+    # --- method (docs/methods.md): a named preset, or 'custom' with the four pieces chosen here.
+    # None = the preset's choice; a value that contradicts the preset is an error.
     method: str = "ppo_clip"
-    advantage_estimator: str = "gae"
-    proximal_source: str = "behavior"
-    surrogate: str = "ppo_clip"
-    sample_filter: str = "none"
+    advantage_estimator: Optional[str] = None
+    proximal_source: Optional[str] = None
+    surrogate: Optional[str] = None
+    sample_filter: Optional[str] = None
+    # structural piece options (None = the piece's default; an option no piece reads is an error)
+    old_logit_source: Optional[str] = None
+    tv_denominator: Optional[str] = None
+    tv_scale: Optional[str] = None
+    weight_cap_mode: Optional[str] = None
+    ewma_ratio_test: Optional[str] = None
 
-    # --- method options (SPEC §3–§5 defaults)
-    rho_bar: float = 1.0
-    c_bar: float = 1.0
-    rho_bar_pg: float = 1.0
-    tv_denominator: str = "behavior"
-    tv_scale: str = "tv"
-    kl_coef: float = 1.0
-    spo_epsilon_from_clip: bool = True  # SPO uses the traced clip_epsilon as its epsilon
-    weight_cap: float = 5.0
-    weight_cap_mode: str = "truncate"
-    mismatch_bound: float = 2.0
-    ewma_age: float | None = None  # None: (S - 1) / 2 gradient steps
-    ewma_reset_threshold: float = 0.5
-    ewma_ratio_test: str = "joint"
+    # --- traced knobs (knobs.KNOBS): defaults of every cell
+    lag_depth: int = 1
+    age_weights: Optional[tuple[float, ...]] = None
+    learning_rate: float = 3e-4
+    gamma: float = 0.99
+    max_grad_norm: float = 0.5
+    adam_eps: float = 1e-5
+    value_coef: float = 0.5
+    entropy_coef: float = 0.0
+    init_log_std: float = -0.5
+    value_clip_epsilon: Optional[float] = None
+    gae_lambda: Optional[float] = None
+    rho_bar: Optional[float] = None
+    c_bar: Optional[float] = None
+    rho_bar_pg: Optional[float] = None
+    clip_epsilon: Optional[float] = None
+    kl_coef: Optional[float] = None
+    tv_budget: Optional[float] = None
+    weight_cap: Optional[float] = None
+    mismatch_bound: Optional[float] = None
+    ewma_age: Optional[float] = None
+    ewma_reset_threshold: Optional[float] = None
 
     def __post_init__(self):
-        self._apply_method_preset()
         _check_choice("env", self.env, TASKS)
         _check_choice("backend", self.backend, BACKENDS)
         _check_choice("lag_model", self.lag_model, LAG_MODELS)
         _check_choice("actor_dtype", self.actor_dtype, ACTOR_DTYPES)
-        _check_choice("old_logit_source", self.old_logit_source, OLD_LOGIT_SOURCES)
-        _check_choice("advantage_estimator", self.advantage_estimator, ADVANTAGE_ESTIMATORS)
-        _check_choice("proximal_source", self.proximal_source, PROXIMAL_SOURCES)
-        _check_choice("surrogate", self.surrogate, SURROGATES)
-        _check_choice("sample_filter", self.sample_filter, SAMPLE_FILTERS)
-        _check_choice("tv_denominator", self.tv_denominator, TV_DENOMINATORS)
-        _check_choice("tv_scale", self.tv_scale, TV_SCALES)
-        _check_choice("weight_cap_mode", self.weight_cap_mode, WEIGHT_CAP_MODES)
-        _check_choice("ewma_ratio_test", self.ewma_ratio_test, EWMA_RATIO_TESTS)
-        for name in ("episode_length", "action_repeat", "num_envs", "unroll_length", "total_env_steps",
-                     "num_evals", "num_epochs", "num_minibatches", "buffer_capacity", "envs_per_actor",
-                     "partial_resync_every"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
-                raise ConfigError(f"{name}={value!r} must be an integer")
-            _check_positive(name, value)
-        _check_positive("eval_episodes", self.eval_episodes, allow_zero=True)
+        for name in ("episode_length", "num_envs", "unroll_length", "total_env_steps", "num_evals",
+                     "num_epochs", "num_minibatches", "buffer_capacity", "envs_per_actor", "partial_resync_every"):
+            _check_int(name, getattr(self, name))
+        _check_int("eval_episodes", self.eval_episodes, minimum=0)
+        for name in ("normalize_observations", "normalize_rewards", "normalize_advantages", "anneal_lr"):
+            _check_bool(name, getattr(self, name))
         for name in ("policy_hidden", "value_hidden"):
             sizes = getattr(self, name)
-            if len(sizes) == 0 or any(int(s) <= 0 for s in sizes):
-                raise ConfigError(f"{name}={sizes!r} must be a non-empty tuple of positive layer sizes")
+            if (not isinstance(sizes, (tuple, list)) or len(sizes) == 0
+                    or any(not isinstance(s, (int, np.integer)) or isinstance(s, bool) or s <= 0 for s in sizes)):
+                raise ConfigError(f"{name}={sizes!r} must be a non-empty tuple of positive integer layer sizes")
+        for name in ("advantage_estimator", "proximal_source", "surrogate", "sample_filter"):
+            value = getattr(self, name)
+            if value is not None:
+                _check_choice(name, value, tuple(PIECE_KINDS[name][2]))
+        for name, allowed in STATIC_CHOICES.items():
+            if getattr(self, name) is not None:
+                _check_choice(name, getattr(self, name), allowed)
+        for name in KNOBS:
+            value = getattr(self, name)
+            if value is not None:
+                check_knob(name, value)
+        for name in ("learning_rate", "gamma", "max_grad_norm", "adam_eps", "value_coef", "entropy_coef",
+                     "init_log_std", "lag_depth"):
+            if getattr(self, name) is None:
+                raise ConfigError(f"{name}=None is not allowed; {name} must be {KNOBS[name].allowed()}")
+        self._check_lag()
         if self.num_envs % self.envs_per_actor:
             raise ConfigError(
                 f"envs_per_actor={self.envs_per_actor} must divide num_envs={self.num_envs}")
+        method = self.build_method()  # raises on any conflict between preset, pieces and options
         batch = self.num_envs * self.unroll_length
-        if self.surrogate == "impala" or self.advantage_estimator == "vtrace_every_step":
+        if method.advantage.every_step:
             if self.num_envs % self.num_minibatches:
                 raise ConfigError(
                     f"num_minibatches={self.num_minibatches} must divide num_envs={self.num_envs} "
-                    "(IMPALA minibatches split the env axis into whole sequences)")
+                    "(an every-step estimator splits the env axis into whole sequences)")
         elif batch % self.num_minibatches:
             raise ConfigError(
                 f"num_minibatches={self.num_minibatches} must divide num_envs*unroll_length={batch}")
-        if self.num_phases < self.num_evals:
+        if self.total_env_steps // batch < self.num_evals:
             raise ConfigError(
-                f"total_env_steps={self.total_env_steps} gives {self.num_phases} phases of "
+                f"total_env_steps={self.total_env_steps} gives {self.total_env_steps // batch} phases of "
                 f"num_envs*unroll_length={batch} steps, fewer than num_evals={self.num_evals}")
-        for name in ("gamma", "gae_lambda"):
-            value = getattr(self, name)
-            if not 0.0 <= value <= 1.0:
-                raise ConfigError(f"{name}={value!r} must lie in [0, 1]")
-        for name in ("max_grad_norm", "adam_eps", "rho_bar", "c_bar", "rho_bar_pg", "weight_cap"):
-            _check_positive(name, getattr(self, name))
-        for name in ("value_coef", "entropy_coef", "kl_coef"):
-            _check_positive(name, getattr(self, name), allow_zero=True)
-        if self.mismatch_bound < 1.0:
-            raise ConfigError(f"mismatch_bound={self.mismatch_bound!r} must be >= 1 (band [1/c, c])")
-        if not 0.0 <= self.ewma_reset_threshold <= 1.0:
-            raise ConfigError(f"ewma_reset_threshold={self.ewma_reset_threshold!r} must lie in [0, 1]")
-        if self.ewma_age is not None:
-            _check_positive("ewma_age", self.ewma_age, allow_zero=True)
-        # Pieces that only make sense together.
-        if self.surrogate == "decoupled" and self.proximal_source == "behavior":
-            pass  # allowed: the reduction to coupled PPO-Clip (tested)
-        if self.surrogate == "impala" and self.advantage_estimator != "vtrace_every_step":
-            raise ConfigError("surrogate='impala' requires advantage_estimator='vtrace_every_step'")
-        if self.advantage_estimator == "vtrace_every_step" and self.surrogate != "impala":
-            raise ConfigError("advantage_estimator='vtrace_every_step' is only used by surrogate='impala'")
-        if self.sample_filter == "tv" and self.surrogate != "is_pg":
-            raise ConfigError("sample_filter='tv' applies to surrogate='is_pg' (VACO); "
-                              f"got surrogate={self.surrogate!r}")
-        if self.old_logit_source == "ewma_revised" and self.proximal_source != "ewma_revised":
-            raise ConfigError("old_logit_source='ewma_revised' requires proximal_source='ewma_revised'")
 
-    def _apply_method_preset(self) -> None:
-        from vaco_jax.methods import CUSTOM, METHODS, PIECE_FIELDS
+    def _check_lag(self) -> None:
+        k = self.buffer_capacity
+        if self.lag_model == "ages":
+            if self.age_weights is None:
+                raise ConfigError("lag_model='ages' needs age_weights (weights of ages 0, 1, ...)")
+            if len(self.age_weights) > k:
+                raise ConfigError(f"age_weights has {len(self.age_weights)} entries, more than "
+                                  f"buffer_capacity={k}")
+        elif self.age_weights is not None:
+            raise ConfigError(f"age_weights is read only by lag_model='ages' (lag_model={self.lag_model!r} "
+                              "takes its shape from lag_depth)")
+        if not 1 <= self.lag_depth <= k:
+            raise ConfigError(f"lag_depth={self.lag_depth!r} must be an integer in [1, buffer_capacity={k}]")
+        if self.lag_model == "synchronous" and self.lag_depth != 1:
+            raise ConfigError(f"lag_model='synchronous' takes lag_depth=1, got lag_depth={self.lag_depth}")
+        if self.lag_model == "ages":
+            depth = _ages_depth(self.age_weights)
+            if self.lag_depth not in (1, depth):
+                raise ConfigError(f"lag_depth={self.lag_depth} contradicts age_weights={self.age_weights} "
+                                  f"(their nominal depth is {depth}); leave lag_depth out with lag_model='ages'")
 
-        _check_choice("method", self.method, tuple(METHODS) + (CUSTOM,))
-        if self.method == CUSTOM:
-            return
-        preset = METHODS[self.method]
-        defaults = {f.name: f.default for f in dataclasses.fields(Config)}
-        for name in PIECE_FIELDS:
-            given, wanted = getattr(self, name), getattr(preset, name)
-            if given != defaults[name] and given != wanted:
-                raise ConfigError(
-                    f"{name}={given!r} conflicts with method={self.method!r} (which uses {wanted!r}); "
-                    "set method='custom' to choose the pieces yourself")
-            object.__setattr__(self, name, wanted)
+    # ----- the method and the traced values
+    def method_options(self) -> dict:
+        """The piece choices, structural options and method knobs this config sets (None = not set)."""
+        names = tuple(PIECE_KINDS) + tuple(STATIC_CHOICES) + METHOD_KNOBS
+        return {n: getattr(self, n) for n in names if getattr(self, n) is not None}
+
+    def build_method(self, **extra):
+        """The method as a pytree of pieces (Python-number leaves), honouring every given option."""
+        from vaco_jax.methods import make_method
+
+        return make_method(self.method, **{**self.method_options(), **extra})
+
+    def effective_lag_depth(self) -> int:
+        return _ages_depth(self.age_weights) if self.lag_model == "ages" else int(self.lag_depth)
 
     # ----- derived static quantities
     @property
@@ -232,8 +235,13 @@ class Config:
         return self.num_phases // self.num_evals
 
     @property
+    def phases_run(self) -> int:
+        """Phases that actually run: ``num_evals`` chunks of ``phases_per_chunk`` (<= num_phases)."""
+        return self.phases_per_chunk * self.num_evals
+
+    @property
     def steps_per_phase(self) -> int:
-        """S = E * M gradient steps per phase (SPEC §1)."""
+        """S = E * M gradient steps per phase (docs/notation.md)."""
         return self.num_epochs * self.num_minibatches
 
     @property
@@ -248,37 +256,84 @@ class Config:
         return dataclasses.replace(self, **changes)
 
 
-class TracedParams(NamedTuple):
-    """Values that enter the compiled program as arrays, so a grid over them is a vmap."""
-
-    lag_depth: jnp.ndarray  # int32, 1 <= B <= buffer_capacity
-    learning_rate: jnp.ndarray  # float32
-    clip_epsilon: jnp.ndarray  # float32 (PPO clip, SPO epsilon, decoupled clip)
-    tv_budget: jnp.ndarray  # float32, VACO's delta
+TRACED_FIELDS: tuple[str, ...] = tuple(KNOBS)
+STATIC_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Config) if f.name not in KNOBS)
 
 
-def make_traced(config: Config, lag_depth: int = 1, learning_rate: float = 3e-4,
-                clip_epsilon: float = 0.2, tv_budget: float = 0.2) -> TracedParams:
-    """Build (and validate) one cell's traced values. Grids stack several of these."""
-    if not isinstance(lag_depth, (int, np.integer)) or not 1 <= lag_depth <= config.buffer_capacity:
-        raise ConfigError(
-            f"lag_depth={lag_depth!r} must be an integer in [1, buffer_capacity={config.buffer_capacity}]")
-    if config.lag_model == "synchronous" and lag_depth != 1:
-        raise ConfigError(f"lag_model='synchronous' takes lag_depth=1, got lag_depth={lag_depth}")
-    if not (learning_rate > 0 and math.isfinite(learning_rate)):
-        raise ConfigError(f"learning_rate={learning_rate!r} must be a positive finite number")
-    if not clip_epsilon > 0:
-        raise ConfigError(f"clip_epsilon={clip_epsilon!r} must be > 0")
-    if not tv_budget > 0:
-        raise ConfigError(f"tv_budget={tv_budget!r} must be > 0 (use inf to disable the filter)")
-    return TracedParams(
-        lag_depth=jnp.asarray(lag_depth, jnp.int32),
-        learning_rate=jnp.asarray(learning_rate, jnp.float32),
-        clip_epsilon=jnp.asarray(clip_epsilon, jnp.float32),
-        tv_budget=jnp.asarray(tv_budget, jnp.float32),
-    )
+def _ages_depth(weights) -> int:
+    w = np.asarray(weights, float)
+    return int(np.nonzero(w > 0)[0].max()) + 1
+
+
+@struct.dataclass
+class TracedParams:
+    """One cell's traced values: the lag piece, the method's pieces, the common knobs (all leaves).
+
+    Structure (lag model, pieces, structural options) is static; a ``vmap`` over a stack of these
+    runs a grid in one program (``stack_traced``).
+    """
+
+    lag: Any
+    method: Any
+    learning_rate: Any
+    gamma: Any
+    max_grad_norm: Any
+    adam_eps: Any
+    value_coef: Any
+    entropy_coef: Any
+    init_log_std: Any
+    value_clip_epsilon: Any = None
+
+    @property
+    def lag_depth(self):
+        """Nominal lag depth B of the lag piece (traced int32)."""
+        return self.lag.depth()
+
+
+def _f32_leaves(tree):
+    return jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), tree)
+
+
+def make_traced(config: Config, lag_depth: int | None = None, *, method=None, **knobs) -> TracedParams:
+    """Build (and validate) one cell's traced values: ``config``'s knobs overridden by ``knobs``.
+
+    ``knobs`` may name any field of ``knobs.KNOBS`` or a numeric field of one of the method's pieces
+    (a user's own piece included); a knob that the method does not read is an error. ``method`` (a
+    ``pieces.Method``) replaces the config's method entirely (its leaves are used as given).
+    """
+    overrides = dict(knobs)
+    if lag_depth is not None:
+        overrides["lag_depth"] = lag_depth
+    known = {k: v for k, v in overrides.items() if k in KNOBS}
+    extra = {k: v for k, v in overrides.items() if k not in KNOBS}
+    if any(k in STATIC_FIELDS for k in extra):
+        bad = [k for k in extra if k in STATIC_FIELDS]
+        raise ConfigError(f"{', '.join(bad)} is static (it sets shapes or code paths): set it on the Config; "
+                          "a sweep over it runs one compiled group per value")
+    for k, v in extra.items():
+        check_knob(k, v)
+    if config.lag_model == "ages" and "age_weights" in known and "lag_depth" not in known:
+        known["lag_depth"] = _ages_depth(known["age_weights"])
+    cfg = config.replace(**known) if known else config
+    if method is None:
+        method = cfg.build_method(**extra)
+    elif extra:
+        raise ConfigError(f"give {', '.join(extra)} on the method's pieces when passing method=")
+    else:
+        from vaco_jax.methods import check_method
+
+        check_method(method)
+    lag = make_lag(cfg.lag_model, cfg.effective_lag_depth(), cfg.buffer_capacity, cfg.partial_resync_every,
+                   cfg.age_weights)
+    common = {n: getattr(cfg, n) for n in COMMON_KNOBS}
+    return TracedParams(lag=lag, method=_f32_leaves(method),
+                        **{n: (None if v is None else jnp.asarray(v, jnp.float32)) for n, v in common.items()})
 
 
 def stack_traced(cells: list[TracedParams]) -> TracedParams:
-    """Stack cells along a new leading grid axis."""
-    return TracedParams(*(jnp.stack([getattr(c, f) for c in cells]) for f in TracedParams._fields))
+    """Stack cells along a new leading grid axis (they must share their structure)."""
+    structures = {str(jax.tree.structure(c)) for c in cells}
+    if len(structures) > 1:
+        raise ConfigError("cells of one grid must share lag model, method pieces and structural options "
+                          f"(found {len(structures)} different structures); run them as separate groups")
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *cells)

@@ -1,17 +1,19 @@
-"""The policy buffer and the lag models of the simulated asynchronous actor-learner (SPEC §2).
+"""The policy buffer and the lag models of the simulated asynchronous actor-learner (docs/lag.md).
 
 The buffer is a stacked pytree of ``K`` snapshots (policy parameters **and** observation-normaliser
 statistics) plus their version numbers, newest first: slot ``a`` holds the snapshot of age ``a``.
 Before any publication every slot holds ``theta_0`` labelled version 0, so an age larger than the
-phase index lands on ``theta_0`` (SPEC: "ages are clipped to T").
+phase index lands on ``theta_0`` (docs/lag.md: "ages are clipped to T").
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+from flax import struct
 
 # Key streams are derived with fold_in so the lag draw never consumes the action-noise key:
 # the same run key gives the same action noise at every lag depth.
@@ -48,29 +50,146 @@ def lag_key(run_key: jax.Array, phase) -> jax.Array:
     return jax.random.fold_in(jax.random.fold_in(run_key, LAG_STREAM), phase)
 
 
-def sample_ages(key: jax.Array, lag_model: str, num_actors: int, phase, lag_depth) -> jnp.ndarray:
-    """Age of each actor at the start of phase ``phase`` (SPEC §2 table), clipped to the phase index.
+# ----------------------------------------------------------------------------- lag models
 
-    ``lag_depth`` (B) may be traced. For 'partial' this is the age at the start of the unroll;
-    ``ages_at_step`` moves it forward inside the unroll.
+class LagModel:
+    """A lag model is a piece (docs/lag.md): its numbers are leaves, so a grid over them is a vmap.
+
+    ``start_ages(key, num_actors, phase)``: each actor's snapshot age at the start of phase ``phase``
+    (clipped to the phase index: ages beyond it land on the pre-filled θ_0 copies);
+    ``ages_at_step(start_ages, step)``: the age at step ``step`` of the unroll;
+    ``depth()``: the nominal lag depth B (the version window the revised EWMA and the exact
+    old-logit recovery span).
     """
-    phase = jnp.asarray(phase, jnp.int32)
-    lag_depth = jnp.asarray(lag_depth, jnp.int32)
-    if lag_model in ("uniform", "partial"):
-        ages = jax.random.randint(key, (num_actors,), 0, lag_depth, dtype=jnp.int32)
-    elif lag_model == "fixed":
-        ages = jnp.full((num_actors,), lag_depth - 1, jnp.int32)
-    elif lag_model == "staggered":
-        ages = jnp.mod(jnp.arange(num_actors, dtype=jnp.int32) + phase, lag_depth)
-    elif lag_model == "synchronous":
-        ages = jnp.zeros((num_actors,), jnp.int32)
-    else:
-        raise ValueError(f"lag_model={lag_model!r} is not valid")
-    return jnp.minimum(ages, phase)
 
+    name: ClassVar[str] = "?"
+    synchronous: ClassVar[bool] = False  # no buffer at all: actors act with the learner's parameters
+    varies_within_unroll: ClassVar[bool] = False
 
-def ages_at_step(start_ages: jnp.ndarray, lag_model: str, step, resync_every: int) -> jnp.ndarray:
-    """'partial' rollouts: every ``resync_every`` steps an actor re-syncs one version newer."""
-    if lag_model != "partial":
+    def depth(self):
+        raise NotImplementedError
+
+    def _ages(self, key, num_actors, phase):
+        raise NotImplementedError
+
+    def start_ages(self, key: jax.Array, num_actors: int, phase) -> jnp.ndarray:
+        phase = jnp.asarray(phase, jnp.int32)
+        return jnp.minimum(self._ages(key, num_actors, phase), phase)
+
+    def ages_at_step(self, start_ages: jnp.ndarray, step) -> jnp.ndarray:
         return start_ages
-    return jnp.maximum(start_ages - step // resync_every, 0)
+
+
+@struct.dataclass
+class AgeDistribution(LagModel):
+    """i.i.d. ages from a probability vector over 0..K−1 (a traced leaf, so the lag's *shape* is a
+    sweep axis). ``uniform`` (1/B on 0..B−1) and ``fixed`` (all mass on B−1) are two such vectors.
+
+    A vector that is uniform on a prefix 0..n−1 is sampled with ``randint(0, n)`` and any other with
+    the inverse CDF of one uniform draw; both are computed and one is selected, so the shape stays
+    traced and the ``uniform`` model reproduces earlier results bit for bit.
+    """
+
+    probs: Any  # float32 [K], sums to 1
+    label: str = struct.field(pytree_node=False, default="ages")
+
+    @property
+    def name(self):  # type: ignore[override]
+        return self.label
+
+    def depth(self):
+        probs = jnp.asarray(self.probs, jnp.float32)
+        return jnp.max(jnp.where(probs > 0, jnp.arange(1, probs.shape[-1] + 1, dtype=jnp.int32), 0))
+
+    def _ages(self, key, num_actors, phase):
+        probs = jnp.asarray(self.probs, jnp.float32)
+        capacity = probs.shape[-1]
+        support = probs > 0
+        n = jnp.sum(support.astype(jnp.int32))
+        prefix = jnp.all(support == (jnp.arange(capacity) < n))
+        equal = jnp.max(jnp.where(support, probs, -jnp.inf)) == jnp.min(jnp.where(support, probs, jnp.inf))
+        uniform_ages = jax.random.randint(key, (num_actors,), 0, n, dtype=jnp.int32)
+        cdf = jnp.cumsum(probs) / jnp.sum(probs)
+        u = jax.random.uniform(jax.random.fold_in(key, 1), (num_actors,))
+        drawn = jnp.sum((cdf[None, :] <= u[:, None]).astype(jnp.int32), axis=1)
+        drawn = jnp.minimum(drawn, self.depth() - 1)
+        return jnp.where(prefix & equal, uniform_ages, drawn)
+
+
+@struct.dataclass
+class Staggered(LagModel):
+    """Round-robin workers: age ``(a + T) mod B``."""
+
+    name: ClassVar[str] = "staggered"
+    lag_depth: Any = 1
+
+    def depth(self):
+        return jnp.asarray(self.lag_depth, jnp.int32)
+
+    def _ages(self, key, num_actors, phase):
+        return jnp.mod(jnp.arange(num_actors, dtype=jnp.int32) + phase, self.depth())
+
+
+@struct.dataclass
+class Partial(LagModel):
+    """Partial rollouts: uniform ages at phase start, then every ``resync_every`` steps an actor
+    re-syncs one version newer (versions never decrease within a phase)."""
+
+    name: ClassVar[str] = "partial"
+    varies_within_unroll: ClassVar[bool] = True
+    lag_depth: Any = 1
+    resync_every: int = struct.field(pytree_node=False, default=8)
+
+    def depth(self):
+        return jnp.asarray(self.lag_depth, jnp.int32)
+
+    def _ages(self, key, num_actors, phase):
+        return jax.random.randint(key, (num_actors,), 0, self.depth(), dtype=jnp.int32)
+
+    def ages_at_step(self, start_ages, step):
+        return jnp.maximum(start_ages - step // self.resync_every, 0)
+
+
+@struct.dataclass
+class Synchronous(LagModel):
+    """The no-buffer reference: every actor acts with the learner's current parameters."""
+
+    name: ClassVar[str] = "synchronous"
+    synchronous: ClassVar[bool] = True
+
+    def depth(self):
+        return jnp.ones((), jnp.int32)
+
+    def _ages(self, key, num_actors, phase):
+        return jnp.zeros((num_actors,), jnp.int32)
+
+
+LAG_MODELS = ("uniform", "fixed", "ages", "staggered", "partial", "synchronous")
+
+
+def age_probs(lag_model: str, lag_depth: int, capacity: int, age_weights=None) -> np.ndarray:
+    """The probability vector over ages 0..K−1 of an i.i.d. lag model."""
+    probs = np.zeros((capacity,), np.float32)
+    if lag_model == "uniform":
+        probs[:lag_depth] = 1.0 / lag_depth
+    elif lag_model == "fixed":
+        probs[lag_depth - 1] = 1.0
+    else:  # 'ages'
+        w = np.asarray(age_weights, np.float64)
+        probs[: len(w)] = (w / w.sum()).astype(np.float32)
+    return probs
+
+
+def make_lag(lag_model: str, lag_depth: int = 1, capacity: int = 16, resync_every: int = 8,
+             age_weights=None) -> LagModel:
+    """Build the lag piece of one cell (values are checked by ``config.make_traced``)."""
+    if lag_model in ("uniform", "fixed", "ages"):
+        return AgeDistribution(probs=jnp.asarray(age_probs(lag_model, lag_depth, capacity, age_weights)),
+                               label=lag_model)
+    if lag_model == "staggered":
+        return Staggered(lag_depth=jnp.asarray(lag_depth, jnp.int32))
+    if lag_model == "partial":
+        return Partial(lag_depth=jnp.asarray(lag_depth, jnp.int32), resync_every=int(resync_every))
+    if lag_model == "synchronous":
+        return Synchronous()
+    raise ValueError(f"lag_model={lag_model!r} is not valid; allowed values: {', '.join(LAG_MODELS)}")

@@ -1,49 +1,205 @@
-"""Named methods: each is a choice of the four composable pieces (DESIGN.md).
+"""Named methods: each is a choice of the four pieces of ``pieces.py`` (docs/methods.md).
 
     advantage estimator x proximal-policy source x surrogate x sample filter
 
-Adding a method means adding one entry here (and, at most, one small function in
-``objectives.py`` / ``proximal.py``). ``Config(method=NAME)`` fills the four piece fields from
-the preset; ``method="custom"`` uses the piece fields as given.
+``METHODS`` maps a name to a ``MethodPreset`` (the four piece classes and a description). Adding a
+method is one entry here (``register_method`` from outside the package) plus, at most, one piece.
+
+``make_method(name, **options)`` builds the method's pytree. The rules, so that a run is always what
+was asked for:
+
+* a piece choice given with a preset (``sample_filter='none'`` with ``vaco``) must equal the preset's,
+  else it is an error that names the preset that has those pieces, if one does;
+* every other option (``clip_epsilon``, ``tv_scale``, ...) is given to the piece that has a field of
+  that name; an option that no piece of the method reads is an error naming the pieces;
+* ``compose`` refuses combinations in which a piece would be ignored (a proximal policy with a
+  surrogate that does not read one, a filter with a surrogate it cannot filter, ...).
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from vaco_jax import pieces as P
+from vaco_jax.knobs import ConfigError, check_knob
+from vaco_jax.pieces import PIECE_KINDS, STATIC_CHOICES, Method
 
 
-class MethodPreset(NamedTuple):
-    advantage_estimator: str
-    proximal_source: str
-    surrogate: str
-    sample_filter: str
+@dataclasses.dataclass(frozen=True)
+class MethodPreset:
+    advantage_estimator: type
+    proximal_source: type
+    surrogate: type
+    sample_filter: type
     description: str
+
+    def piece_names(self) -> dict:
+        return {kind: getattr(self, kind).name for kind in PIECE_KINDS}
 
 
 METHODS: dict[str, MethodPreset] = {
-    "ppo_clip": MethodPreset("gae", "behavior", "ppo_clip", "none",
+    "ppo_clip": MethodPreset(P.GAE, P.Behavior, P.PPOClip, P.NoFilter,
                              "coupled PPO-Clip on the lagged data (the naive baseline)"),
-    "ppo_kl": MethodPreset("gae", "behavior", "ppo_kl", "none",
+    "ppo_kl": MethodPreset(P.GAE, P.Behavior, P.PPOKL, P.NoFilter,
                            "PPO with an analytic KL(beta || pi_theta) penalty"),
-    "spo": MethodPreset("gae", "behavior", "spo", "none", "Simple Policy Optimization (Xie et al. 2024)"),
-    "decoupled_recompute": MethodPreset("gae", "recompute", "decoupled", "none",
+    "spo": MethodPreset(P.GAE, P.Behavior, P.SPO, P.NoFilter, "Simple Policy Optimization (Xie et al. 2024)"),
+    "decoupled_recompute": MethodPreset(P.GAE, P.Recompute, P.Decoupled, P.NoFilter,
                                         "decoupled PPO, proximal policy = pi_T (one extra forward pass)"),
-    "decoupled_linear": MethodPreset("gae", "linear", "decoupled", "none",
+    "decoupled_linear": MethodPreset(P.GAE, P.Linear, P.Decoupled, P.NoFilter,
                                      "decoupled PPO, proximal = linear interpolation beta/d + (1-1/d) pi_theta"),
-    "a3po": MethodPreset("gae", "loglinear", "decoupled", "none",
+    "a3po": MethodPreset(P.GAE, P.LogLinear, P.Decoupled, P.NoFilter,
                          "A-3PO: log-linear proximal policy with alpha = 1/staleness"),
-    "ppo_ewma": MethodPreset("gae", "ewma", "decoupled", "none", "PPO-EWMA (Hilton et al. 2022)"),
-    "ppo_ewma_revised": MethodPreset("gae", "ewma_revised", "decoupled", "none",
+    "ppo_ewma": MethodPreset(P.GAE, P.Ewma, P.Decoupled, P.NoFilter, "PPO-EWMA (Hilton et al. 2022)"),
+    "ppo_ewma_revised": MethodPreset(P.GAE, P.EwmaRevised, P.Decoupled, P.NoFilter,
                                      "revised PPO-EWMA: staleness-aware decay, mismatch mask, auto-reset"),
-    "vaco": MethodPreset("vtrace", "behavior", "is_pg", "tv",
+    "vaco": MethodPreset(P.VTrace, P.Behavior, P.ISPG, P.TVFilter,
                          "VACO: V-trace realignment once per phase + TV-divergence filter"),
-    "vaco_realign_only": MethodPreset("vtrace", "behavior", "is_pg", "none",
+    "vaco_realign_only": MethodPreset(P.VTrace, P.Behavior, P.ISPG, P.NoFilter,
                                       "VACO ablation: realignment, no filter"),
-    "vaco_filter_only": MethodPreset("gae", "behavior", "is_pg", "tv",
+    "vaco_filter_only": MethodPreset(P.GAE, P.Behavior, P.ISPG, P.TVFilter,
                                      "VACO ablation: TV filter on GAE advantages"),
-    "impala": MethodPreset("vtrace_every_step", "behavior", "impala", "none",
+    "impala": MethodPreset(P.VTraceEveryStep, P.Behavior, P.Impala, P.NoFilter,
                            "IMPALA: V-trace recomputed at every gradient step"),
 }
 
 CUSTOM = "custom"
-PIECE_FIELDS = ("advantage_estimator", "proximal_source", "surrogate", "sample_filter")
+PIECE_FIELDS = tuple(PIECE_KINDS)
+DEFAULT_PIECES = {"advantage_estimator": "gae", "proximal_source": "behavior", "surrogate": "ppo_clip",
+                  "sample_filter": "none"}
+
+
+def register_method(name: str, advantage_estimator: type, proximal_source: type, surrogate: type,
+                    sample_filter: type, description: str = "") -> MethodPreset:
+    """Add a named method (pieces may be a user's own classes); ``Config(method=name)`` then works."""
+    if name == CUSTOM:
+        raise ConfigError(f"method name {CUSTOM!r} is reserved")
+    preset = MethodPreset(advantage_estimator, proximal_source, surrogate, sample_filter, description)
+    for kind, (_, base, _) in PIECE_KINDS.items():
+        if not (isinstance(getattr(preset, kind), type) and issubclass(getattr(preset, kind), base)):
+            raise ConfigError(f"register_method({name!r}): {kind} must be a subclass of pieces.{base.__name__}")
+    METHODS[name] = preset
+    return preset
+
+
+def piece_fields(cls: type) -> dict[str, dataclasses.Field]:
+    return {f.name: f for f in dataclasses.fields(cls)}
+
+
+def _preset_with(names: dict) -> str | None:
+    for n, preset in METHODS.items():
+        if preset.piece_names() == names:
+            return n
+    return None
+
+
+def make_method(name: str, **options) -> Method:
+    """The method ``name`` (a key of METHODS, or 'custom') with ``options`` honoured (module doc)."""
+    options = {k: v for k, v in options.items() if v is not None}
+    if name != CUSTOM and name not in METHODS:
+        raise ConfigError(f"method={name!r} is not valid; allowed values: {', '.join(list(METHODS) + [CUSTOM])}")
+    classes: dict[str, type] = {}
+    for kind, (_, _, registry) in PIECE_KINDS.items():
+        given = options.pop(kind, None)
+        if name == CUSTOM:
+            choice = given if given is not None else DEFAULT_PIECES[kind]
+            if isinstance(choice, str):
+                if choice not in registry:
+                    raise ConfigError(f"{kind}={choice!r} is not valid; allowed values: {', '.join(registry)}")
+                choice = registry[choice]
+            classes[kind] = choice
+            continue
+        preset_cls = getattr(METHODS[name], kind)
+        if given is not None and given not in (preset_cls.name, preset_cls):
+            wanted = {**METHODS[name].piece_names(), kind: getattr(given, "name", given)}
+            alt = _preset_with(wanted)
+            hint = f"use method={alt!r}" if alt else "use method='custom' to choose the pieces yourself"
+            raise ConfigError(f"{kind}={getattr(given, 'name', given)!r} conflicts with method={name!r} "
+                              f"(which uses {preset_cls.name!r}); {hint}")
+        classes[kind] = preset_cls
+    piece_names = ", ".join(f"{k}={c.name!r}" for k, c in classes.items())
+
+    # π_old of the revised EWMA is the EWMA itself: it imposes the surrogate's old-logit source.
+    imposed = classes["proximal_source"].old_logit_source
+    if imposed is not None and "old_logit_source" in piece_fields(classes["surrogate"]):
+        given = options.get("old_logit_source")
+        if given is not None and given != imposed:
+            raise ConfigError(f"old_logit_source={given!r} would be ignored: proximal_source="
+                              f"{classes['proximal_source'].name!r} supplies pi_old itself")
+        options["old_logit_source"] = imposed
+
+    per_piece: dict[str, dict] = {kind: {} for kind in classes}
+    for opt, value in options.items():
+        homes = [kind for kind, cls in classes.items() if opt in piece_fields(cls)]
+        if not homes:
+            readers = sorted({f"{kind}={cls.name!r}" for kind, (_, _, reg) in PIECE_KINDS.items()
+                              for cls in reg.values() if opt in piece_fields(cls)})
+            where = f"; it is read by {', '.join(readers)}" if readers else ""
+            raise ConfigError(f"{opt}={value!r} is not read by method={name!r} ({piece_names}){where}")
+        for kind in homes:
+            per_piece[kind][opt] = value
+    pieces = {kind: cls(**per_piece[kind]) for kind, cls in classes.items()}
+    return compose(pieces["advantage_estimator"], pieces["proximal_source"], pieces["surrogate"],
+                   pieces["sample_filter"], name=name)
+
+
+def compose(advantage: Any, proximal: Any, surrogate: Any, sample_filter: Any, name: str = CUSTOM) -> Method:
+    """A method from four piece instances, refusing combinations in which a piece would be ignored."""
+    method = Method(advantage=advantage, proximal=proximal, surrogate=surrogate, sample_filter=sample_filter,
+                    name=name)
+    check_method(method)
+    return method
+
+
+def check_method(method: Method) -> None:
+    """Compatibility of the pieces and the allowed values of their options and (concrete) numbers."""
+    for kind, (attr, base, _) in PIECE_KINDS.items():
+        piece = getattr(method, attr)
+        if not isinstance(piece, base):
+            raise ConfigError(f"{kind}: {piece!r} is not a pieces.{base.__name__}")
+    adv, prox, sur, filt = method.pieces()
+    if sur.needs_every_step and not adv.every_step:
+        raise ConfigError(f"surrogate={sur.name!r} needs an every-step estimator (advantage_estimator="
+                          f"'vtrace_every_step'), got advantage_estimator={adv.name!r}")
+    if adv.every_step and not sur.needs_every_step:
+        raise ConfigError(f"advantage_estimator={adv.name!r} recomputes advantages inside the loss, which only "
+                          f"surrogate='impala' does; surrogate={sur.name!r} would ignore it")
+    if not isinstance(prox, P.Behavior) and not sur.reads_proximal:
+        raise ConfigError(f"proximal_source={prox.name!r} would be ignored by surrogate={sur.name!r} "
+                          "(only a surrogate that reads a proximal policy, e.g. 'decoupled', uses one)")
+    if not isinstance(filt, P.NoFilter) and not sur.filterable:
+        raise ConfigError(f"sample_filter={filt.name!r} would be ignored by surrogate={sur.name!r} "
+                          "(only a filterable surrogate, e.g. 'is_pg', drops samples from its gradient)")
+    old = sur.old_logits()
+    if (old == "ewma_revised") != (prox.old_logit_source == "ewma_revised"):
+        raise ConfigError(f"old_logit_source='ewma_revised' and proximal_source='ewma_revised' go together "
+                          f"(got old_logit_source={old!r}, proximal_source={prox.name!r})")
+    for piece in method.pieces():
+        if not dataclasses.is_dataclass(piece):
+            continue
+        for f in dataclasses.fields(piece):
+            value = getattr(piece, f.name)
+            if f.name in STATIC_CHOICES:
+                if value not in STATIC_CHOICES[f.name]:
+                    raise ConfigError(f"{f.name}={value!r} is not valid; allowed values: "
+                                      f"{', '.join(STATIC_CHOICES[f.name])}")
+            elif f.metadata.get("pytree_node", True) and value is not None and _concrete(value):
+                check_knob(f.name, value)
+
+
+def _concrete(value) -> bool:
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        return True
+    try:
+        np.asarray(value)
+        return True
+    except Exception:  # a tracer
+        return False
+
+
+def method_knobs(method: Method) -> set[str]:
+    """Names of every option the method's pieces read (numbers and structural options)."""
+    return {f.name for piece in method.pieces() if dataclasses.is_dataclass(piece)
+            for f in dataclasses.fields(piece)}

@@ -1,4 +1,4 @@
-"""Policy surrogates, sample filters and the value loss (SPEC.md §4).
+"""Policy surrogates, sample filters and the value loss (docs/surrogates.md).
 
 Conventions shared by every loss here:
 
@@ -58,7 +58,7 @@ def _clip_fraction(ratio, clip_epsilon):
 
 
 def normalize_advantages(adv, eps: float = 1e-8):
-    """Per-minibatch advantage normalisation (SPEC §3, last bullet): ``(A − mean A)/(std A + eps)``
+    """Per-minibatch advantage normalisation (docs/estimators.md, last bullet): ``(A − mean A)/(std A + eps)``
     over all elements (population std)."""
     adv = _f32(adv)
     return (adv - jnp.mean(adv)) / (jnp.std(adv) + eps)
@@ -70,7 +70,7 @@ def normalize_advantages(adv, eps: float = 1e-8):
 
 
 def ppo_clip_loss(logp, behaviour_logp, advantages, clip_epsilon):
-    """PPO-Clip (SPEC §4, first bullet): ``−mean min(r_β A, clip(r_β, 1−ε, 1+ε) A)``,
+    """PPO-Clip (docs/surrogates.md, first bullet): ``−mean min(r_β A, clip(r_β, 1−ε, 1+ε) A)``,
     ``r_β = exp(logp − sg(behaviour_logp))``.
 
     Metrics: ``clip_fraction`` (fraction with ``|r − 1| > ε``), ``ratio_mean``, ``ratio_max``.
@@ -84,7 +84,7 @@ def ppo_clip_loss(logp, behaviour_logp, advantages, clip_epsilon):
 
 
 def ppo_kl_loss(logp, behaviour_logp, advantages, kl, kl_coef):
-    """PPO-KL (SPEC §4, second bullet): ``−mean(r_β A) + c_kl · mean KL(β ‖ π_θ)``.
+    """PPO-KL (docs/surrogates.md, second bullet): ``−mean(r_β A) + c_kl · mean KL(β ‖ π_θ)``.
 
     ``kl`` is the per-sample analytic KL computed by the caller; it carries gradient.
     Metrics: ``kl`` (its mean), ``ratio_mean``, ``ratio_max``.
@@ -98,7 +98,7 @@ def ppo_kl_loss(logp, behaviour_logp, advantages, kl, kl_coef):
 
 
 def spo_loss(logp, behaviour_logp, advantages, epsilon):
-    """SPO, Simple Policy Optimization (SPEC §4, third bullet):
+    """SPO, Simple Policy Optimization (docs/surrogates.md, third bullet):
     ``−mean[r_β A − |A|/(2ε) · (r_β − 1)²]``.
 
     Metrics: ``clip_fraction`` (``|r − 1| > ε``, reported for the filtering diagnostics although
@@ -119,7 +119,7 @@ def spo_loss(logp, behaviour_logp, advantages, epsilon):
 
 
 def mismatch_mask(logp_old, logp_infer, bound):
-    """Training–inference mismatch mask (SPEC §4, decoupled PPO; §2):
+    """Training–inference mismatch mask (docs/surrogates.md, decoupled PPO; docs/lag.md):
     ``m = 1[π_old/π_infer ∈ [1/c, c]]`` (inclusive), tested in log space as
     ``|log π_old − log π_infer| ≤ log c``. Returns float32 0/1; ``bound = inf`` keeps everything.
     """
@@ -140,8 +140,9 @@ def decoupled_ppo_loss(
     weight_cap,
     cap_mode: str = "truncate",
     mismatch_bound=2.0,
+    mismatch_log_ratio=None,
 ):
-    """Decoupled PPO with old logits and mismatch mask (SPEC §4, "Decoupled PPO"):
+    """Decoupled PPO with old logits and mismatch mask (docs/surrogates.md, "Decoupled PPO"):
 
         w_i  = sg(π_prox/π_old),  capped: ``truncate`` → min(w, w_max); ``mask`` → 0 if w > w_max
         m_i  = 1[π_old/π_infer ∈ [1/c, c]]
@@ -150,7 +151,11 @@ def decoupled_ppo_loss(
 
     The mean's denominator ``n`` counts **all** samples of the minibatch, masked ones included (a
     masked sample contributes 0), so masking shrinks the step rather than re-weighting the rest.
-    Masked samples contribute exactly 0 even when their ratio overflows.
+    A masked (or zero-weight) sample contributes exactly 0 to the loss and its gradient even when
+    its ratio overflows: its log-ratio is replaced by 0 before the exponential.
+
+    ``mismatch_log_ratio`` (optional) is what the mask tests instead of ``log π_old − log π_infer``
+    (the revised EWMA's per-dimension test); the coefficient keeps the joint ``π_old/π_infer``.
 
     Args:
       cap_mode: static Python string, ``"truncate"`` or ``"mask"``.
@@ -178,17 +183,24 @@ def decoupled_ppo_loss(
     else:
         capped_weight = jnp.where(exceeds_cap, 0.0, weight)
 
-    keep = mismatch_mask(old_logp, infer_logp, mismatch_bound)
+    if mismatch_log_ratio is None:
+        keep = mismatch_mask(old_logp, infer_logp, mismatch_bound)
+    else:
+        chex.assert_equal_shape([logp, mismatch_log_ratio])
+        keep = mismatch_mask(mismatch_log_ratio, jnp.zeros_like(logp), mismatch_bound)
     mismatch_ratio = jnp.exp(old_logp - infer_logp)
-    # Zero the coefficient (not the product) so an overflowing masked ratio cannot make 0·inf.
     coefficient = jnp.where(keep > 0, mismatch_ratio * capped_weight, 0.0)
 
-    ratio = jnp.exp(logp - proximal_logp)
+    # A sample with coefficient 0 gets log-ratio 0 (ratio 1): neither its loss term nor its gradient
+    # can become 0 * inf = NaN when its proximal ratio overflows.
+    active = coefficient != 0.0
+    ratio = jnp.exp(jnp.where(active, logp - proximal_logp, 0.0))
     surrogate = _clipped_surrogate(ratio, advantages, clip_epsilon)
     loss = -jnp.mean(coefficient * surrogate)
+    raw_ratio = jnp.exp(_sg(logp) - proximal_logp)
 
     metrics = {
-        "clip_fraction": _clip_fraction(ratio, clip_epsilon),
+        "clip_fraction": _clip_fraction(raw_ratio, clip_epsilon),
         "weight_mean": jnp.mean(weight),
         "weight_max": jnp.max(weight),
         "capped_fraction": jnp.mean(exceeds_cap.astype(jnp.float32)),
@@ -206,7 +218,7 @@ def decoupled_ppo_loss(
 
 
 def tv_estimate(log_ratio, scale: str = "tv"):
-    """Total-variation estimate from per-sample log-ratios (SPEC §4, VACO; §6 diagnostics):
+    """Total-variation estimate from per-sample log-ratios (docs/surrogates.md, VACO; docs/diagnostics.md):
     ``½ · mean|r − 1|`` for ``scale="tv"``, ``mean|r − 1|`` for ``scale="l1"`` (static string),
     with ``r = exp(sg(log_ratio))``. No gradient.
     """
@@ -217,7 +229,7 @@ def tv_estimate(log_ratio, scale: str = "tv"):
 
 
 def tv_filter_keep(log_ratio, advantages, tv_budget, scale: str = "tv"):
-    """VACO's TV filter (SPEC §4):
+    """VACO's TV filter (docs/surrogates.md):
 
         TV̂      = ½ · mean|sg(r) − 1|    (or mean|sg(r) − 1| for ``scale="l1"``)
         grows_i = A_i · sg(log r_i) > 0   (strict)
@@ -239,7 +251,7 @@ def tv_filter_keep(log_ratio, advantages, tv_budget, scale: str = "tv"):
 
 
 def tv_filtered_pg_loss(logp, denominator_logp, advantages, tv_budget, scale: str = "tv"):
-    """VACO loss (SPEC §4, "VACO"): ``−mean[keep · r A + (1 − keep) · sg(r) A]`` with
+    """VACO loss (docs/surrogates.md, "VACO"): ``−mean[keep · r A + (1 − keep) · sg(r) A]`` with
     ``r = exp(logp − sg(denominator_logp))`` and ``keep`` from :func:`tv_filter_keep`.
 
     The denominator is ``β`` by default (``π_T`` as an option). Filtered samples keep their value
@@ -268,7 +280,7 @@ def tv_filtered_pg_loss(logp, denominator_logp, advantages, tv_budget, scale: st
 
 def is_pg_loss(logp, denominator_logp, advantages):
     """Plain importance-sampled policy gradient ``−mean(r A)``, ``r = exp(logp − sg(denominator))``:
-    VACO with an infinite TV budget (SPEC §4). Metrics: ``ratio_mean``, ``ratio_max``."""
+    VACO with an infinite TV budget (docs/surrogates.md). Metrics: ``ratio_mean``, ``ratio_max``."""
     chex.assert_equal_shape([logp, denominator_logp, advantages])
     advantages = _sg(_f32(advantages))
     ratio = jnp.exp(_f32(logp) - _sg(_f32(denominator_logp)))
@@ -281,7 +293,7 @@ def is_pg_loss(logp, denominator_logp, advantages):
 
 
 def impala_pg_loss(logp, pg_advantages):
-    """IMPALA policy-gradient loss (SPEC §4, last bullet): ``−mean(sg(pg_adv) · log π_θ)``, with
+    """IMPALA policy-gradient loss (docs/surrogates.md, last bullet): ``−mean(sg(pg_adv) · log π_θ)``, with
     ``pg_adv = min(ρ̄_pg, π_θ/β)(q − V)`` from V-trace recomputed by the caller.
 
     Metrics: ``pg_advantage_mean``.
@@ -293,7 +305,7 @@ def impala_pg_loss(logp, pg_advantages):
 
 
 def value_loss(values, targets, old_values=None, clip_epsilon=None):
-    """Critic loss (SPEC §4, "Value loss"): ``mean ½(V − sg(target))²``.
+    """Critic loss (docs/surrogates.md, "Value loss"): ``mean ½(V − sg(target))²``.
 
     With both ``old_values`` and ``clip_epsilon`` given, PPO value clipping:
     ``½ mean max((V − t)², (V_old + clip(V − V_old, −ε, ε) − t)²)``.

@@ -1,4 +1,4 @@
-"""Figures of a run directory (SPEC §7): the lag-sweep figures, drawn from the files on disk.
+"""Figures of a run directory (docs/evaluation.md): the lag-sweep figures, drawn from the files on disk.
 
 Every function reads a run directory written by :mod:`vaco_jax.sweep` and
 :func:`vaco_jax.analysis.summarise`, saves one figure as PNG *and* PDF under ``RUN/figures/`` and
@@ -37,6 +37,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import EngFormatter, FixedLocator, NullLocator  # noqa: E402
 
 from vaco_jax.sweep import load_curves, load_scores, read_csv  # noqa: E402
+from vaco_jax.knobs import KNOBS  # noqa: E402
 
 FIGURES = "figures"
 
@@ -93,7 +94,7 @@ CI_TEXT = "95% stratified bootstrap CI"
 # score-row columns that are neither a tag nor a traced hyper-parameter
 _SCORE_FIXED = {"env", "method", "lag_depth", "seed", "diverged", "final_eval_return", "auc_eval_return",
                 "train_return_last5pct"}
-_HPARAMS = ("learning_rate", "clip_epsilon", "tv_budget")
+_HPARAMS = tuple(KNOBS)  # traced knobs a cell may carry as columns
 
 
 class NoData(LookupError):
@@ -245,7 +246,7 @@ def variant_keys(rows: Sequence[dict]) -> list[str]:
     keys: list[str] = []
     for row in rows:
         for k in row:
-            if (k in _SCORE_FIXED or k.startswith("mean_") or k in keys or k in ("chunk", "env_steps",
+            if (k in _SCORE_FIXED or k.startswith("mean_") or k in keys or k in ("cell", "chunk", "env_steps",
                                                                                   "eval_return", "train_return")):
                 continue
             keys.append(k)
@@ -535,7 +536,7 @@ def plot_tv_vs_lag(run_dir: str) -> list[str]:
               ("mean_mean_staleness", "mean staleness of the data", "policy versions behind $\\pi_T$")]
     return _diagnostics_figure(
         run_dir, panels, r"Total-variation estimates vs lag depth: $\widehat{\mathrm{TV}} = \frac{1}{2}\,"
-        r"\mathrm{mean}_i\,|r_i - 1|$ over each minibatch (SPEC §6)",
+        r"\mathrm{mean}_i\,|r_i - 1|$ over each minibatch (docs/diagnostics.md)",
         "tv_vs_lag", r"$r_i = \pi_\theta/\beta$ resp. $\pi_\theta/\pi_T$; $\beta$ = the lagged actor's policy that "
         r"produced the sample; $\pi_T$ = the learner when the phase began.")
 

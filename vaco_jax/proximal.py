@@ -1,10 +1,10 @@
-"""Proximal-policy sources of the decoupled PPO family (SPEC.md §5).
+"""Proximal-policy sources of the decoupled PPO family (docs/proximal.md).
 
 Two kinds of source live here:
 
 * closed-form proxies that need no forward pass, computed per sample from the behaviour
   log-probability, the current log-probability and the sample's staleness ``d`` (in versions):
-  :func:`loglinear_proximal_logp` (A-3PO) and :func:`linear_proximal_logp` (seed 001's baseline);
+  :func:`loglinear_proximal_logp` (A-3PO) and :func:`linear_proximal_logp` (the interpolation baseline of Guan et al.);
 * the parameter-space exponentially weighted moving average of PPO-EWMA (Hilton et al. 2022) and
   its revised, staleness-aware variant (Missing Old Logits): :class:`EwmaState` and friends.
 
@@ -39,7 +39,7 @@ __all__ = [
 
 
 def loglinear_proximal_logp(logp, behaviour_logp, staleness):
-    """A-3PO log-linear proximal policy (SPEC §5, ``loglinear``).
+    """A-3PO log-linear proximal policy (docs/proximal.md, ``loglinear``).
 
         log π_prox = α · log β + (1 − α) · log sg(π_θ),     α = 1/d   for d ≥ 1
         π_prox     = β                                               for d = 0
@@ -66,7 +66,7 @@ def loglinear_proximal_logp(logp, behaviour_logp, staleness):
 
 
 def linear_proximal_logp(logp, behaviour_logp, staleness):
-    """Linear (probability-space) interpolation proxy of seed 001 (SPEC §5, ``linear``).
+    """Linear (probability-space) interpolation proxy of Guan et al. (docs/proximal.md, ``linear``).
 
         π_prox = β/d + (1 − 1/d) · sg(π_θ)      for d ≥ 1,      π_prox = β   for d = 0
 
@@ -93,7 +93,7 @@ def linear_proximal_logp(logp, behaviour_logp, staleness):
 
 
 class EwmaState(NamedTuple):
-    """State of the bias-corrected parameter EWMA (SPEC §5, ``ewma`` / ``ewma_revised``).
+    """State of the bias-corrected parameter EWMA (docs/proximal.md, ``ewma`` / ``ewma_revised``).
 
     Attributes:
       params: the averaged parameters ``θ̄`` (any pytree of float arrays; policy only).
@@ -121,7 +121,7 @@ def ewma_init(params) -> EwmaState:
 
 
 def ewma_update(state: EwmaState, params, decay) -> EwmaState:
-    """One bias-corrected EWMA step after a gradient step (SPEC §5):
+    """One bias-corrected EWMA step after a gradient step (docs/proximal.md):
 
         W ← η W + 1,     θ̄ ← θ̄ + (θ − θ̄) / W
 
@@ -149,7 +149,7 @@ def default_ewma_age(steps_per_phase):
 
 
 def revised_ewma_decay(lag_depth, steps_per_phase):
-    """Revised PPO-EWMA decay (SPEC §5, ``ewma_revised``).
+    """Revised PPO-EWMA decay (docs/proximal.md, ``ewma_revised``).
 
     ``W_stale = B · S`` gradient steps (lag model's nominal window, current phase included); the
     EWMA's centre of mass sits at its middle, age ``W_stale/2``, so ``η = W_stale/(W_stale + 2)``.
@@ -160,7 +160,7 @@ def revised_ewma_decay(lag_depth, steps_per_phase):
 
 
 def ewma_maybe_reset(state: EwmaState, params, kept_fraction, threshold) -> EwmaState:
-    """Auto-reset of the revised EWMA (SPEC §5): if ``kept_fraction < threshold`` (strict) then
+    """Auto-reset of the revised EWMA (docs/proximal.md): if ``kept_fraction < threshold`` (strict) then
     ``θ̄ ← θ``, ``W ← 1`` and ``resets += 1``; otherwise the state is unchanged.
 
     Jittable with traced ``kept_fraction`` / ``threshold`` (a ``jnp.where`` over the tree).

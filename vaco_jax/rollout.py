@@ -1,4 +1,4 @@
-"""Unroll N envs x U steps with per-actor lagged snapshots (SPEC §2).
+"""Unroll N envs x U steps with per-actor lagged snapshots (docs/lag.md).
 
 Each actor evaluates *its own* snapshot (policy + normaliser statistics of version ``v``) in
 ``actor_dtype``, casts the distribution parameters to float32, samples, and records the float32
@@ -54,9 +54,8 @@ def rollout(
     start_ages: jnp.ndarray,  # int32 [num_actors]
     action_key: jax.Array,
     unroll_length: int,
-    lag_model: str,
+    lag: lag_lib.LagModel,
     envs_per_actor: int,
-    partial_resync_every: int,
     actor_dtype: str,
     normalize_observations: bool,
     phase,
@@ -70,9 +69,9 @@ def rollout(
         snaps, versions = lag_lib.gather_snapshots(buffer, ages)
         return jax.tree.map(per_env, snaps), per_env(versions)
 
-    synchronous = lag_model == "synchronous"
+    synchronous = lag.synchronous
     fixed_snapshots = None
-    if not synchronous and lag_model != "partial":
+    if not synchronous and not lag.varies_within_unroll:
         fixed_snapshots = snapshots_for(start_ages)  # gathered once per phase
 
     dist_one = lambda snap, o: actor_distribution(policy_apply, snap, o, actor_dtype, normalize_observations)
@@ -85,8 +84,7 @@ def rollout(
             versions = jnp.full((obs.shape[0],), phase, jnp.int32)
         else:
             if fixed_snapshots is None:
-                snaps, versions = snapshots_for(lag_lib.ages_at_step(start_ages, lag_model, t,
-                                                                     partial_resync_every))
+                snaps, versions = snapshots_for(lag.ages_at_step(start_ages, t))
             else:
                 snaps, versions = fixed_snapshots
             mean, log_std = jax.vmap(dist_one)(snaps, obs)

@@ -1,6 +1,6 @@
-"""Aggregate metrics and bootstrap confidence intervals (SPEC §7, "Evaluation protocol").
+"""Aggregate metrics and bootstrap confidence intervals (docs/evaluation.md, "Evaluation protocol").
 
-The SPEC asks for the aggregates "exactly as rliable defines them". rliable 1.2 itself fails to
+The docs ask for the aggregates "exactly as rliable defines them". rliable 1.2 itself fails to
 import next to pandas 3, so everything here is reimplemented in plain numpy/scipy from the
 definitions in Agarwal et al. 2021, "Deep Reinforcement Learning at the Edge of the Statistical
 Precipice" (NeurIPS 2021), and tested against hand-computed values (``tests/test_stats.py``).
@@ -9,7 +9,7 @@ No jax import: this module runs on the analysis side, after training.
 Conventions
 -----------
 * A score array is shaped ``(runs, tasks)``: one row per seed, one column per task (env).
-  Normalise first with :func:`normalize_scores` (SPEC §7 per-task normalisation, where the
+  Normalise first with :func:`normalize_scores` (docs/evaluation.md per-task normalisation, where the
   reference is the mean score of PPO-Clip at lag depth ``B = 1`` in the same sweep).
 * Diverged runs (NaN / ±inf anywhere in the row) must be removed before aggregation:
   :func:`drop_diverged` drops *whole rows* (runs) that contain a non-finite value in any task, so
@@ -80,7 +80,7 @@ def _as_scores(scores: Any, name: str = "scores") -> np.ndarray:
 
 def _check_reps(reps: Any) -> int:
     if isinstance(reps, bool) or not isinstance(reps, (int, np.integer)) or reps < 1:
-        raise ValueError(f"reps must be an integer >= 1 (SPEC §7 uses >= 2000); got {reps!r}")
+        raise ValueError(f"reps must be an integer >= 1 (docs/evaluation.md uses >= 2000); got {reps!r}")
     return int(reps)
 
 
@@ -102,7 +102,7 @@ def _check_gamma(gamma: Any) -> float:
     except (TypeError, ValueError):
         g = float("nan")
     if not np.isfinite(g):
-        raise ValueError(f"gamma must be a finite float (SPEC §7 uses 1.0); got {gamma!r}")
+        raise ValueError(f"gamma must be a finite float (docs/evaluation.md uses 1.0); got {gamma!r}")
     return g
 
 
@@ -163,12 +163,12 @@ def _poi_b(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------------------------
-# Public point aggregates (SPEC §7 "Aggregates, exactly as rliable defines them")
+# Public point aggregates (docs/evaluation.md "Aggregates, exactly as rliable defines them")
 # --------------------------------------------------------------------------------------------
 
 
 def aggregate_median(scores: Any) -> float:
-    """Median over tasks of the per-task mean over runs (SPEC §7 "median").
+    """Median over tasks of the per-task mean over runs (docs/evaluation.md "median").
 
     ``scores``: ``(runs, tasks)``. With an even number of tasks the median averages the two
     middle per-task means (``np.median``).
@@ -177,12 +177,12 @@ def aggregate_median(scores: Any) -> float:
 
 
 def aggregate_mean(scores: Any) -> float:
-    """Mean over tasks of the per-task mean over runs (SPEC §7 "mean")."""
+    """Mean over tasks of the per-task mean over runs (docs/evaluation.md "mean")."""
     return float(_mean_b(_as_scores(scores)))
 
 
 def aggregate_iqm(scores: Any) -> float:
-    """Interquartile mean (SPEC §7 "IQM"): ``scipy.stats.trim_mean(all runs × tasks, 0.25)``.
+    """Interquartile mean (docs/evaluation.md "IQM"): ``scipy.stats.trim_mean(all runs × tasks, 0.25)``.
 
     All ``runs * tasks`` scores are pooled; ``int(0.25 * n)`` of the lowest and of the highest
     are cut and the rest averaged.
@@ -191,10 +191,10 @@ def aggregate_iqm(scores: Any) -> float:
 
 
 def aggregate_optimality_gap(scores: Any, gamma: float = 1.0) -> float:
-    """Optimality gap (SPEC §7): ``gamma − mean(min(x, gamma))`` over all runs × tasks.
+    """Optimality gap (docs/evaluation.md): ``gamma − mean(min(x, gamma))`` over all runs × tasks.
 
     Scores above ``gamma`` are clipped to ``gamma`` and so never reduce the gap below 0. At
-    ``gamma = 1`` on SPEC-normalised scores this is the "gap to synchronous PPO". Lower is better.
+    ``gamma = 1`` on normalised (docs/evaluation.md) scores this is the "gap to synchronous PPO". Lower is better.
     """
     g = _check_gamma(gamma)
     return float(_optimality_gap_b(_as_scores(scores), g))
@@ -281,7 +281,7 @@ def stratified_bootstrap_ci(
     confidence: float = 0.95,
     seed: Any = 0,
 ) -> tuple[float, float, float]:
-    """Point estimate and stratified percentile-bootstrap CI of an aggregate (SPEC §7).
+    """Point estimate and stratified percentile-bootstrap CI of an aggregate (docs/evaluation.md).
 
     Each of ``reps`` replicates resamples the runs with replacement independently within each
     task (stratified by task) and evaluates ``aggregate_fn`` on the ``(runs, tasks)`` resample;
@@ -324,7 +324,7 @@ def aggregate_with_cis(
     seed: Any = 0,
     confidence: float = 0.95,
 ) -> dict[str, dict[str, tuple[float, float, float]]]:
-    """SPEC §7 aggregates with stratified percentile-bootstrap CIs for several methods.
+    """docs/evaluation.md aggregates with stratified percentile-bootstrap CIs for several methods.
 
     ``score_dict`` maps a method name to its ``(runs, tasks)`` scores (methods may have different
     run counts). Returns ``{method: {metric: (point, low, high)}}`` for each name in ``metrics``
@@ -358,7 +358,7 @@ def aggregate_with_cis(
 
 
 # --------------------------------------------------------------------------------------------
-# Probability of improvement (SPEC §7, independent stratified bootstrap)
+# Probability of improvement (docs/evaluation.md, independent stratified bootstrap)
 # --------------------------------------------------------------------------------------------
 
 
@@ -374,7 +374,7 @@ def _check_pair(x: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
 
 
 def probability_of_improvement(x: Any, y: Any) -> float:
-    """Average probability of improvement P(X > Y) (SPEC §7, Agarwal et al. 2021).
+    """Average probability of improvement P(X > Y) (docs/evaluation.md, Agarwal et al. 2021).
 
     ``x``: ``(runs_x, tasks)``, ``y``: ``(runs_y, tasks)``, same tasks in the same column order
     (run counts may differ). Per task it is the Mann–Whitney statistic normalised by the number
@@ -418,12 +418,12 @@ def probability_of_improvement_ci(
 
 
 # --------------------------------------------------------------------------------------------
-# Performance profiles (SPEC §7)
+# Performance profiles (docs/evaluation.md)
 # --------------------------------------------------------------------------------------------
 
 
 def performance_profile(scores: Any, taus: Any) -> np.ndarray:
-    """Run-score performance profile (SPEC §7): for each threshold ``tau``, the fraction of all
+    """Run-score performance profile (docs/evaluation.md): for each threshold ``tau``, the fraction of all
     runs × tasks with score strictly greater than ``tau``.
 
     (For rectangular scores this equals rliable's mean over tasks of the per-task fraction of
@@ -459,23 +459,23 @@ def performance_profile_ci(
 
 
 # --------------------------------------------------------------------------------------------
-# Normalisation and diverged runs (SPEC §7)
+# Normalisation and diverged runs (docs/evaluation.md)
 # --------------------------------------------------------------------------------------------
 
 
 def normalize_scores(
     raw: Any, random_score: Any, reference_score: Any, min_gap: float = 1e-6
 ) -> np.ndarray:
-    """Per-task normalisation (SPEC §7): ``(score − random) / (reference − random)``.
+    """Per-task normalisation (docs/evaluation.md): ``(score − random) / (reference − random)``.
 
     ``raw``: scores whose last axis is tasks, usually ``(runs, tasks)``. ``random_score`` and
-    ``reference_score``: shape ``(tasks,)``. In SPEC terms ``random`` is a uniform-random
+    ``reference_score``: shape ``(tasks,)``. In the terms of docs/evaluation.md ``random`` is a uniform-random
     policy's return and ``reference`` ("sync_ppo") the mean score of PPO-Clip at lag depth
     ``B = 1`` in the same sweep, so 1.0 = the synchronous baseline's level. Non-finite entries
     of ``raw`` (diverged runs) pass through unchanged in kind; use :func:`drop_diverged` later.
 
     Raises ValueError (naming the task index) when ``|reference − random| < min_gap`` — the
-    SPEC's guard against ``sync_ppo − random ≈ 0``. A reference *below* random is allowed (the
+    the guard of docs/evaluation.md against ``sync_ppo − random ≈ 0``. A reference *below* random is allowed (the
     scale flips sign); the guard only rejects a vanishing denominator.
     """
     r = np.asarray(raw, dtype=np.float64)

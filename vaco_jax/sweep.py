@@ -19,6 +19,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
+import itertools
 import json
 import math
 import os
@@ -30,28 +31,245 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vaco_jax.config import Config, make_traced, stack_traced
+from vaco_jax.config import STATIC_FIELDS, TRACED_FIELDS, Config, _ages_depth, make_traced, stack_traced
+from vaco_jax.knobs import ConfigError, check_knob
 from vaco_jax.train import Trainer, chunk_summary, make_train
-
-CELL_FIELDS = ("lag_depth", "seed", "learning_rate", "clip_epsilon", "tv_budget")
-
 
 @dataclasses.dataclass(frozen=True)
 class Cell:
+    """One run of a grid: lag depth, seed, and any traced knobs it overrides (``knobs.KNOBS`` names
+    or a piece's own numeric fields), as sorted ``(name, value)`` pairs."""
+
     lag_depth: int
     seed: int
-    learning_rate: float = 3e-4
-    clip_epsilon: float = 0.2
-    tv_budget: float = 0.2
+    knobs: tuple = ()
+
+    def knob_dict(self) -> dict:
+        return dict(self.knobs)
+
+    def row(self) -> dict:
+        """The cell's values as result-row columns."""
+        return {"lag_depth": self.lag_depth, "seed": self.seed, **self.knob_dict()}
+
+    def with_knobs(self, **values) -> "Cell":
+        merged = {**self.knob_dict(), **values}
+        lag_depth = merged.pop("lag_depth", self.lag_depth)
+        return Cell(int(lag_depth), self.seed, tuple(sorted(merged.items())))
+
+
+def _values(v) -> list:
+    return list(v) if isinstance(v, list) else [v]
 
 
 def grid(lag_depths: Iterable[int], seeds: Iterable[int], **traced) -> list[Cell]:
-    """Cartesian product of lag depths x seeds (x any list-valued traced field)."""
-    lists = {k: (v if isinstance(v, (list, tuple)) else [v]) for k, v in traced.items()}
-    cells = [Cell(lag_depth=b, seed=s) for b in lag_depths for s in seeds]
-    for name, values in lists.items():
-        cells = [dataclasses.replace(c, **{name: v}) for c in cells for v in values]
+    """Cartesian product of lag depths x seeds x every list-valued traced knob (a non-list is one value)."""
+    cells = [Cell(lag_depth=int(b), seed=int(s)) for b in lag_depths for s in seeds]
+    for name, values in traced.items():
+        cells = [c.with_knobs(**{name: v}) for c in cells for v in _values(values)]
     return cells
+
+
+# ----------------------------------------------------------------------------- --sweep: any field
+
+@dataclasses.dataclass(frozen=True)
+class Group:
+    """One compiled program: a static Config and the cells it runs as one vmapped grid."""
+
+    config: Config
+    cells: tuple
+    subdir: str
+    label: str = ""
+    tags: tuple = ()  # (name, value) columns written into every row (static values that vary)
+
+
+def _field_types() -> dict:
+    import typing
+
+    hints = typing.get_type_hints(Config)
+    return {f.name: hints[f.name] for f in dataclasses.fields(Config)}
+
+
+def _convert(name: str, token, hint):
+    import types
+    import typing
+
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    base = args[0] if typing.get_origin(hint) in (typing.Union, types.UnionType) else hint
+    if isinstance(token, str):
+        token = token.strip()
+        if token == "None":
+            return None
+        if base is bool:
+            if token not in ("True", "False", "true", "false"):
+                raise ConfigError(f"--sweep {name}: {token!r} is not True or False")
+            return token in ("True", "true")
+        if base is int:
+            try:
+                return int(token)
+            except ValueError:
+                raise ConfigError(f"--sweep {name}: {token!r} is not an integer") from None
+        if base is float:
+            try:
+                return float(token)
+            except ValueError:
+                raise ConfigError(f"--sweep {name}: {token!r} is not a number") from None
+        return token
+    if base is float and isinstance(token, int) and not isinstance(token, bool):
+        return float(token)
+    return token
+
+
+def parse_sweep(items: Sequence[str]) -> dict[str, list]:
+    """``["gamma=0.99,0.995", "num_epochs=2,4"]`` -> ``{"gamma": [0.99, 0.995], "num_epochs": [2, 4]}``.
+
+    The name is any ``Config`` field (or a numeric field of a user's own piece); values are separated by
+    commas; a tuple-valued field takes Python tuples, e.g. ``policy_hidden=(64,64),(128,128)``.
+    Names, types, duplicates and emptiness are checked here, values' ranges by the Config.
+    """
+    import ast
+    import difflib
+
+    types = _field_types()
+    axes: dict[str, list] = {}
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"--sweep {item!r}: expected NAME=V1,V2,... (e.g. gamma=0.99,0.995)")
+        name, rhs = item.split("=", 1)
+        name = name.strip().replace("-", "_")
+        if name in ("seed", "seeds"):
+            raise ConfigError("--sweep seed: use the script's --seeds")
+        if name in axes:
+            raise ConfigError(f"--sweep {name} is given twice")
+        hint = types.get(name, float)
+        if name not in types and name not in _piece_knob_names():
+            close = difflib.get_close_matches(name, list(types) + sorted(_piece_knob_names()), n=3)
+            raise ConfigError(f"--sweep {name}: not a setting" + (f" (did you mean {', '.join(close)}?)" if close
+                                                                 else "; see python -m vaco_jax.train --help"))
+        if not rhs.strip():
+            raise ConfigError(f"--sweep {name}: no values given")
+        try:
+            parsed = ast.literal_eval(f"[{rhs}]")
+        except (ValueError, SyntaxError):
+            parsed = rhs.split(",")
+        values = [_convert(name, v, hint) for v in parsed]
+        if name == "age_weights":
+            values = [tuple(v) if isinstance(v, (list, tuple)) else (v,) for v in values]
+        if len(values) == 0:
+            raise ConfigError(f"--sweep {name}: no values given")
+        if len({repr(v) for v in values}) != len(values):
+            raise ConfigError(f"--sweep {name}: duplicate values in {values}")
+        if name in TRACED_FIELDS or name not in types:
+            for v in values:
+                check_knob(name, v)
+        axes[name] = values
+    return axes
+
+
+def _piece_knob_names() -> set:
+    from vaco_jax.pieces import PIECE_KINDS
+
+    return {f.name for _, _, reg in PIECE_KINDS.values() for cls in reg.values() for f in dataclasses.fields(cls)}
+
+
+def reads_knob(config: Config, name: str) -> bool:
+    """Whether a run of ``config`` reads the traced knob ``name``."""
+    from vaco_jax.knobs import COMMON_KNOBS, LAG_KNOBS
+    from vaco_jax.methods import method_knobs
+
+    if name in COMMON_KNOBS:
+        return True
+    if name in LAG_KNOBS:
+        return name == "lag_depth" or config.lag_model == "ages"
+    return name in method_knobs(config.build_method())
+
+
+def _fmt(v) -> str:
+    if isinstance(v, tuple):
+        return "-".join(_fmt(x) for x in v)
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def apply_sweep(groups: Sequence[Group], axes: dict[str, list]) -> list[Group]:
+    """Expand groups by sweep axes: a static axis gives one group per value (its own subdirectory and
+    a tag column); a traced axis multiplies each group's cells (one program). A traced axis applies to
+    the groups whose method reads it, and is an error when no group does. Every config and cell is
+    built here, so a bad value fails before anything is written or compiled."""
+    static = {k: v for k, v in axes.items() if k in STATIC_FIELDS}
+    traced = {k: v for k, v in axes.items() if k not in STATIC_FIELDS}
+    used: set = set()
+    out = []
+    for g in groups:
+        combos = [dict(zip(static, vals)) for vals in itertools.product(*static.values())] if static else [{}]
+        for combo in combos:
+            config = g.config.replace(**combo) if combo else g.config
+            read = {k: v for k, v in traced.items() if reads_knob(config, k)}
+            used.update(read)
+            cells = list(g.cells)
+            for name, values in read.items():
+                cells = [c.with_knobs(**{name: v}) for c in cells for v in values]
+            if "age_weights" in read:  # the nominal lag depth follows the weights
+                cells = [dataclasses.replace(c, lag_depth=_ages_depth(c.knob_dict()["age_weights"])) for c in cells]
+            for c in cells:  # every cell validated before anything runs
+                make_traced(config, c.lag_depth, **c.knob_dict())
+            subdir = g.subdir if not combo else os.path.join(g.subdir, "_".join(f"{k}={_fmt(v)}"
+                                                                                 for k, v in combo.items()))
+            label = g.label + ("" if not combo else " " + " ".join(f"{k}={_fmt(v)}" for k, v in combo.items()))
+            out.append(Group(config, tuple(cells), subdir, label, tuple(g.tags) + tuple(combo.items())))
+    unused = set(traced) - used
+    if unused:
+        raise ConfigError(f"--sweep {', '.join(sorted(unused))}: no group's method reads it "
+                          f"(methods: {', '.join(sorted({g.config.method for g in groups}))})")
+    return out
+
+
+def plan_text(groups: Sequence[Group]) -> str:
+    """The plan printed before anything compiles: groups (= compiled programs) x cells."""
+    total = sum(len(g.cells) for g in groups)
+    lines = [f"plan: {len(groups)} group(s), one compiled program each; {total} cell(s) in all"]
+    for g in groups:
+        axes = {}
+        for c in g.cells:
+            for k, v in c.row().items():
+                axes.setdefault(k, [])
+                if v not in axes[k]:
+                    axes[k].append(v)
+        desc = ", ".join(f"{k}={{{', '.join(_fmt(x) for x in v)}}}" for k, v in axes.items())
+        lines.append(f"  {g.subdir:<44} {len(g.cells):>4} cells  {desc}")
+    return "\n".join(lines)
+
+
+def with_knobs(configs: Sequence[Config], knobs: dict) -> list[Config]:
+    """Give each config the study-level knobs its method reads (None = not given). A knob that is
+    given and read by none of them is an error, so a flag is never silently ignored."""
+    knobs = {k: v for k, v in knobs.items() if v is not None}
+    used: set = set()
+    out = []
+    for config in configs:
+        read = {k: v for k, v in knobs.items() if reads_knob(config, k)}
+        used.update(read)
+        out.append(config.replace(**read) if read else config)
+    unused = set(knobs) - used
+    if unused:
+        raise ConfigError(f"{', '.join(sorted(unused))}: not read by any method of this study "
+                          f"({', '.join(sorted({c.method for c in configs}))})")
+    return out
+
+
+def cli_main(main, args) -> None:
+    """Run a study script's ``main``; a bad setting is one line on stderr and exit code 2."""
+    import sys
+
+    try:
+        main(args)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+def run_groups(run_dir: str, groups: Sequence[Group], progress: bool = True, max_chunks: int | None = None) -> None:
+    for g in groups:
+        run_group(g.config, list(g.cells), os.path.join(run_dir, g.subdir), progress=progress,
+                  label=g.label or g.subdir, tags=dict(g.tags), max_chunks=max_chunks)
 
 
 # ----------------------------------------------------------------------------- atomic files
@@ -111,7 +329,7 @@ def _pad(cells: list[Cell], multiple: int) -> list[Cell]:
 
 def cell_scores(curve_rows: list[dict], phase_returns: np.ndarray, phase_counts: np.ndarray,
                 last_fraction: float = 0.05, evaluated: bool = True) -> dict:
-    """Scores of one cell (SPEC §7): final eval return, area under the eval curve, last-5% train return.
+    """Scores of one cell (docs/evaluation.md): final eval return, area under the eval curve, last-5% train return.
 
     A cell is diverged when its parameters became non-finite (the trainer's flag) or, when it was
     evaluated (``evaluated``), its final evaluation return is not finite.
@@ -143,7 +361,7 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
     """
     tags = dict(tags or {})
     scores_path = os.path.join(group_dir, "scores.csv")
-    cells_json = json.dumps([dataclasses.asdict(c) for c in cells], indent=1)
+    cells_json = json.dumps([c.row() for c in cells], indent=1)
     cells_path = os.path.join(group_dir, "cells.json")
     if os.path.exists(cells_path) and open(cells_path).read() != cells_json:
         raise ValueError(f"{group_dir} holds a different grid (cells.json differs); use another run directory")
@@ -159,8 +377,7 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
     trainer = trainer or make_train(config)
     padded = _pad(cells, len(jax.devices())) if shard else list(cells)
     keys = jnp.stack([jax.random.PRNGKey(c.seed) for c in padded])
-    traced = stack_traced([make_traced(config, c.lag_depth, c.learning_rate, c.clip_epsilon, c.tv_budget)
-                           for c in padded])
+    traced = stack_traced([make_traced(config, c.lag_depth, **c.knob_dict()) for c in padded])
     if shard and len(jax.devices()) > 1:
         sharding = _grid_sharding()
         keys, traced = jax.device_put((keys, traced), sharding)
@@ -191,7 +408,7 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
         phase_ret.append(np.asarray(metrics.phases.episode_return_sum)[: len(cells)])
         phase_cnt.append(np.asarray(metrics.phases.episode_count)[: len(cells)])
         for i, cell in enumerate(cells):
-            row = {"env": config.env, "method": config.method, **tags, **dataclasses.asdict(cell), "chunk": chunk}
+            row = {"env": config.env, "method": config.method, **tags, **cell.row(), "cell": i, "chunk": chunk}
             row.update({k: np.asarray(v)[i].item() for k, v in summary.items()})
             row["seconds"] = seconds
             row["grid_steps_per_second"] = config.env_steps_per_chunk * len(padded) / seconds
@@ -212,11 +429,10 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
     counts = np.concatenate(phase_cnt, axis=-1) if phase_cnt else np.zeros((len(cells), 0))
     score_rows = []
     for i, cell in enumerate(cells):
-        rows = [r for r in curve_rows if all(r[f] == getattr(cell, f) for f in CELL_FIELDS)]
-        rows = rows[: config.num_evals] if len(rows) >= config.num_evals else rows
-        row = {"env": config.env, "method": config.method, **tags, **dataclasses.asdict(cell)}
+        rows = [r for r in curve_rows if r["cell"] == i]
+        row = {"env": config.env, "method": config.method, **tags, **cell.row()}
         row.update(cell_scores(rows, returns[i], counts[i], evaluated=config.eval_episodes > 0))
-        diag_names = [k for k in rows[0] if k not in row and k not in ("chunk", "env_steps", "eval_return",
+        diag_names = [k for k in rows[0] if k not in row and k not in ("cell", "chunk", "env_steps", "eval_return",
                                                                        "train_return", "seconds",
                                                                        "grid_steps_per_second")]
         for k in diag_names:
@@ -283,7 +499,7 @@ def write_run_metadata(run_dir: str, args: dict, base_config: Config) -> None:
 
 
 def random_scores(run_dir: str, tasks: Sequence[str], base_config: Config, episodes: int = 16) -> dict:
-    """Uniform-random policy return per task (SPEC §7 normalisation), cached in the run directory."""
+    """Uniform-random policy return per task (docs/evaluation.md normalisation), cached in the run directory."""
     path = os.path.join(run_dir, "random_scores.json")
     cache = json.load(open(path)) if os.path.exists(path) else {}
     for task in tasks:

@@ -33,7 +33,7 @@ from vaco_jax.envs import EnvState, make_env, reset_batch
 from vaco_jax.networks import (GaussianPolicy, NormalizerState, RewardScalerState, ValueNet, normalize,
                                normalizer_init, normalizer_update, reward_scaler_init, reward_scaler_update)
 from vaco_jax.rollout import rollout
-from vaco_jax.update import LearnerState, Networks, align, make_optimizer, update_phase
+from vaco_jax.update import LearnerState, Networks, UpdateShape, align, make_optimizer, update_phase
 
 # fold_in streams of the run key (the lag stream lives in lag.py)
 INIT_STREAM, ENV_STREAM, PHASE_STREAM, EVAL_STREAM = 11, 12, 13, 14
@@ -82,14 +82,25 @@ class Trainer:
     def snapshot(self, policy_params, normalizer):
         return {"policy": policy_params, "normalizer": normalizer}
 
+    @property
+    def shape(self) -> UpdateShape:
+        cfg = self.config
+        return UpdateShape(num_epochs=cfg.num_epochs, num_minibatches=cfg.num_minibatches,
+                           normalize_advantages=cfg.normalize_advantages,
+                           normalize_observations=cfg.normalize_observations,
+                           measure_mismatch=cfg.actor_dtype != "float32",
+                           synchronous=cfg.lag_model == "synchronous")
+
     def init(self, key: jax.Array, traced: TracedParams) -> TrainState:
         cfg = self.config
-        del traced
         k_pol, k_val = jax.random.split(jax.random.fold_in(key, INIT_STREAM))
         obs0 = jnp.zeros((1, self.env.observation_size), jnp.float32)
         policy_params = self.policy_net.init(k_pol, obs0)
+        inner = dict(policy_params["params"])
+        inner["log_std"] = jnp.full_like(inner["log_std"], traced.init_log_std)  # a traced knob
+        policy_params = {**policy_params, "params": inner}
         value_params = self.value_net.init(k_val, obs0)
-        opt = make_optimizer(cfg)
+        opt = make_optimizer(traced.max_grad_norm, traced.adam_eps)
         normalizer = normalizer_init(self.env.observation_size)
         learner = LearnerState(policy_params, value_params, opt.init(policy_params), opt.init(value_params),
                                prox.ewma_init(policy_params))
@@ -103,35 +114,26 @@ class Trainer:
         T = state.phase
         phase_key = jax.random.fold_in(jax.random.fold_in(state.run_key, PHASE_STREAM), T)
         action_key, update_key = jax.random.split(phase_key)
-        start_ages = lag_lib.sample_ages(lag_lib.lag_key(state.run_key, T), cfg.lag_model, cfg.num_actors,
-                                         T, traced.lag_depth)
+        lag = traced.lag
+        start_ages = lag.start_ages(lag_lib.lag_key(state.run_key, T), cfg.num_actors, T)
         learner = state.learner
         env_state, traj = rollout(
             env=self.env, policy_apply=self.nets.policy_apply, buffer=state.buffer,
             learner_snapshot=self.snapshot(learner.policy_params, state.normalizer),
             env_state=state.env_state, start_ages=start_ages, action_key=action_key,
-            unroll_length=cfg.unroll_length, lag_model=cfg.lag_model, envs_per_actor=cfg.envs_per_actor,
-            partial_resync_every=cfg.partial_resync_every, actor_dtype=cfg.actor_dtype,
-            normalize_observations=cfg.normalize_observations, phase=T)
+            unroll_length=cfg.unroll_length, lag=lag, envs_per_actor=cfg.envs_per_actor,
+            actor_dtype=cfg.actor_dtype, normalize_observations=cfg.normalize_observations, phase=T)
         reward_scaler = state.reward_scaler
         if cfg.normalize_rewards:  # learner-side only: actors never see rewards
             dones = jnp.maximum(traj.termination, traj.truncation)
-            reward_scaler, scaled = reward_scaler_update(reward_scaler, traj.reward, dones, cfg.gamma)
+            reward_scaler, scaled = reward_scaler_update(reward_scaler, traj.reward, dones, traced.gamma)
             traj = traj._replace(reward=scaled)
-        aligned, diag = align(cfg, self.nets, learner.policy_params, learner.value_params, state.normalizer,
-                              state.buffer, traj, T, traced)
-        lr = traced.learning_rate
-        if cfg.anneal_lr:
-            lr = lr * (1.0 - T.astype(jnp.float32) / cfg.num_phases)
-        learner, upd = update_phase(cfg, self.nets, make_optimizer(cfg), learner, aligned, update_key,
-                                    traced, lr)
+        learner, diag = self.learn(learner, state.normalizer, state.buffer, traj, T, update_key, traced)
         normalizer = state.normalizer
-        if cfg.normalize_observations:  # frozen during the phase, updated after it (SPEC §2)
+        if cfg.normalize_observations:  # frozen during the phase, updated after it (docs/lag.md)
             normalizer = normalizer_update(normalizer, traj.obs)
         buffer = lag_lib.buffer_publish(state.buffer, self.snapshot(learner.policy_params, normalizer), T + 1)
         ended = (traj.episode_length > 0).astype(jnp.float32)
-        diag = dict(diag)
-        diag.update(upd)
         metrics = PhaseMetrics(
             env_steps=((T + 1) * cfg.batch_size).astype(jnp.float32),
             episode_return_sum=jnp.sum(traj.episode_return * ended),
@@ -140,12 +142,29 @@ class Trainer:
         )
         return TrainState(learner, normalizer, reward_scaler, buffer, env_state, T + 1, state.run_key), metrics
 
+    def learn(self, learner: LearnerState, normalizer, buffer, traj, phase, key: jax.Array,
+              traced: TracedParams) -> tuple[LearnerState, dict]:
+        """The learner's part of a phase: align once, then E x M gradient steps (docs/methods.md)."""
+        cfg = self.config
+        method, lag_depth = traced.method, traced.lag_depth
+        aligned, diag = align(self.shape, method, traced.gamma, lag_depth, self.nets, learner.policy_params,
+                              learner.value_params, normalizer, buffer, traj, phase)
+        lr = traced.learning_rate
+        if cfg.anneal_lr:
+            lr = lr * annealed_fraction(phase, cfg.phases_run)
+        opt = make_optimizer(traced.max_grad_norm, traced.adam_eps)
+        learner, upd = update_phase(self.shape, method, self.nets, opt, learner, aligned, key, lr,
+                                    lag_depth=lag_depth, gamma=traced.gamma, value_coef=traced.value_coef,
+                                    entropy_coef=traced.entropy_coef,
+                                    value_clip_epsilon=traced.value_clip_epsilon)
+        return learner, {**diag, **upd}
+
     def evaluate(self, key: jax.Array, policy_params, normalizer, num_episodes: int | None = None,
                  uniform_random: bool = False) -> jnp.ndarray:
         """Mean return of the learner's stochastic policy over ``eval_episodes`` fresh episodes.
 
         With ``uniform_random`` the actions are uniform on the action box instead: the ``random``
-        reference score of SPEC §7's normalisation.
+        reference score of docs/evaluation.md's normalisation.
         """
         cfg = self.config
         env = self.env
@@ -176,7 +195,7 @@ class Trainer:
         return jnp.mean(total)
 
     def random_score(self, key: jax.Array, num_episodes: int = 16) -> jnp.ndarray:
-        """Mean return of a uniform-random policy (SPEC §7 normalisation)."""
+        """Mean return of a uniform-random policy (docs/evaluation.md normalisation)."""
         return self.evaluate(key, None, None, num_episodes=num_episodes, uniform_random=True)
 
     def run_chunk(self, state: TrainState, traced: TracedParams) -> tuple[TrainState, ChunkMetrics]:
@@ -198,9 +217,14 @@ class Trainer:
                             length=self.config.num_evals)
 
 
-def make_train(config: Config) -> Trainer:
-    env = make_env(config.env, config.backend, config.episode_length)
-    policy_net = GaussianPolicy(tuple(config.policy_hidden), env.action_size, config.init_log_std)
+def annealed_fraction(phase, phases_run: int):
+    """Linear learning-rate decay: 1 at phase 0, 1/N at the last phase that runs, 0 just after it."""
+    return 1.0 - jnp.asarray(phase, jnp.float32) / phases_run
+
+
+def make_train(config: Config, env=None) -> Trainer:
+    env = env if env is not None else make_env(config.env, config.backend, config.episode_length)
+    policy_net = GaussianPolicy(tuple(config.policy_hidden), env.action_size)
     value_net = ValueNet(tuple(config.value_hidden))
     nets = Networks(policy_apply=policy_net.apply, value_apply=value_net.apply)
     return Trainer(config=config, env=env, nets=nets, policy_net=policy_net, value_net=value_net)
@@ -265,8 +289,8 @@ class TrainArgs:
     lag_depth: int = 1
     seed: int = 0
     learning_rate: float = 3e-4
-    clip_epsilon: float = 0.2
-    tv_budget: float = 0.2
+    clip_epsilon: float | None = None  # None: the method's default (only methods that read it accept it)
+    tv_budget: float | None = None  # None: the method's default (VACO's TV filter)
     total_env_steps: int = 300_000
     num_envs: int = 64
     unroll_length: int = 32
@@ -291,8 +315,10 @@ def main(args: TrainArgs | None = None) -> list[dict]:
                     unroll_length=args.unroll_length, num_epochs=args.num_epochs,
                     num_minibatches=args.num_minibatches, buffer_capacity=args.buffer_capacity,
                     lag_model=args.lag_model, actor_dtype=args.actor_dtype, num_evals=args.num_evals,
-                    eval_episodes=args.eval_episodes, episode_length=args.episode_length)
-    traced = make_traced(config, args.lag_depth, args.learning_rate, args.clip_epsilon, args.tv_budget)
+                    eval_episodes=args.eval_episodes, episode_length=args.episode_length,
+                    lag_depth=args.lag_depth, learning_rate=args.learning_rate, clip_epsilon=args.clip_epsilon,
+                    tv_budget=args.tv_budget)
+    traced = make_traced(config)
     _, history = run(config, traced, seed=args.seed)
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, f"{args.env}_{args.method}_B{args.lag_depth}_s{args.seed}.json")
@@ -308,4 +334,8 @@ def main(args: TrainArgs | None = None) -> list[dict]:
 
 
 if __name__ == "__main__":
-    main()
+    from vaco_jax.sweep import cli_main
+
+    import tyro
+
+    cli_main(main, tyro.cli(TrainArgs))
