@@ -34,7 +34,7 @@ PRESETS = {
     "paper": dict(task="halfcheetah", variants=tuple(VARIANTS), deltas=(0.05, 0.1, 0.2, 0.4),
                   lag_depths=(1, 4, 16, 32), seeds=tuple(range(10)), total_env_steps=5_000_000, num_envs=256,
                   unroll_length=64, num_evals=10, eval_episodes=16),
-    "tiny": dict(task="inverted_double_pendulum", variants=("vaco",), deltas=(0.05, 0.4), lag_depths=(1, 4),
+    "tiny": dict(task="point_mass", variants=("vaco",), deltas=(0.05, 0.4), lag_depths=(1, 4),
                  seeds=(0,), total_env_steps=8 * 16 * 4, num_envs=8, unroll_length=16, num_evals=2,
                  eval_episodes=2),
 }
@@ -63,6 +63,7 @@ def main(args: Args) -> str:
     for v in spec["variants"]:
         if v not in VARIANTS:
             raise ConfigError(f"variants: {v!r} is not valid; allowed values: {', '.join(VARIANTS)}")
+    print(sweep.preset_text(args.preset, spec))
     out = args.out or os.path.join("runs", f"delta_sweep_{args.preset}")
     configs = {v: Config(env=spec["task"], total_env_steps=spec["total_env_steps"], num_envs=spec["num_envs"],
                          unroll_length=spec["unroll_length"], num_evals=spec["num_evals"],

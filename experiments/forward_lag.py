@@ -27,7 +27,7 @@ PRESETS = {
     "paper": dict(task="halfcheetah", methods=("ppo_clip", "vaco", "a3po", "ppo_ewma_revised"),
                   epochs=(1, 2, 4, 8, 16), minibatches=(1, 4, 16, 32), seeds=tuple(range(10)),
                   total_env_steps=5_000_000, num_envs=256, unroll_length=64, num_evals=10, eval_episodes=16),
-    "tiny": dict(task="inverted_double_pendulum", methods=("ppo_clip",), epochs=(1, 2), minibatches=(2,),
+    "tiny": dict(task="point_mass", methods=("ppo_clip",), epochs=(1, 2), minibatches=(2,),
                  seeds=(0,), total_env_steps=8 * 16 * 4, num_envs=8, unroll_length=16, num_evals=2,
                  eval_episodes=2),
 }
@@ -55,6 +55,7 @@ def main(args: Args) -> str:
     for key in ("methods", "epochs", "minibatches", "seeds", "total_env_steps"):
         if getattr(args, key) is not None:
             spec[key] = getattr(args, key)
+    print(sweep.preset_text(args.preset, spec))
     out = args.out or os.path.join("runs", f"forward_lag_{args.preset}")
     configs = {}
     for method in spec["methods"]:  # build (and validate) every config before compiling anything

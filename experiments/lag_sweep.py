@@ -38,8 +38,8 @@ PRESETS = {
                            "ppo_ewma_revised", "decoupled_recompute", "spo"),
                   lag_depths=(1, 2, 4, 8, 16, 32), seeds=tuple(range(10)), total_env_steps=10_000_000,
                   num_envs=256, unroll_length=64, num_evals=20, eval_episodes=16, buffer_capacity=32),
-    # for tests and quick looks
-    "tiny": dict(tasks=("inverted_double_pendulum",), methods=("ppo_clip",), lag_depths=(1, 4),
+    # for tests and smoke runs: the tiny pure-JAX point_mass task (seconds, no physics engine)
+    "tiny": dict(tasks=("point_mass",), methods=("ppo_clip",), lag_depths=(1, 4),
                  seeds=(0, 1), total_env_steps=8 * 16 * 4, num_envs=8, unroll_length=16, num_evals=2,
                  eval_episodes=2, buffer_capacity=4),
 }
@@ -60,7 +60,7 @@ class Args:
     unroll_length: int | None = None
     num_evals: int | None = None
     eval_episodes: int | None = None
-    lag_model: str = "uniform"
+    lag_model: Literal["uniform", "fixed", "staggered", "partial", "synchronous"] = "uniform"
     learning_rate: float | None = None  # None: the Config default (3e-4)
     clip_epsilon: float | None = None  # None: each method's default; applied to the methods that read it
     tv_budget: float | None = None  # None: VACO's default (0.2)
@@ -119,6 +119,7 @@ def main(args: Args) -> str:
 
     spec = resolve(args)
     groups = plan(args, spec)
+    print(sweep.preset_text(args.preset, spec))
     print(sweep.plan_text(groups))
     run_dir = spec["out"]
     sweep.write_run_metadata(run_dir, {**dataclasses.asdict(args), **spec}, groups[0].config)

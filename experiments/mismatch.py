@@ -31,7 +31,7 @@ PRESETS = {
     "paper": dict(task="halfcheetah", method="a3po", dtypes=("float32", "bfloat16", "float16"),
                   sources=("snapshot", "infer", "recompute"), lag_depths=(1, 4, 16), seeds=tuple(range(10)),
                   total_env_steps=5_000_000, num_envs=256, unroll_length=64, num_evals=10, eval_episodes=16),
-    "tiny": dict(task="inverted_double_pendulum", method="a3po", dtypes=("bfloat16",), sources=("snapshot",),
+    "tiny": dict(task="point_mass", method="a3po", dtypes=("bfloat16",), sources=("snapshot",),
                  lag_depths=(1, 4), seeds=(0,), total_env_steps=8 * 16 * 4, num_envs=8, unroll_length=16,
                  num_evals=2, eval_episodes=2),
 }
@@ -59,6 +59,7 @@ def main(args: Args) -> str:
     for key in ("method", "dtypes", "sources", "lag_depths", "seeds", "total_env_steps"):
         if getattr(args, key) is not None:
             spec[key] = getattr(args, key)
+    print(sweep.preset_text(args.preset, spec))
     out = args.out or os.path.join("runs", f"mismatch_{args.preset}")
     common = dict(env=spec["task"], total_env_steps=spec["total_env_steps"], num_envs=spec["num_envs"],
                   unroll_length=spec["unroll_length"], num_evals=spec["num_evals"],

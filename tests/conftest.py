@@ -15,7 +15,7 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
 import jax  # noqa: E402
 import pytest  # noqa: E402
 
-TINY = dict(env="inverted_double_pendulum", num_envs=8, unroll_length=16, total_env_steps=8 * 16 * 4,
+TINY = dict(env="point_mass", num_envs=8, unroll_length=16, total_env_steps=8 * 16 * 4,
             num_evals=2, eval_episodes=0, episode_length=50, num_epochs=2, num_minibatches=2,
             buffer_capacity=8)
 

@@ -16,7 +16,7 @@ from vaco_jax.config import Config, ConfigError
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Same program as experiments/lag_sweep.py --preset tiny (ppo_clip group): shares the compile cache.
-TINY_SWEEP = dict(env="inverted_double_pendulum", method="ppo_clip", total_env_steps=8 * 16 * 4, num_envs=8,
+TINY_SWEEP = dict(env="point_mass", method="ppo_clip", total_env_steps=8 * 16 * 4, num_envs=8,
                   unroll_length=16, num_evals=2, eval_episodes=2, buffer_capacity=4, episode_length=50)
 
 

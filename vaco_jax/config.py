@@ -37,8 +37,7 @@ TASKS = (
     "inverted_double_pendulum",
     "reacher",
     "pusher",
-    "point_mass",  # a tiny pure-JAX task (no physics engine) for fast tests
-)
+)  # Brax's MuJoCo set; any other Brax-registered, Playground DM Control or user env works too (envs.py)
 BACKENDS = ("mjx", "generalized", "positional")
 ACTOR_DTYPES = ("float32", "bfloat16", "float16")
 
@@ -90,9 +89,11 @@ class Config:
     partial_resync_every: int = 8  # 'partial' lag model: steps between re-syncs
     actor_dtype: str = "float32"
 
-    # --- networks
+    # --- networks (networks.NETWORKS; networks.register_network adds your own modules)
+    network: str = "mlp"
     policy_hidden: tuple[int, ...] = (64, 64)
     value_hidden: tuple[int, ...] = (64, 64)
+    activation: str = "tanh"
     normalize_observations: bool = True
     normalize_rewards: bool = True  # divide rewards by the running std of the discounted return
     normalize_advantages: bool = True  # per minibatch, before any filter test
@@ -136,10 +137,16 @@ class Config:
     ewma_reset_threshold: Optional[float] = None
 
     def __post_init__(self):
-        _check_choice("env", self.env, TASKS)
+        from vaco_jax.envs import check_env_name
+
+        check_env_name(self.env)
         _check_choice("backend", self.backend, BACKENDS)
         _check_choice("lag_model", self.lag_model, LAG_MODELS)
         _check_choice("actor_dtype", self.actor_dtype, ACTOR_DTYPES)
+        from vaco_jax.networks import ACTIVATIONS, NETWORKS
+
+        _check_choice("network", self.network, tuple(NETWORKS))
+        _check_choice("activation", self.activation, tuple(ACTIVATIONS))
         for name in ("episode_length", "num_envs", "unroll_length", "total_env_steps", "num_evals",
                      "num_epochs", "num_minibatches", "buffer_capacity", "envs_per_actor", "partial_resync_every"):
             _check_int(name, getattr(self, name))

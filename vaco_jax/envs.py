@@ -19,6 +19,7 @@ from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 from vaco_jax.config import BACKENDS, TASKS, ConfigError
@@ -49,7 +50,9 @@ class Env(NamedTuple):
     action_size: int
     reset: Callable[[jax.Array], EnvState]
     step: Callable[[EnvState, jnp.ndarray], tuple[EnvState, StepOutput]]
-    raw: Any  # the underlying brax env (single-env reset/step, no auto-reset)
+    raw: Any  # the underlying env (single-env reset/step, no auto-reset)
+    action_low: Any = -1.0  # the action box, from the env ([A] arrays)
+    action_high: Any = 1.0
 
 
 @struct.dataclass
@@ -69,7 +72,8 @@ class PointMass:
 
     Observation (x, v); action a force in [-1, 1]; ``v += 0.1 a``, ``x += 0.1 v``; reward
     ``1 - x^2 - 0.01 a^2`` per step; the episode *terminates* when ``|x| > 2`` (so both episode ends
-    occur). Compiles in about a second: the fast tests of wiring, resume and faults train on it.
+    occur). A training program on it compiles in seconds, not the tens of seconds of an MJX task: the
+    fast tests of wiring, resume and faults train on it.
     """
 
     observation_size = 2
@@ -91,10 +95,103 @@ class PointMass:
         return state.replace(pipeline_state=q, obs=q, reward=reward, done=done)
 
 
+# ----------------------------------------------------------------------------- the env registry
+
+# name -> factory(backend) -> raw env: an object with reset(key) -> state, step(state, action) -> state,
+# observation_size, action_size and optionally action_low / action_high; state has the fields obs,
+# reward, done, metrics, info and a .replace method (a brax.envs.State or any flax struct like it).
+_USER_ENVS: dict[str, Callable[[str], Any]] = {}
+
+PLAYGROUND_PREFIX = ""  # Playground DM Control tasks are reached by their own names (e.g. CartpoleSwingup)
+
+
+def register_env(name: str, factory: Callable[[str], Any]) -> None:
+    """Make ``Config(env=name)`` work for an env of your own, without editing the package.
+
+    ``factory(backend)`` returns the raw env (see the comment above ``_USER_ENVS``); ``backend`` is
+    the ``Config.backend`` string, which a user env may ignore. Action bounds come from the env's
+    ``action_low`` / ``action_high`` (default [-1, 1]).
+    """
+    if not name or not isinstance(name, str):
+        raise ConfigError(f"register_env: name must be a non-empty string, got {name!r}")
+    _USER_ENVS[name] = factory
+    _raw_env.cache_clear()
+
+
+def _brax_registered() -> list[str]:
+    from brax import envs as brax_envs
+
+    return sorted(brax_envs._envs)  # the names brax.envs.register_environment has seen
+
+
+def playground_tasks() -> list[str]:
+    """MuJoCo Playground's DM Control suite names, or [] when the optional package is absent."""
+    try:
+        from mujoco_playground import registry
+    except Exception:  # optional dependency (extra 'playground')
+        return []
+    return sorted(registry.dm_control_suite.ALL_ENVS)
+
+
+def env_source(name: str) -> str | None:
+    """Where ``name`` comes from: 'user', 'builtin', 'brax', 'playground', or None (unknown)."""
+    if name in _USER_ENVS:
+        return "user"
+    if name == "point_mass":
+        return "builtin"
+    if name in TASKS or name in _brax_registered():
+        return "brax"
+    if name in playground_tasks():
+        return "playground"
+    return None
+
+
+def available_envs() -> list[str]:
+    return sorted(set(TASKS) | {"point_mass"} | set(_USER_ENVS) | set(_brax_registered()) | set(playground_tasks()))
+
+
+def check_env_name(name: str) -> None:
+    if env_source(name) is None:
+        extra = "" if playground_tasks() else " (MuJoCo Playground's DM Control tasks need the extra 'playground')"
+        raise ConfigError(f"env={name!r} is not valid; allowed values: {', '.join(available_envs())}{extra}")
+
+
+class PlaygroundEnv:
+    """MuJoCo Playground's DM Control task as a raw env of this package (JAX implementation, not Warp).
+
+    Playground envs neither truncate nor reset themselves, like Brax's: the wrapper of ``make_env``
+    adds truncation at ``episode_length`` and the auto-reset, and keeps the task's own ``done`` as
+    termination.
+    """
+
+    def __init__(self, name: str):
+        from mujoco_playground import registry
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self._env = registry.load(name, config_overrides={"impl": "jax"})
+        size = self._env.observation_size
+        if not isinstance(size, int):
+            raise ConfigError(f"env={name!r}: dict observations ({size}) are not supported")
+        self.observation_size = int(size)
+        self.action_size = int(self._env.action_size)
+
+    def reset(self, key):
+        return self._env.reset(key)
+
+    def step(self, state, action):
+        return self._env.step(state, action)
+
+
 @functools.lru_cache(maxsize=None)
-def _brax_env(name: str, backend: str):
+def _raw_env(name: str, backend: str):
+    source = env_source(name)
+    if source == "user":
+        return _USER_ENVS[name](backend)
     if name == "point_mass":
         return PointMass()
+    if source == "playground":
+        return PlaygroundEnv(name)
     from brax import envs as brax_envs
 
     with warnings.catch_warnings():
@@ -103,14 +200,23 @@ def _brax_env(name: str, backend: str):
 
 
 def make_env(name: str, backend: str = "mjx", episode_length: int = 1000) -> Env:
-    """Pure single-env ``reset(key)`` and ``step(state, action)``; vmap them for a batch."""
-    if name not in TASKS:
-        raise ConfigError(f"env={name!r} is not valid; allowed values: {', '.join(TASKS)}")
+    """Pure single-env ``reset(key)`` and ``step(state, action)``; vmap them for a batch.
+
+    ``name``: a Brax task (the built-in MuJoCo set or anything ``brax.envs.register_environment``
+    registered), a MuJoCo Playground DM Control task (extra 'playground'), ``point_mass``, or an env
+    of your own (``register_env``).
+    """
+    check_env_name(name)
     if backend not in BACKENDS:
         raise ConfigError(f"backend={backend!r} is not valid; allowed values: {', '.join(BACKENDS)}")
-    if episode_length <= 0:
-        raise ConfigError(f"episode_length={episode_length!r} must be > 0")
-    env = _brax_env(name, backend)
+    if not isinstance(episode_length, int) or episode_length <= 0:
+        raise ConfigError(f"episode_length={episode_length!r} must be a positive integer")
+    env = _raw_env(name, backend)
+    action_size = int(env.action_size)
+    low = np.broadcast_to(np.asarray(getattr(env, "action_low", -1.0), np.float32), (action_size,))
+    high = np.broadcast_to(np.asarray(getattr(env, "action_high", 1.0), np.float32), (action_size,))
+    if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high)) and np.all(low < high)):
+        raise ConfigError(f"env={name!r}: action bounds must be finite with low < high, got {low}, {high}")
 
     def reset(key: jax.Array) -> EnvState:
         core = env.reset(key)
@@ -145,8 +251,8 @@ def make_env(name: str, backend: str = "mjx", episode_length: int = 1000) -> Env
         return new_state, out
 
     return Env(name=name, backend=backend, episode_length=episode_length,
-               observation_size=int(env.observation_size), action_size=int(env.action_size),
-               reset=reset, step=step, raw=env)
+               observation_size=int(env.observation_size), action_size=action_size,
+               reset=reset, step=step, raw=env, action_low=jnp.asarray(low), action_high=jnp.asarray(high))
 
 
 def reset_batch(env: Env, key: jax.Array, num_envs: int) -> EnvState:

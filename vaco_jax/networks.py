@@ -7,7 +7,7 @@ log-probability is the exact density of the recorded (unclipped) action.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import flax.linen as nn
 import jax
@@ -61,32 +61,68 @@ class MLP(nn.Module):
     hidden: Sequence[int]
     out: int
     out_scale: float = 1.0
+    activation: str = "tanh"
 
     @nn.compact
     def __call__(self, x):
+        act = ACTIVATIONS[self.activation]
         for size in self.hidden:
-            x = nn.tanh(nn.Dense(size, kernel_init=orthogonal(np.sqrt(2.0)))(x))
+            x = act(nn.Dense(size, kernel_init=orthogonal(np.sqrt(2.0)))(x))
         return nn.Dense(self.out, kernel_init=orthogonal(self.out_scale))(x)
 
 
+ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu, "elu": nn.elu, "gelu": nn.gelu, "silu": nn.silu}
+
+
 class GaussianPolicy(nn.Module):
+    """Diagonal Gaussian: MLP mean, state-independent log-std (the top-level parameter ``log_std``,
+    which the trainer sets to the traced ``init_log_std`` at initialisation)."""
+
     hidden: Sequence[int]
     action_size: int
     init_log_std: float = -0.5
+    activation: str = "tanh"
 
     @nn.compact
     def __call__(self, obs):
-        mean = MLP(self.hidden, self.action_size, out_scale=0.01)(obs)
+        mean = MLP(self.hidden, self.action_size, out_scale=0.01, activation=self.activation)(obs)
         log_std = self.param("log_std", nn.initializers.constant(self.init_log_std), (self.action_size,))
         return mean, jnp.broadcast_to(log_std.astype(mean.dtype), mean.shape)
 
 
 class ValueNet(nn.Module):
     hidden: Sequence[int]
+    activation: str = "tanh"
 
     @nn.compact
     def __call__(self, obs):
-        return MLP(self.hidden, 1, out_scale=1.0)(obs)[..., 0]
+        return MLP(self.hidden, 1, out_scale=1.0, activation=self.activation)(obs)[..., 0]
+
+
+# ----------------------------------------------------------------------------- the network factory
+
+class NetworkSpec(NamedTuple):
+    """Builders of a policy and a value network. ``policy(config, action_size)`` returns a Flax module
+    mapping a (normalised) observation batch to ``(mean, log_std)``, each ``[..., action_size]``, with a
+    top-level parameter ``log_std`` (set from ``init_log_std``); ``value(config)`` one mapping it to
+    ``[...]`` values."""
+
+    policy: Callable[[Any, int], nn.Module]
+    value: Callable[[Any], nn.Module]
+
+
+NETWORKS: dict[str, NetworkSpec] = {
+    "mlp": NetworkSpec(
+        policy=lambda c, a: GaussianPolicy(tuple(c.policy_hidden), a, activation=c.activation),
+        value=lambda c: ValueNet(tuple(c.value_hidden), activation=c.activation)),
+}
+
+
+def register_network(name: str, policy: Callable[[Any, int], nn.Module] | None = None,
+                     value: Callable[[Any], nn.Module] | None = None) -> None:
+    """Make ``Config(network=name)`` build your own modules (either side may stay the MLP)."""
+    mlp = NETWORKS["mlp"]
+    NETWORKS[name] = NetworkSpec(policy or mlp.policy, value or mlp.value)
 
 
 # ----------------------------------------------------------------------------- Gaussian

@@ -91,7 +91,7 @@ def rollout(
         noise = jax.random.normal(jax.random.fold_in(action_key, t), mean.shape, jnp.float32)
         action = mean + jnp.exp(log_std) * noise
         logp = gaussian_logp(action, mean, log_std)
-        state, out = jax.vmap(env.step)(state, jnp.clip(action, -1.0, 1.0))
+        state, out = jax.vmap(env.step)(state, jnp.clip(action, env.action_low, env.action_high))
         tr = Transition(
             obs=obs, action=action, reward=out.reward, termination=out.termination,
             truncation=out.truncation, next_obs=out.next_obs, behaviour_logp=logp,

@@ -222,6 +222,12 @@ def apply_sweep(groups: Sequence[Group], axes: dict[str, list]) -> list[Group]:
     return out
 
 
+def preset_text(preset: str, spec: dict) -> str:
+    """What a study preset (after the flags that override it) sets, printed before the plan."""
+    return f"preset {preset!r} sets: " + ", ".join(f"{k}={_fmt(v) if not isinstance(v, (list, tuple)) else list(v)}"
+                                                    for k, v in spec.items() if k != "out")
+
+
 def plan_text(groups: Sequence[Group]) -> str:
     """The plan printed before anything compiles: groups (= compiled programs) x cells."""
     total = sum(len(g.cells) for g in groups)

@@ -28,9 +28,9 @@ import numpy as np
 
 from vaco_jax import lag as lag_lib
 from vaco_jax import proximal as prox
-from vaco_jax.config import Config, TracedParams, make_traced
+from vaco_jax.config import Config, ConfigError, TracedParams, make_traced
 from vaco_jax.envs import EnvState, make_env, reset_batch
-from vaco_jax.networks import (GaussianPolicy, NormalizerState, RewardScalerState, ValueNet, normalize,
+from vaco_jax.networks import (NETWORKS, NormalizerState, RewardScalerState, normalize,
                                normalizer_init, normalizer_update, reward_scaler_init, reward_scaler_update)
 from vaco_jax.rollout import rollout
 from vaco_jax.update import LearnerState, Networks, UpdateShape, align, make_optimizer, update_phase
@@ -97,6 +97,9 @@ class Trainer:
         obs0 = jnp.zeros((1, self.env.observation_size), jnp.float32)
         policy_params = self.policy_net.init(k_pol, obs0)
         inner = dict(policy_params["params"])
+        if "log_std" not in inner:
+            raise ConfigError(f"network={cfg.network!r}: the policy needs a top-level parameter 'log_std' "
+                              "(init_log_std sets it); see networks.NetworkSpec")
         inner["log_std"] = jnp.full_like(inner["log_std"], traced.init_log_std)  # a traced knob
         policy_params = {**policy_params, "params": inner}
         value_params = self.value_net.init(k_val, obs0)
@@ -175,12 +178,13 @@ class Trainer:
             core, alive, total = carry
             noise_key = jax.random.fold_in(key, t)
             if uniform_random:
-                action = jax.random.uniform(noise_key, (num_episodes, env.action_size), minval=-1.0, maxval=1.0)
+                action = jax.random.uniform(noise_key, (num_episodes, env.action_size), minval=env.action_low,
+                                            maxval=env.action_high)
             else:
                 x = normalize(normalizer, core.obs, cfg.normalize_observations)
                 mean, log_std = self.nets.policy_apply(policy_params, x)
                 noise = jax.random.normal(noise_key, mean.shape)
-                action = jnp.clip(mean + jnp.exp(log_std) * noise, -1.0, 1.0)
+                action = jnp.clip(mean + jnp.exp(log_std) * noise, env.action_low, env.action_high)
             nxt = jax.vmap(env.raw.step)(core, action)
             total = total + jnp.where(alive > 0, nxt.reward, 0.0)
             # A finished episode is frozen at its last live state: stepping on from a fallen state
@@ -224,8 +228,9 @@ def annealed_fraction(phase, phases_run: int):
 
 def make_train(config: Config, env=None) -> Trainer:
     env = env if env is not None else make_env(config.env, config.backend, config.episode_length)
-    policy_net = GaussianPolicy(tuple(config.policy_hidden), env.action_size)
-    value_net = ValueNet(tuple(config.value_hidden))
+    spec = NETWORKS[config.network]
+    policy_net = spec.policy(config, env.action_size)
+    value_net = spec.value(config)
     nets = Networks(policy_apply=policy_net.apply, value_apply=value_net.apply)
     return Trainer(config=config, env=env, nets=nets, policy_net=policy_net, value_net=value_net)
 
@@ -280,54 +285,46 @@ def run(config: Config, traced: TracedParams, seed: int = 0, progress: bool = Tr
     return state, history
 
 
-@dataclasses.dataclass
-class TrainArgs:
-    """Train one configuration and save its learning curve."""
-
-    env: str = "inverted_double_pendulum"
-    method: str = "ppo_clip"
-    lag_depth: int = 1
-    seed: int = 0
-    learning_rate: float = 3e-4
-    clip_epsilon: float | None = None  # None: the method's default (only methods that read it accept it)
-    tv_budget: float | None = None  # None: the method's default (VACO's TV filter)
-    total_env_steps: int = 300_000
-    num_envs: int = 64
-    unroll_length: int = 32
-    num_epochs: int = 4
-    num_minibatches: int = 8
-    buffer_capacity: int = 16
-    lag_model: str = "uniform"
-    actor_dtype: str = "float32"
-    num_evals: int = 10
-    eval_episodes: int = 16
-    episode_length: int = 1000
-    backend: str = "mjx"
-    out: str = "runs/train"
+TRAIN_EXTRA = [("seed", int, 0, "seed of the run (environment, initialisation, actions, lag draws)"),
+               ("out", str, "runs/train", "directory of the learning-curve JSON (its name includes a hash of "
+                                          "every setting, so runs never overwrite each other)"),
+               ("progress", bool, True, "show a progress bar")]
 
 
-def main(args: TrainArgs | None = None) -> list[dict]:
+def train_args_class():
+    """``python -m vaco_jax.train`` flags: seed, out, progress, then every Config field (cli.py)."""
+    from vaco_jax.cli import config_args_class
+
+    return config_args_class("TrainArgs", TRAIN_EXTRA, defaults=Config(total_env_steps=300_000))
+
+
+def settings_hash(config: Config, seed: int) -> str:
+    import hashlib
+
+    text = json.dumps({"config": dataclasses.asdict(config), "seed": seed}, sort_keys=True, default=str)
+    return hashlib.sha1(text.encode()).hexdigest()[:10]
+
+
+def main(args=None) -> list[dict]:
+    """Train one configuration and save its learning curve (every Config field is a flag)."""
     import tyro
 
-    args = args or tyro.cli(TrainArgs)
-    config = Config(env=args.env, backend=args.backend, method=args.method,
-                    total_env_steps=args.total_env_steps, num_envs=args.num_envs,
-                    unroll_length=args.unroll_length, num_epochs=args.num_epochs,
-                    num_minibatches=args.num_minibatches, buffer_capacity=args.buffer_capacity,
-                    lag_model=args.lag_model, actor_dtype=args.actor_dtype, num_evals=args.num_evals,
-                    eval_episodes=args.eval_episodes, episode_length=args.episode_length,
-                    lag_depth=args.lag_depth, learning_rate=args.learning_rate, clip_epsilon=args.clip_epsilon,
-                    tv_budget=args.tv_budget)
+    from vaco_jax.cli import config_from_args
+
+    args = args or tyro.cli(train_args_class())
+    config = config_from_args(args)
     traced = make_traced(config)
-    _, history = run(config, traced, seed=args.seed)
+    name = f"{config.env}_{config.method}_B{config.effective_lag_depth()}_s{args.seed}_{settings_hash(config, args.seed)}"
+    path = os.path.join(args.out, name + ".json")
+    _, history = run(config, traced, seed=args.seed, progress=args.progress)
     os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, f"{args.env}_{args.method}_B{args.lag_depth}_s{args.seed}.json")
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
-        json.dump({"args": dataclasses.asdict(args), "history": history}, f, indent=1, default=float)
+        json.dump({"config": dataclasses.asdict(config), "seed": args.seed, "history": history}, f, indent=1,
+                  default=float)
     os.replace(tmp, path)
     last = history[-1]
-    print(f"{args.method} on {args.env}, lag depth {args.lag_depth}: final eval return "
+    print(f"{config.method} on {config.env}, lag depth {config.effective_lag_depth()}: final eval return "
           f"{last['eval_return']:.1f}, last-chunk train return {last['train_return']:.1f}, "
           f"{last['steps_per_second']:.0f} env steps/s; curve saved to {path}")
     return history
@@ -338,4 +335,4 @@ if __name__ == "__main__":
 
     import tyro
 
-    cli_main(main, tyro.cli(TrainArgs))
+    cli_main(main, tyro.cli(train_args_class()))

@@ -1,0 +1,22 @@
+# Two commands on a fresh machine (Python 3.11): each installs what is missing, then runs.
+#   make demo   the main job: the lag sweep's CPU preset (scores, statistics, figures in runs/lag_sweep_cpu/)
+#   make test   the test suite (what CI runs)
+PYTHON ?= python3.11
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+.PHONY: demo test install
+
+install: $(VENV)/.installed
+
+# Re-installed whenever the pins change; pip installs exactly the locked versions.
+$(VENV)/.installed: pyproject.toml requirements.lock
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q -c requirements.lock -e '.[dev]'
+	touch $@
+
+demo: install
+	$(PY) experiments/lag_sweep.py
+
+test: install
+	$(PY) -m pytest -n 2 --dist worksteal -q

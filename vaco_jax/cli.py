@@ -1,0 +1,110 @@
+"""The command line is the config: every ``Config`` field as a flag, with its choices and a help line.
+
+``config_args_class(name, extra)`` builds a dataclass with the run's own fields (``extra``) followed by
+every ``Config`` field (same name, type and default), each annotated with a help line and, where the
+field chooses from a registry (methods, envs, lag models, pieces, networks ...), a ``Literal`` of the
+registered names, so ``--help`` lists them and ``tyro`` rejects any other value before anything runs.
+``config_from_args(args)`` builds (and validates) the ``Config``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from typing import Annotated, Any, Literal, Optional
+
+from vaco_jax.config import ACTOR_DTYPES, BACKENDS, Config
+from vaco_jax.knobs import KNOBS
+
+FIELD_HELP = {
+    "env": "task: a Brax MuJoCo task, any Brax- or user-registered env, point_mass, or a MuJoCo Playground "
+           "DM Control task (extra 'playground'); docs/envs.md",
+    "backend": "Brax physics pipeline of a Brax task",
+    "episode_length": "env steps before an episode is truncated",
+    "num_envs": "parallel environments N",
+    "unroll_length": "env steps per env per phase U (a phase's batch is N x U)",
+    "total_env_steps": "training budget in env steps",
+    "num_evals": "learning-curve points = jitted chunks of phases",
+    "eval_episodes": "episodes per evaluation of the learner's policy (0: no evaluation)",
+    "num_epochs": "epochs E per phase (forward lag)",
+    "num_minibatches": "minibatches M per epoch (forward lag)",
+    "buffer_capacity": "policy-buffer capacity K (1 <= lag_depth <= K); docs/lag.md",
+    "lag_model": "how each actor's snapshot age is drawn; docs/lag.md",
+    "envs_per_actor": "envs sharing one actor (one snapshot)",
+    "partial_resync_every": "lag_model='partial': env steps between re-syncs one version newer",
+    "actor_dtype": "precision of the actors' forward pass (training-inference mismatch); docs/lag.md",
+    "network": "policy and value network builder (networks.NETWORKS; register_network adds yours)",
+    "policy_hidden": "policy MLP hidden sizes",
+    "value_hidden": "value MLP hidden sizes",
+    "activation": "MLP activation",
+    "normalize_observations": "running observation normalisation (frozen during a phase)",
+    "normalize_rewards": "divide rewards by the running std of the discounted return",
+    "normalize_advantages": "normalise advantages per minibatch, before any filter test",
+    "anneal_lr": "decay the learning rate linearly to 0 over the phases that run",
+    "method": "a named method or 'custom' (then the four pieces below); docs/methods.md",
+    "advantage_estimator": "piece: advantage estimator (method='custom'; with a preset it must equal the preset's)",
+    "proximal_source": "piece: proximal-policy source (method='custom'; with a preset it must equal the preset's)",
+    "surrogate": "piece: surrogate (method='custom'; with a preset it must equal the preset's)",
+    "sample_filter": "piece: sample filter (method='custom'; with a preset it must equal the preset's)",
+    "old_logit_source": "decoupled PPO: where pi_old comes from; docs/lag.md",
+    "tv_denominator": "IS-PG / VACO: ratio denominator beta ('behavior') or pi_T ('learner')",
+    "tv_scale": "TV filter: 'tv' = 1/2 mean|r-1|, 'l1' = mean|r-1|",
+    "weight_cap_mode": "decoupled PPO: 'truncate' min(w, w_max) or 'mask' (drop w > w_max)",
+    "ewma_ratio_test": "revised PPO-EWMA: mismatch test on the joint ratio or its per-dimension mean",
+}
+
+
+def field_choices() -> dict[str, tuple]:
+    """The registered names a choice field accepts (read when the CLI is built: user registrations count)."""
+    from vaco_jax.envs import available_envs
+    from vaco_jax.lag import LAG_MODELS
+    from vaco_jax.methods import CUSTOM, METHODS
+    from vaco_jax.networks import ACTIVATIONS, NETWORKS
+    from vaco_jax.pieces import PIECE_KINDS, STATIC_CHOICES
+
+    choices = {"env": tuple(available_envs()), "backend": BACKENDS, "lag_model": LAG_MODELS,
+               "actor_dtype": ACTOR_DTYPES, "network": tuple(NETWORKS), "activation": tuple(ACTIVATIONS),
+               "method": tuple(METHODS) + (CUSTOM,)}
+    choices.update({k: tuple(reg) for k, (_, _, reg) in PIECE_KINDS.items()})
+    choices.update(STATIC_CHOICES)
+    return choices
+
+
+def _help(name: str, default: Any) -> str:
+    text = KNOBS[name].help if name in KNOBS else FIELD_HELP.get(name, "")
+    if name in KNOBS and default is None and KNOBS[name].home == "method":
+        text += " (default: the method's piece default; only methods that read it accept it)"
+    return text
+
+
+def config_args_class(name: str, extra: list[tuple[str, Any, Any, str]], defaults: Config | None = None) -> type:
+    """A dataclass: ``extra`` fields (name, type, default, help) then every Config field as a flag."""
+    hints = typing.get_type_hints(Config)
+    choices = field_choices()
+    base = defaults or Config()
+    fields = []
+    for fname, ftype, fdefault, fhelp in extra:
+        fields.append((fname, Annotated[ftype, _arg(fhelp)], dataclasses.field(default=fdefault)))
+    for f in dataclasses.fields(Config):
+        hint = hints[f.name]
+        if f.name in choices:
+            lit = Literal[choices[f.name]]  # type: ignore[valid-type]
+            hint = Optional[lit] if getattr(base, f.name) is None or type(None) in typing.get_args(hint) else lit
+        default = getattr(base, f.name)
+        fields.append((f.name, Annotated[hint, _arg(_help(f.name, default))], dataclasses.field(default=default)))
+    return dataclasses.make_dataclass(name, fields)
+
+
+def _arg(help_text: str):
+    import tyro
+
+    return tyro.conf.arg(help=help_text)
+
+
+def config_from_args(args) -> Config:
+    names = [f.name for f in dataclasses.fields(Config)]
+    values = {n: getattr(args, n) for n in names}
+    for n in ("policy_hidden", "value_hidden", "age_weights"):
+        if isinstance(values[n], list):
+            values[n] = tuple(values[n])
+    return Config(**values)
