@@ -52,6 +52,7 @@ class Args:
     seeds: tuple[int, ...] | None = None
     total_env_steps: int | None = None
     progress: bool = True
+    max_chunks: int | None = None  # stop every group after this many chunks (a time-limited job); rerun to continue
     sweep: tuple[str, ...] = ()  # any other setting, e.g. gamma=0.99,0.995 (see experiments/lag_sweep.py)
 
 
@@ -74,8 +75,10 @@ def main(args: Args) -> str:
                                             (("variant", variant),)) for variant, config in configs.items()],
                                sweep.parse_sweep(args.sweep))
     print(sweep.plan_text(groups))
-    sweep.write_run_metadata(out, {**dataclasses.asdict(args), **spec}, groups[0].config)
-    sweep.run_groups(out, groups, progress=args.progress)
+    sweep.check_max_chunks(args.max_chunks)
+    sweep.write_run_metadata(out, groups, {**dataclasses.asdict(args), **spec})
+    if not sweep.run_groups(out, groups, progress=args.progress, max_chunks=args.max_chunks):
+        return out
     table = analysis.summarise_by(out, ("variant", "tv_budget", "lag_depth"), filename="delta_sweep.csv")
     filt = analysis.summarise_by(out, ("variant", "tv_budget", "lag_depth"), score="mean_filtered_fraction",
                                  filename="delta_sweep_filtered.csv")

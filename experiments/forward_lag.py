@@ -47,6 +47,7 @@ class Args:
     total_env_steps: int | None = None
     progress: bool = True
     figures: bool = True
+    max_chunks: int | None = None  # stop every group after this many chunks (a time-limited job); rerun to continue
     sweep: tuple[str, ...] = ()  # any other setting, e.g. gamma=0.99,0.995 (see experiments/lag_sweep.py)
 
 
@@ -72,8 +73,10 @@ def main(args: Args) -> str:
                      (("num_epochs", e), ("num_minibatches", m))) for (method, e, m), config in configs.items()],
         sweep.parse_sweep(args.sweep))
     print(sweep.plan_text(groups))
-    sweep.write_run_metadata(out, {**dataclasses.asdict(args), **spec}, groups[0].config)
-    sweep.run_groups(out, groups, progress=args.progress)
+    sweep.check_max_chunks(args.max_chunks)
+    sweep.write_run_metadata(out, groups, {**dataclasses.asdict(args), **spec})
+    if not sweep.run_groups(out, groups, progress=args.progress, max_chunks=args.max_chunks):
+        return out
     table = analysis.summarise_by(out, ("method", "num_epochs", "num_minibatches"), filename="forward_lag.csv")
     print(f"forward lag at lag depth {args.lag_depth} ({spec['task']}): final eval return, IQM [95% CI]")
     for r in table:

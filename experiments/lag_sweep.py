@@ -65,6 +65,7 @@ class Args:
     clip_epsilon: float | None = None  # None: each method's default; applied to the methods that read it
     tv_budget: float | None = None  # None: VACO's default (0.2)
     episode_length: int = 1000
+    max_chunks: int | None = None  # stop every group after this many chunks (a time-limited job); rerun to continue
     sweep: tuple[str, ...] = ()  # any setting, e.g. gamma=0.99,0.995 learning_rate=1e-4,3e-4 num_epochs=2,4
     bootstrap_reps: int = 2000
     progress: bool = True
@@ -90,6 +91,8 @@ def resolve(args: Args) -> dict:
         raise ConfigError(f"lag_depths={spec['lag_depths']} must be >= 1")
     if max(spec["lag_depths"]) > spec["buffer_capacity"]:
         spec["buffer_capacity"] = max(spec["lag_depths"])
+    if not isinstance(args.bootstrap_reps, int) or args.bootstrap_reps < 1:
+        raise ConfigError(f"bootstrap_reps={args.bootstrap_reps!r} must be a positive integer")
     spec["out"] = args.out or os.path.join("runs", f"lag_sweep_{args.preset}")
     return spec
 
@@ -121,11 +124,13 @@ def main(args: Args) -> str:
     groups = plan(args, spec)
     print(sweep.preset_text(args.preset, spec))
     print(sweep.plan_text(groups))
+    sweep.check_max_chunks(args.max_chunks)
     run_dir = spec["out"]
-    sweep.write_run_metadata(run_dir, {**dataclasses.asdict(args), **spec}, groups[0].config)
+    sweep.write_run_metadata(run_dir, groups, {**dataclasses.asdict(args), **spec})
     t0 = time.perf_counter()
     sweep.random_scores(run_dir, spec["tasks"], groups[0].config)
-    sweep.run_groups(run_dir, groups, progress=args.progress)
+    if not sweep.run_groups(run_dir, groups, progress=args.progress, max_chunks=args.max_chunks):
+        return run_dir
     summary, _ = analysis.summarise(run_dir, reps=args.bootstrap_reps)
     print(f"\nlag sweep finished in {time.perf_counter() - t0:.0f} s -> {run_dir}")
     print_table(summary)
@@ -140,12 +145,20 @@ def main(args: Args) -> str:
 def print_table(summary: list[dict]) -> None:
     norm = "normalized" if any(r["normalization"] == "normalized" for r in summary) else "raw"
     rows = [r for r in summary if r["score"] == "final_eval_return" and r["normalization"] == norm
-            and r.get("aggregate") == "iqm"]
+            and r.get("aggregate") in ("iqm", "all_diverged")]
     print(f"IQM of final eval return ({norm}; 1.0 = synchronous PPO-Clip), 95% stratified bootstrap CI:")
     print(f"{'method':<22}{'lag':>5}  {'IQM':>9}  {'95% CI':>21}  runs  diverged")
     for r in sorted(rows, key=lambda r: (r["method"], r["lag_depth"])):
+        if r["aggregate"] == "all_diverged":
+            print(f"{r['method']:<22}{r['lag_depth']:>5}  {'every run diverged':>33}  {r['n_runs']:>4}  "
+                  f"{r['n_diverged']:>8}")
+            continue
         print(f"{r['method']:<22}{r['lag_depth']:>5}  {r['point']:>9.3f}  [{r['low']:>9.3f}, {r['high']:>9.3f}]"
               f"  {r['n_runs']:>4}  {r['n_diverged']:>8}")
+    total = sum(int(r["n_diverged"]) for r in rows)
+    if total:
+        cells = [f"{r['method']} B={r['lag_depth']} ({r['n_diverged']})" for r in rows if int(r["n_diverged"])]
+        print(f"diverged runs (dropped from every aggregate): {total} in " + ", ".join(cells))
 
 
 if __name__ == "__main__":

@@ -51,6 +51,7 @@ class Args:
     seeds: tuple[int, ...] | None = None
     total_env_steps: int | None = None
     progress: bool = True
+    max_chunks: int | None = None  # stop every group after this many chunks (a time-limited job); rerun to continue
     sweep: tuple[str, ...] = ()  # any other setting, e.g. gamma=0.99,0.995 (see experiments/lag_sweep.py)
 
 
@@ -78,8 +79,10 @@ def main(args: Args) -> str:
                      f"{method} {dtype} {source}", (("actor_dtype", dtype), ("old_logit_source", source)))
          for (method, dtype, source), config in configs.items()], sweep.parse_sweep(args.sweep))
     print(sweep.plan_text(groups))
-    sweep.write_run_metadata(out, {**dataclasses.asdict(args), **spec}, groups[0].config)
-    sweep.run_groups(out, groups, progress=args.progress)
+    sweep.check_max_chunks(args.max_chunks)
+    sweep.write_run_metadata(out, groups, {**dataclasses.asdict(args), **spec})
+    if not sweep.run_groups(out, groups, progress=args.progress, max_chunks=args.max_chunks):
+        return out
     keys = ("method", "actor_dtype", "old_logit_source", "lag_depth")
     table = analysis.summarise_by(out, keys, filename="mismatch.csv")
     cost = _seconds_per_chunk(out)

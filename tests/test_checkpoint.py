@@ -96,21 +96,56 @@ def test_latest_tracks_newest_and_a_save_replaces_the_previous(tmp_path):
     save_checkpoint(d, _carry(1), 1, extra={"n": 1})
     assert latest_checkpoint(d) == 1 and _step_dirs(d) == ["1"]
     save_checkpoint(d, _carry(2), 2, extra={"n": 2})
-    assert latest_checkpoint(d) == 2 and _step_dirs(d) == ["2"]  # the first one is gone
+    assert latest_checkpoint(d) == 2 and _step_dirs(d) == ["1", "2"]  # the previous one stays as a fallback
+    save_checkpoint(d, _carry(3), 3, extra={"n": 3})
+    assert latest_checkpoint(d) == 3 and _step_dirs(d) == ["2", "3"]  # older ones go
     restored, chunk, extra = restore_checkpoint(d, _carry(0))
-    assert (chunk, extra) == (2, {"n": 2})
-    assert_trees_identical(_carry(2), restored)
+    assert (chunk, extra) == (3, {"n": 3})
+    assert_trees_identical(_carry(3), restored)
 
     # saving the same chunk again (or an earlier one: a run restarted into an old directory)
     # never writes into an existing checkpoint directory, and the newest save wins
-    save_checkpoint(d, _carry(3), 2, extra={"n": 3})
-    assert latest_checkpoint(d) == 2 and len(_step_dirs(d)) == 1
-    assert restore_checkpoint(d, _carry(0))[2] == {"n": 3}
-    save_checkpoint(d, _carry(4), 1, extra={"n": 4})
-    assert latest_checkpoint(d) == 1 and len(_step_dirs(d)) == 1
+    save_checkpoint(d, _carry(4), 3, extra={"n": 4})
+    assert latest_checkpoint(d) == 3 and len(_step_dirs(d)) == 2
+    assert restore_checkpoint(d, _carry(0))[2] == {"n": 4}
+    save_checkpoint(d, _carry(5), 1, extra={"n": 5})
+    assert latest_checkpoint(d) == 1 and len(_step_dirs(d)) == 2
     restored, chunk, extra = restore_checkpoint(d, _carry(0))
-    assert (chunk, extra) == (1, {"n": 4})
-    assert_trees_identical(_carry(4), restored)
+    assert (chunk, extra) == (1, {"n": 5})
+    assert_trees_identical(_carry(5), restored)
+
+
+def _array_files(step_dir):
+    out = []
+    for root, _, files in os.walk(os.path.join(step_dir, "state")):
+        out += [os.path.join(root, f) for f in files if "/d/" in os.path.join(root, f) + "/" or root.endswith("/d")]
+    return sorted(out, key=os.path.getsize)
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate"])
+def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, damage):
+    from vaco_jax.checkpoint import CheckpointDamaged
+
+    d = str(tmp_path)
+    save_checkpoint(d, _carry(1), 1, extra={"n": 1})
+    save_checkpoint(d, _carry(2), 2, extra={"n": 2})
+    files = _array_files(os.path.join(d, "2"))
+    assert files, os.listdir(os.path.join(d, "2"))
+    target = files[-1]
+    data = bytearray(open(target, "rb").read())
+    if damage == "flip":  # 64 flipped bytes in the middle of the largest array file
+        mid = len(data) // 2
+        for i in range(mid, min(mid + 64, len(data))):
+            data[i] ^= 0xFF
+    else:
+        data = data[: len(data) // 2]
+    open(target, "wb").write(bytes(data))
+    restored, chunk, extra = restore_checkpoint(d, _carry(0))  # never the damaged arrays
+    assert (chunk, extra) == (1, {"n": 1})
+    assert_trees_identical(_carry(1), restored)
+    shutil.rmtree(os.path.join(d, "1"))  # no fallback left: a clear error naming the checkpoint
+    with pytest.raises(CheckpointDamaged, match=r"no usable checkpoint.*2"):
+        restore_checkpoint(d, _carry(0))
 
 
 def test_interrupted_saves_are_ignored(tmp_path, monkeypatch):
@@ -143,9 +178,10 @@ def test_interrupted_saves_are_ignored(tmp_path, monkeypatch):
     assert chunk == 1
     assert_trees_identical(_carry(1), restored)
 
-    # the next successful save does not reuse any of those names, and removes them
+    # the next successful save does not reuse any of those names, and removes them (keeping the
+    # previous complete checkpoint as a fallback)
     save_checkpoint(d, _carry(2), 2)
-    assert latest_checkpoint(d) == 2 and len(_step_dirs(d)) == 1
+    assert latest_checkpoint(d) == 2 and _step_dirs(d) == ["1", "13"]
     assert_trees_identical(_carry(2), restore_checkpoint(d, _carry(0))[0])
 
 

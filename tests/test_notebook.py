@@ -72,7 +72,7 @@ def test_notebook_runs_on_a_tiny_sweep(tmp_path, monkeypatch):
     assert not errors
     text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs
                    if o.output_type == "stream")
-    assert "finished runs" in text and "figures" in text
+    assert "finished runs" in text and "figures" in text and "one episode of" in text
     images = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
               if o.output_type == "display_data" and "image/png" in o.get("data", {})]
     assert len(images) >= 2  # the main sweep figure and the interactive learning curve

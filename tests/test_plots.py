@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from vaco_jax import analysis, plots
-from vaco_jax.sweep import atomic_write_text, read_csv, rows_to_csv
+from vaco_jax import results
+from vaco_jax.results import atomic_write_text, read_csv, rows_to_csv
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TASKS = ("hopper", "inverted_double_pendulum")
@@ -73,8 +74,7 @@ def _write_group(group_dir: str, task: str, method: str, lags, seeds, tags: dict
                                                 "grid_steps_per_second"):
                     score[f"mean_{k}"] = float(np.nanmean([float(r[k]) for r in rows]))
             score_rows.append(score)
-    atomic_write_text(os.path.join(group_dir, "cells.json"), json.dumps(
-        [{"lag_depth": b, "seed": s, **CELL} for b in lags for s in seeds]))
+    results.write_cells(group_dir, [{"lag_depth": b, "seed": s, **CELL} for b in lags for s in seeds])
     atomic_write_text(os.path.join(group_dir, "curves.csv"), rows_to_csv(curve_rows))
     atomic_write_text(os.path.join(group_dir, "scores.csv"), rows_to_csv(score_rows))
 
@@ -83,9 +83,9 @@ def make_synthetic_run(run_dir: str, seed: int = 0) -> str:
     """A lag sweep: 2 tasks x 3 methods (incl. ppo_clip) x lag depths 1, 2, 4 x 3 seeds, one diverged run."""
     rng = np.random.default_rng(seed)
     os.makedirs(run_dir, exist_ok=True)
-    atomic_write_text(os.path.join(run_dir, "run.json"), json.dumps(
-        {"resolved": {"args": {"preset": "synthetic", "bootstrap_reps": 300}}, "versions": {}}))
-    atomic_write_text(os.path.join(run_dir, "random_scores.json"), json.dumps(RANDOM))
+    results.write_json(os.path.join(run_dir, "run.json"),
+                       {"command": {"preset": "synthetic", "bootstrap_reps": 300}, "versions": {}})
+    results.write_json(os.path.join(run_dir, "random_scores.json"), RANDOM)
     for task in TASKS:
         for method in METHODS:
             _write_group(os.path.join(run_dir, task, method), task, method, LAGS, SEEDS, {}, rng, quality=1.0)
@@ -97,7 +97,7 @@ def make_forward_run(run_dir: str, epochs=(1, 2, 4), minibatches=(4, 8), seed: i
     rng = np.random.default_rng(seed)
     task = "inverted_double_pendulum"
     os.makedirs(run_dir, exist_ok=True)
-    atomic_write_text(os.path.join(run_dir, "random_scores.json"), json.dumps({task: RANDOM[task]}))
+    results.write_json(os.path.join(run_dir, "random_scores.json"), {task: RANDOM[task]})
     for method in ("ppo_clip", "vaco"):
         for e in epochs:
             for m in minibatches:

@@ -150,8 +150,9 @@ def test_cli_runs_keep_apart_and_bad_input_is_one_line_with_exit_code_2(tmp_path
     for gamma in ("0.99", "0.95"):
         res = _cli(*common, "--gamma", gamma)
         assert res.returncode == 0, res.stderr[-2000:]
-    files = sorted(os.listdir(tmp_path))
+    files = sorted(f for f in os.listdir(tmp_path) if f.endswith(".json"))
     assert len(files) == 2  # two runs differing only in gamma: two files
+    assert len([f for f in os.listdir(tmp_path) if f.endswith(".policy")]) == 2  # and two kept policies
     saved = [json.load(open(os.path.join(tmp_path, f))) for f in files]
     assert {s["config"]["gamma"] for s in saved} == {0.99, 0.95}
     bad = _cli(*common, "--method", "vaco", "--clip-epsilon", "0.3")

@@ -10,7 +10,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from vaco_jax import analysis, sweep
+from vaco_jax import analysis, results, sweep
 from vaco_jax.config import Config, ConfigError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -101,7 +101,8 @@ def test_summary_drops_and_counts_diverged_runs(tmp_path):
     d = tmp_path / "reacher" / "all"
     d.mkdir(parents=True)
     sweep.atomic_write_text(str(d / "scores.csv"), sweep.rows_to_csv(rows))
-    (tmp_path / "random_scores.json").write_text(json.dumps({"reacher": 0.0}))
+    results.write_cells(str(d), [{"lag_depth": r["lag_depth"], "seed": r["seed"], "m": r["method"]} for r in rows])
+    results.write_json(str(tmp_path / "random_scores.json"), {"reacher": 0.0})
     summary, _ = analysis.summarise(str(tmp_path), reps=200)
     cell = [r for r in summary if r["method"] == "vaco" and r["lag_depth"] == 4 and r["score"] == "final_eval_return"
             and r["normalization"] == "raw" and r["aggregate"] == "mean"][0]

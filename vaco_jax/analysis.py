@@ -8,14 +8,14 @@ counted (column ``n_diverged``), never averaged in.
 
 from __future__ import annotations
 
-import json
 import os
 from collections import defaultdict
 
 import numpy as np
 
 from vaco_jax import stats
-from vaco_jax.sweep import atomic_write_text, load_scores, rows_to_csv
+from vaco_jax import results
+from vaco_jax.results import atomic_write_text, load_scores, rows_to_csv
 
 SCORES = ("final_eval_return", "auc_eval_return", "train_return_last5pct")
 DIAGNOSTICS = ("mean_filtered_fraction", "mean_clip_fraction", "mean_tv_behaviour", "mean_tv_learner",
@@ -45,7 +45,8 @@ def reference_scores(rows, tasks, score, random: dict | None):
     ref = score_matrix(rows, REFERENCE_METHOD, 1, tasks, score)
     if ref.shape[0] == 0:
         return None
-    ref_mean = np.nanmean(ref, axis=0)
+    finite = np.isfinite(ref)
+    ref_mean = np.where(finite.any(axis=0), np.where(finite, ref, 0).sum(0) / np.maximum(finite.sum(0), 1), np.nan)
     rnd = np.array([random.get(t, np.nan) for t in tasks], float)
     if np.any(~np.isfinite(ref_mean)) or np.any(~np.isfinite(rnd)) or np.any(np.abs(ref_mean - rnd) < 1e-6 * np.maximum(1, np.abs(rnd))):
         return None
@@ -57,7 +58,7 @@ def summarise(run_dir: str, reps: int = 2000, seed: int = 0) -> tuple[list[dict]
     if not rows:
         raise FileNotFoundError(f"no scores.csv under {run_dir}: nothing has finished yet")
     rnd_path = os.path.join(run_dir, "random_scores.json")
-    random = json.load(open(rnd_path)) if os.path.exists(rnd_path) else None
+    random = results.read_json(rnd_path) if os.path.exists(rnd_path) else None
     tasks = sorted({r["env"] for r in rows})
     methods = sorted({r["method"] for r in rows})
     lags = sorted({int(r["lag_depth"]) for r in rows})

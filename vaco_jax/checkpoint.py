@@ -18,7 +18,10 @@ the template on restore). ``<step>`` is ``chunk`` in the normal flow; when a com
 with that number or a higher one already exists (a second save of the same chunk, or a run
 restarted from scratch into an old directory) it is the largest number present plus one, so a
 new save never writes into an existing directory. ``chunk`` is always read from ``meta``.
-Only the newest checkpoint is kept.
+The newest checkpoint and the one before it are kept: every leaf is saved with the sha256 of its
+bytes, and a restore that finds the newest one damaged (unreadable, truncated, or an array that
+does not match its checksum) falls back to the previous one; when none is usable it raises
+``CheckpointDamaged`` naming each problem.
 
 **Atomicity.** Orbax writes the checkpoint into ``<step>.orbax-checkpoint-tmp`` and, after every
 array and the JSON are on disk, writes ``commit_success.txt`` into it and renames it to
@@ -49,6 +52,8 @@ Usage in a host loop::
 from __future__ import annotations
 
 import contextlib
+import errno
+import hashlib
 import json
 import logging
 import os
@@ -59,20 +64,22 @@ import numpy as np
 import orbax.checkpoint as ocp
 from etils import epath
 
-__all__ = ["save_checkpoint", "restore_checkpoint", "latest_checkpoint"]
+__all__ = ["CheckpointDamaged", "save_checkpoint", "restore_checkpoint", "latest_checkpoint"]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: every leaf carries the sha256 of its bytes; the previous checkpoint is kept
 TMP_SUFFIX = ocp.step.TMP_DIR_SUFFIX  # ".orbax-checkpoint-tmp", in the name of an unfinished save
 COMMIT_FILE = "commit_success.txt"  # written by orbax just before the final rename
 
 
 @contextlib.contextmanager
 def _quiet():
-    """Orbax reports every save, restore and rename at INFO through absl: keep only its warnings
-    while we call it (absl's default verbosity already hides INFO; a script may have lowered it)."""
+    """Orbax reports every save, restore and rename at INFO through absl, and a failure (a full disk)
+    at ERROR with long tracebacks of its worker threads before it raises. Every failure reaches the
+    caller as an exception anyway, so absl's log is silenced while we call orbax: the caller prints
+    the one line that matters."""
     logger = logging.getLogger("absl")
     level = logger.level
-    logger.setLevel(max(level, logging.WARNING))
+    logger.setLevel(logging.CRITICAL + 1)
     try:
         yield
     finally:
@@ -99,6 +106,48 @@ def _numbered_entries(directory: epath.Path) -> list[int]:
         if head.isdigit():
             out.append(int(head))
     return out
+
+
+_saved_stderr: list[int] = []  # the real stderr while a failed save's threads are still unwinding
+
+
+def stderr_fd() -> int:
+    """Where a one-line error should go: the real stderr (fd 2 may be silenced for a moment)."""
+    return _saved_stderr[-1] if _saved_stderr else 2
+
+
+@contextlib.contextmanager
+def _stderr_silenced(grace: float = 3.0):
+    """When orbax's writes fail, its worker threads print tracebacks straight to the process's stderr
+    (file descriptor 2) while the save unwinds and for a moment after; the exception it raises says
+    all of it once. On success fd 2 is restored at once; after a failure ``grace`` seconds later (a
+    command-line script has printed its one line through ``stderr_fd()`` and exited by then)."""
+    import threading
+
+    try:
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    os.close(devnull)
+
+    def restore():
+        os.dup2(saved, 2)
+        os.close(saved)
+        if saved in _saved_stderr:
+            _saved_stderr.remove(saved)
+
+    try:
+        yield
+    except BaseException:
+        _saved_stderr.append(saved)
+        timer = threading.Timer(grace, restore)
+        timer.daemon = True
+        timer.start()
+        raise
+    restore()
 
 
 @contextlib.contextmanager
@@ -143,6 +192,15 @@ def _leaf_record(path, leaf) -> tuple[dict, Any]:
     return record, (leaf if leaf.size > 0 else None)
 
 
+def _digest(array) -> str:
+    """sha256 of a leaf's bytes (gathered to the host; a sharded grid leaf is hashed whole)."""
+    return hashlib.sha256(np.ascontiguousarray(np.asarray(jax.device_get(array))).tobytes()).hexdigest()
+
+
+class CheckpointDamaged(RuntimeError):
+    """A checkpoint whose arrays do not match the checksums written with them, or cannot be read."""
+
+
 def _default_sharding() -> jax.sharding.Sharding:
     return jax.sharding.SingleDeviceSharding(jax.devices()[0])
 
@@ -170,9 +228,10 @@ def save_checkpoint(directory: str, state, chunk: int, extra: dict | None = None
     records, arrays = [], {}
     for i, (path, leaf) in enumerate(jax.tree_util.tree_flatten_with_path(state)[0]):
         record, array = _leaf_record(path, leaf)
-        records.append(record)
         if array is not None:
+            record["sha256"] = _digest(array)
             arrays[f"{i:05d}"] = array
+        records.append(record)
     meta = {"format": FORMAT_VERSION, "chunk": int(chunk), "extra": extra, "leaves": records}
 
     existing = _numbered_entries(directory)
@@ -188,15 +247,25 @@ def save_checkpoint(directory: str, state, chunk: int, extra: dict | None = None
     items = {"meta": ocp.args.JsonSave(meta)}
     if arrays:  # orbax refuses an empty item (a state of only zero-size leaves)
         items["state"] = ocp.args.StandardSave(arrays)
-    with _checkpointer() as ckptr:
-        ckptr.save(final, args=ocp.args.Composite(**items))
+    try:
+        with _stderr_silenced(), _checkpointer() as ckptr:
+            ckptr.save(final, args=ocp.args.Composite(**items))
+    except Exception as e:  # noqa: BLE001 - a full disk, a lost mount: one clear OSError, no temporary dir
+        if jax.process_index() == 0 and tmp.exists():
+            tmp.rmtree()
+        message = str(e)
+        if "No space left on device" in message:
+            raise OSError(errno.ENOSPC, "No space left on device", str(final)) from None
+        raise OSError(errno.EIO, f"checkpoint save failed: {message.splitlines()[0][:300]}", str(final)) from None
     if not _is_complete(final):  # the synchronous save must have renamed and marked it
         raise RuntimeError(f"orbax returned before {final} was finalised")
 
-    if jax.process_index() == 0:
+    if jax.process_index() == 0:  # keep this one and the newest complete one before it (a fallback)
+        older = [s for s in complete if s < step]
+        keep = {final.name} | ({str(max(older))} if older else set())
         for p in directory.iterdir():
             head = p.name.split(TMP_SUFFIX)[0]
-            if head.isdigit() and p.name != final.name:
+            if head.isdigit() and p.name not in keep:
                 p.rmtree() if p.is_dir() else p.unlink()
 
 
@@ -217,10 +286,29 @@ def restore_checkpoint(directory: str, template) -> tuple[Any, int, dict] | None
     directory holds no complete checkpoint. Raises ValueError when the checkpoint does not match
     the template (different leaves, shapes or dtypes).
     """
-    newest = _newest(epath.Path(os.path.abspath(directory)))
-    if newest is None:
-        return None
-    path, meta = newest
+    directory = epath.Path(os.path.abspath(directory))
+    problems = []
+    for step in reversed(_complete_steps(directory)):
+        path = directory / str(step)
+        try:
+            meta = _read_meta(path)
+        except Exception as e:  # noqa: BLE001 - unreadable metadata: try the previous checkpoint
+            problems.append(f"{path}: unreadable metadata ({type(e).__name__})")
+            continue
+        if meta.get("format") != FORMAT_VERSION:
+            problems.append(f"{path}: format {meta.get('format')} (this version reads {FORMAT_VERSION})")
+            continue
+        try:
+            return _restore_from(path, meta, template)
+        except CheckpointDamaged as e:
+            problems.append(str(e))
+            logging.getLogger(__name__).warning("%s; falling back to the previous checkpoint", e)
+    if problems:
+        raise CheckpointDamaged(f"{directory}: no usable checkpoint ({'; '.join(problems)})")
+    return None
+
+
+def _restore_from(path, meta, template):
     flat, treedef = jax.tree_util.tree_flatten_with_path(template)
     records = meta["leaves"]
     if len(records) != len(flat):
@@ -249,9 +337,16 @@ def restore_checkpoint(directory: str, template) -> tuple[Any, int, dict] | None
 
     arrays = {}
     if targets:
-        with _checkpointer() as ckptr:
-            args = ocp.args.Composite(state=ocp.args.StandardRestore(targets))
-            arrays = ckptr.restore(path, args=args)["state"]
+        try:
+            with _checkpointer() as ckptr:
+                args = ocp.args.Composite(state=ocp.args.StandardRestore(targets))
+                arrays = ckptr.restore(path, args=args)["state"]
+        except Exception as e:  # noqa: BLE001 - truncated or corrupt array files
+            raise CheckpointDamaged(f"{path}: arrays unreadable ({type(e).__name__})") from None
+        for key, value in arrays.items():
+            rec = records[int(key)]
+            if _digest(value) != rec.get("sha256"):
+                raise CheckpointDamaged(f"{path}: leaf {rec['path']} does not match its checksum")
 
     leaves = []
     for i, (shape, dtype, sharding, key_impl, as_numpy) in enumerate(plans):

@@ -19,7 +19,6 @@ already chose its inline backend keeps it).
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
@@ -36,7 +35,8 @@ import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import EngFormatter, FixedLocator, NullLocator  # noqa: E402
 
-from vaco_jax.sweep import load_curves, load_scores, read_csv  # noqa: E402
+from vaco_jax import results  # noqa: E402
+from vaco_jax.results import load_curves, load_scores, read_csv  # noqa: E402
 from vaco_jax.knobs import KNOBS  # noqa: E402
 
 FIGURES = "figures"
@@ -220,15 +220,11 @@ def _legend(fig: Figure, axes, handles=None, labels=None) -> None:
 
 def _run_json(run_dir: str) -> dict:
     path = os.path.join(run_dir, "run.json")
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return {}
+    return results.read_json(path) if os.path.exists(path) else {}
 
 
 def _bootstrap_reps(run_dir: str) -> int | None:
-    args = _run_json(run_dir).get("resolved", {}).get("args", {})
+    args = _run_json(run_dir).get("command", {})
     reps = args.get("bootstrap_reps")
     return int(reps) if isinstance(reps, (int, float)) else None
 

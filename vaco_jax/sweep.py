@@ -16,9 +16,7 @@ temporary name and renamed, so a crash leaves either the old or the new file, ne
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import io
 import itertools
 import json
 import math
@@ -32,7 +30,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from vaco_jax.config import STATIC_FIELDS, TRACED_FIELDS, Config, _ages_depth, make_traced, stack_traced
+from vaco_jax import results
 from vaco_jax.knobs import ConfigError, check_knob
+from vaco_jax.results import ResultsError
 from vaco_jax.train import Trainer, chunk_summary, make_train
 
 @dataclasses.dataclass(frozen=True)
@@ -194,11 +194,14 @@ def apply_sweep(groups: Sequence[Group], axes: dict[str, list]) -> list[Group]:
     a tag column); a traced axis multiplies each group's cells (one program). A traced axis applies to
     the groups whose method reads it, and is an error when no group does. Every config and cell is
     built here, so a bad value fails before anything is written or compiled."""
+    if not groups:
+        raise ConfigError("nothing to run: no group (empty --methods, --tasks, --variants or --epochs?)")
     static = {k: v for k, v in axes.items() if k in STATIC_FIELDS}
     traced = {k: v for k, v in axes.items() if k not in STATIC_FIELDS}
     used: set = set()
     out = []
     for g in groups:
+        check_cells(g.cells, g.subdir)
         combos = [dict(zip(static, vals)) for vals in itertools.product(*static.values())] if static else [{}]
         for combo in combos:
             config = g.config.replace(**combo) if combo else g.config
@@ -262,60 +265,77 @@ def with_knobs(configs: Sequence[Config], knobs: dict) -> list[Config]:
 
 
 def cli_main(main, args) -> None:
-    """Run a study script's ``main``; a bad setting is one line on stderr and exit code 2."""
+    """Run a script's ``main``: a bad setting is one line on stderr and exit code 2, a damaged result
+    file or checkpoint one line and exit code 3, an OS error (a full disk) one line and exit code 1
+    (the environment variable VACO_JAX_DEBUG=1 shows the traceback instead). An integer returned by
+    ``main`` is the exit code."""
     import sys
 
+    from vaco_jax.checkpoint import CheckpointDamaged
+
+    debug = os.environ.get("VACO_JAX_DEBUG") == "1"
     try:
-        main(args)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+        code = main(args)
+    except (ConfigError, ValueError) as e:
+        if debug:
+            raise
+        _fail(f"error: {e}", results.EXIT_BAD_INPUT)
+    except (ResultsError, CheckpointDamaged) as e:
+        if debug:
+            raise
+        _fail(f"error: {e}", results.EXIT_DAMAGED)
+    except OSError as e:  # a full disk, a path that is a file, no permission: the one line that matters
+        if debug:
+            raise
+        _fail(f"error: {e.strerror or e}" + (f": {e.filename}" if e.filename else ""), 1)
+    if isinstance(code, int) and not isinstance(code, bool):
+        sys.exit(code)
 
 
-def run_groups(run_dir: str, groups: Sequence[Group], progress: bool = True, max_chunks: int | None = None) -> None:
+def _fail(line: str, code: int) -> None:
+    """Print one line and leave at once: worker threads of orbax/tensorstore that are still unwinding
+    would otherwise print tracebacks during interpreter shutdown."""
+    import sys
+
+    from vaco_jax.checkpoint import stderr_fd
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.write(stderr_fd(), (line + "\n").encode())
+    os._exit(code)
+
+
+def check_max_chunks(max_chunks) -> None:
+    if max_chunks is not None and (not isinstance(max_chunks, int) or isinstance(max_chunks, bool) or max_chunks < 1):
+        raise ConfigError(f"max_chunks={max_chunks!r} must be a positive integer")
+
+
+def run_groups(run_dir: str, groups: Sequence[Group], progress: bool = True, max_chunks: int | None = None) -> bool:
+    """Run every group; with ``max_chunks`` each stops after that many chunks (a time-limited job:
+    rerun the same command to continue). Returns whether every group finished."""
+    check_max_chunks(max_chunks)
+    finished = True
     for g in groups:
-        run_group(g.config, list(g.cells), os.path.join(run_dir, g.subdir), progress=progress,
-                  label=g.label or g.subdir, tags=dict(g.tags), max_chunks=max_chunks)
+        rows = run_group(g.config, list(g.cells), os.path.join(run_dir, g.subdir), progress=progress,
+                         label=g.label or g.subdir, tags=dict(g.tags), max_chunks=max_chunks)
+        finished = finished and rows is not None
+    if not finished:
+        print(f"stopped after --max-chunks {max_chunks}; rerun the same command to continue")
+    return finished
 
 
-# ----------------------------------------------------------------------------- atomic files
-
-def atomic_write_text(path: str, text: str) -> None:
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+# The file layer lives in results.py (no jax); these names stay importable from here.
+atomic_write_text = results.atomic_write_text
+rows_to_csv = results.rows_to_csv
+read_csv = results.read_table
+load_scores = results.load_scores
+load_curves = results.load_curves
 
 
-def rows_to_csv(rows: Sequence[dict]) -> str:
-    fields: list[str] = []
-    for row in rows:
-        fields.extend(k for k in row if k not in fields)
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=fields, restval="")
-    writer.writeheader()
-    writer.writerows(rows)
-    return buf.getvalue()
+def _warn(message: str) -> None:
+    import sys
 
-
-def read_csv(path: str) -> list[dict]:
-    with open(path) as f:
-        rows = list(csv.DictReader(f))
-    out = []
-    for row in rows:
-        parsed = {}
-        for k, v in row.items():
-            if v == "":
-                parsed[k] = float("nan")
-                continue
-            try:
-                parsed[k] = float(v) if any(c in v for c in ".eEn") else int(v)
-            except ValueError:
-                parsed[k] = {"True": True, "False": False}.get(v, v)
-        out.append(parsed)
-    return out
+    print(f"warning: {message}", file=sys.stderr, flush=True)
 
 
 # ----------------------------------------------------------------------------- sharding
@@ -360,47 +380,78 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
               tags: dict | None = None, shard: bool = True, max_chunks: int | None = None) -> list[dict] | None:
     """Run (or resume, or skip when finished) one group; returns its score rows.
 
+    Resuming verifies every file against the checkpoint (row counts per chunk, checksums); a damaged
+    checkpoint falls back to the previous one, and when no checkpoint or no consistent set of files
+    is left the group restarts from its first chunk (the run is deterministic, so the numbers are the
+    same) with a one-line warning. A damaged ``scores.csv`` of a finished group raises ResultsError.
+
     ``shard=False`` keeps the grid on one device. ``max_chunks`` stops after that many chunks in
     this call (returns None; the next call resumes from the checkpoint), for time-sliced jobs.
 
     ``tags`` are extra columns written into every row (e.g. ``num_epochs`` for a forward-lag sweep).
     """
     tags = dict(tags or {})
+    check_cells(cells, group_dir)
     scores_path = os.path.join(group_dir, "scores.csv")
-    cells_json = json.dumps([c.row() for c in cells], indent=1)
-    cells_path = os.path.join(group_dir, "cells.json")
-    if os.path.exists(cells_path) and open(cells_path).read() != cells_json:
-        raise ValueError(f"{group_dir} holds a different grid (cells.json differs); use another run directory")
+    cell_rows = json.loads(json.dumps([c.row() for c in cells], default=str))
+    if os.path.exists(os.path.join(group_dir, "cells.json")):
+        old_rows = results.read_cells(group_dir)
+        if old_rows != cell_rows:
+            return _extend_group(config, cells, cell_rows, old_rows, group_dir, progress=progress,
+                                 checkpoint=checkpoint, trainer=trainer, label=label, tags=tags, shard=shard,
+                                 max_chunks=max_chunks)
     if os.path.exists(scores_path):
-        return read_csv(scores_path)
+        return results.read_table(scores_path, expect_rows=len(cells))
     from tqdm.auto import tqdm
 
     from vaco_jax import checkpoint as ckpt
 
     os.makedirs(group_dir, exist_ok=True)
-    atomic_write_text(cells_path, cells_json)
+    results.write_cells(group_dir, cell_rows)
 
     trainer = trainer or make_train(config)
     padded = _pad(cells, len(jax.devices())) if shard else list(cells)
     keys = jnp.stack([jax.random.PRNGKey(c.seed) for c in padded])
     traced = stack_traced([make_traced(config, c.lag_depth, **c.knob_dict()) for c in padded])
-    if shard and len(jax.devices()) > 1:
-        sharding = _grid_sharding()
+    sharding = _grid_sharding() if shard and len(jax.devices()) > 1 else None
+    if sharding is not None:
         keys, traced = jax.device_put((keys, traced), sharding)
     init = jax.jit(jax.vmap(trainer.init))
     run_chunk = jax.jit(jax.vmap(trainer.run_chunk))
+    n = len(cells)
+
+    # Checkpoints hold the real cells only (no padding copies, no device layout), so a group stopped
+    # on one device count resumes on any other: restore, re-pad with copies of the last cell (exactly
+    # what the padded cells are), and lay the grid out on this machine's devices.
+    def unpad(tree):
+        return jax.tree.map(lambda x: x[:n], tree)
+
+    def repad(tree):
+        extra = len(padded) - n
+        if extra:
+            tree = jax.tree.map(lambda x: jnp.concatenate([x, jnp.repeat(x[-1:], extra, axis=0)]), tree)
+        return jax.device_put(tree, sharding) if sharding is not None else tree
 
     ckpt_dir = os.path.join(group_dir, "checkpoint")
     curves_path = os.path.join(group_dir, "curves.csv")
     phase_path = os.path.join(group_dir, "phase_returns.npz")
-    restored = ckpt.restore_checkpoint(ckpt_dir, jax.eval_shape(init, keys, traced)) if checkpoint else None
-    if restored is not None:
-        state, start, _ = restored
-        curve_rows = [r for r in read_csv(curves_path) if r["chunk"] < start] if os.path.exists(curves_path) else []
-        saved = np.load(phase_path)
-        phase_ret, phase_cnt = list(saved["returns"][:start]), list(saved["counts"][:start])
-    else:
-        state, start, curve_rows, phase_ret, phase_cnt = init(keys, traced), 0, [], [], []
+    state, start, curve_rows, phase_ret, phase_cnt = None, 0, [], [], []
+    if checkpoint:
+        try:
+            restored = ckpt.restore_checkpoint(ckpt_dir, jax.eval_shape(lambda k, t: unpad(init(k, t)), keys, traced))
+        except ckpt.CheckpointDamaged as e:
+            _warn(f"{e}; restarting {group_dir} from its first chunk (every number is recomputed)")
+            restored = None
+        if restored is not None:
+            state, start, _ = restored
+            state = repad(state)
+            try:
+                curve_rows, phase_ret, phase_cnt = _resume_files(curves_path, phase_path, start, len(cells))
+            except ResultsError as e:
+                _warn(f"{e}; restarting {group_dir} from its first chunk (every number is recomputed)")
+                state, start, curve_rows, phase_ret, phase_cnt = None, 0, [], [], []
+    if state is None:
+        state = init(keys, traced)
 
     bar = tqdm(total=config.num_evals, initial=start, disable=not progress, unit="chunk",
                desc=label or f"{config.env}/{config.method} x{len(cells)}")
@@ -419,13 +470,14 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
             row["seconds"] = seconds
             row["grid_steps_per_second"] = config.env_steps_per_chunk * len(padded) / seconds
             curve_rows.append(row)
-        atomic_write_text(curves_path, rows_to_csv(curve_rows))
+        results.write_table(curves_path, curve_rows)
         if checkpoint:
-            _save_npz(phase_path, returns=np.stack(phase_ret), counts=np.stack(phase_cnt))
-            ckpt.save_checkpoint(ckpt_dir, state, chunk + 1)
+            results.save_npz(phase_path, returns=np.stack(phase_ret), counts=np.stack(phase_cnt))
+            ckpt.save_checkpoint(ckpt_dir, unpad(state), chunk + 1)
         bar.update(1)
-        evals = summary["eval_return"][: len(cells)]
-        bar.set_postfix(eval=f"{np.nanmean(evals):.0f}",
+        evals = np.asarray(summary["eval_return"][: len(cells)], float)
+        evals = evals[np.isfinite(evals)]
+        bar.set_postfix(eval=f"{evals.mean():.0f}" if len(evals) else "n/a",
                         sps=f"{config.env_steps_per_chunk * len(padded) / seconds:.0f}")
     bar.close()
     if stop < config.num_evals:
@@ -445,16 +497,64 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
             vals = np.array([r[k] for r in rows], float)
             row[f"mean_{k}"] = float(np.nanmean(vals)) if np.any(np.isfinite(vals)) else float("nan")
         score_rows.append(row)
-    atomic_write_text(scores_path, rows_to_csv(score_rows))
+    from vaco_jax.policies import save_policies
+
+    final = jax.device_get(unpad(state))
+    save_policies(group_dir, config, final.learner, final.normalizer)  # trained policies are kept
+    results.write_table(scores_path, score_rows)
     if checkpoint:
         shutil.rmtree(ckpt_dir, ignore_errors=True)
     return score_rows
 
 
-def _save_npz(path: str, **arrays) -> None:
-    tmp = f"{path}.tmp.{os.getpid()}.npz"
-    np.savez(tmp, **arrays)
-    os.replace(tmp, path)
+def _cell_from_row(row: dict) -> Cell:
+    knobs = {k: (tuple(v) if isinstance(v, list) else v) for k, v in row.items() if k not in ("lag_depth", "seed")}
+    return Cell(int(row["lag_depth"]), int(row["seed"]), tuple(sorted(knobs.items())))
+
+
+def _extend_group(config, cells, cell_rows, old_rows, group_dir, **kwargs):
+    """The manifest is extensible: a grid that holds every cell of the group's ``cells.json`` plus new
+    ones (more seeds, lag depths or knob values) runs the new cells as a sub-group
+    ``GROUP/more_<hash>/`` (its own program) and returns the rows of both; anything else is an error."""
+    import hashlib
+
+    key = lambda r: json.dumps(r, sort_keys=True)  # noqa: E731
+    old_keys = {key(r) for r in old_rows}
+    if not old_keys <= {key(r) for r in cell_rows}:
+        raise ValueError(f"{group_dir} holds a different grid (cells.json has cells this command lacks); "
+                         "give every cell it holds (plus any new ones) or choose another --out")
+    new = [c for c, r in zip(cells, cell_rows) if key(r) not in old_keys]
+    old = [_cell_from_row(r) for r in old_rows]
+    digest = hashlib.sha1("".join(sorted(key(c.row()) for c in new)).encode()).hexdigest()[:8]
+    first = run_group(config, old, group_dir, **kwargs)
+    more = run_group(config, new, os.path.join(group_dir, f"more_{digest}"), **kwargs)
+    return None if first is None or more is None else first + more
+
+
+def check_cells(cells: Sequence[Cell], where: str = "") -> None:
+    """A group needs at least one cell and no cell twice (a duplicate would be counted as two runs)."""
+    if not cells:
+        raise ConfigError(f"{where or 'a group'}: no cells (empty --seeds or --lag-depths?)")
+    seen: dict = {}
+    for c in cells:
+        key = json.dumps(c.row(), sort_keys=True, default=str)
+        if key in seen:
+            raise ConfigError(f"{where or 'a group'}: the cell {c.row()} appears twice (duplicate seeds, lag "
+                              "depths or sweep values)")
+        seen[key] = True
+
+
+def _resume_files(curves_path: str, phase_path: str, start: int, n_cells: int):
+    """The curve rows and phase returns of the chunks a checkpoint has done, verified against it."""
+    table = results.read_table(curves_path)
+    rows = [r for r in table if r["chunk"] < start]
+    if len(rows) != start * n_cells or {r["chunk"] for r in rows} != set(range(start)):
+        raise ResultsError(f"{curves_path}: {len(rows)} rows for the {start} chunk(s) of {n_cells} cells the "
+                           "checkpoint has done")
+    saved = results.load_npz(phase_path)
+    if saved["returns"].shape[0] < start or saved["counts"].shape[0] < start:
+        raise ResultsError(f"{phase_path}: {saved['returns'].shape[0]} chunk(s), the checkpoint has done {start}")
+    return rows, list(saved["returns"][:start]), list(saved["counts"][:start])
 
 
 # ----------------------------------------------------------------------------- run metadata
@@ -486,50 +586,45 @@ def git_commit() -> str | None:
         return None
 
 
-def write_run_metadata(run_dir: str, args: dict, base_config: Config) -> None:
-    """The resolved configuration, package versions, git commit, devices; refuses a changed sweep."""
-    os.makedirs(run_dir, exist_ok=True)
+def write_run_metadata(run_dir: str, groups: Sequence[Group], info: dict) -> None:
+    """``run.json``: the run's identity, package versions, git commit, devices.
+
+    The identity is what changes results: each group's static configuration and knob defaults (its
+    cells are in its ``cells.json``). Display flags (progress, figures, bootstrap replicates) and the
+    directory's location are not part of it, so they never block a resume; a new group (another
+    task or method) extends the identity; a group whose settings differ is an error naming them.
+    """
+    identity = json.loads(json.dumps({g.subdir: dataclasses.asdict(g.config) for g in groups}, default=str))
     meta_path = os.path.join(run_dir, "run.json")
-    resolved = {"args": args, "base_config": dataclasses.asdict(base_config)}
     if os.path.exists(meta_path):
-        old = json.load(open(meta_path))
-        if json.dumps(old.get("resolved"), sort_keys=True, default=str) != json.dumps(
-                json.loads(json.dumps(resolved, default=str)), sort_keys=True, default=str):
-            raise ValueError(f"{run_dir} was started with different settings (run.json); "
-                             "resume with the same command or choose another --out")
-        return
-    meta = {"resolved": json.loads(json.dumps(resolved, default=str)), "versions": package_versions(),
-            "git_commit": git_commit(), "devices": [str(d) for d in jax.devices()],
-            "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
-    atomic_write_text(meta_path, json.dumps(meta, indent=1, default=str))
+        meta = results.read_json(meta_path)
+        old = meta.get("identity", {})
+        for subdir in sorted(set(old) & set(identity)):
+            diff = [k for k in identity[subdir] if old[subdir].get(k) != identity[subdir][k]]
+            if diff:
+                shown = ", ".join(f"{k}: {old[subdir].get(k)!r} there, {identity[subdir][k]!r} now" for k in diff[:4])
+                raise ConfigError(f"{run_dir} holds group {subdir} with other settings ({shown}); resume with "
+                                  "the same settings or choose another --out")
+        merged = {**old, **identity}
+        if merged == old:
+            return
+        meta["identity"] = merged
+    else:
+        os.makedirs(run_dir, exist_ok=True)
+        meta = {"identity": identity, "versions": package_versions(), "git_commit": git_commit(),
+                "devices": [str(d) for d in jax.devices()], "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+    meta["command"] = {k: v for k, v in info.items() if k != "out"}  # the latest command (not compared)
+    results.write_json(meta_path, meta)
 
 
 def random_scores(run_dir: str, tasks: Sequence[str], base_config: Config, episodes: int = 16) -> dict:
     """Uniform-random policy return per task (docs/evaluation.md normalisation), cached in the run directory."""
     path = os.path.join(run_dir, "random_scores.json")
-    cache = json.load(open(path)) if os.path.exists(path) else {}
+    cache = results.read_json(path) if os.path.exists(path) else {}
     for task in tasks:
         if task in cache:
             continue
         trainer = make_train(base_config.replace(env=task))
         cache[task] = float(jax.jit(lambda k: trainer.random_score(k, episodes))(jax.random.PRNGKey(12345)))
-        atomic_write_text(path, json.dumps(cache, indent=1))
+        results.write_json(path, cache)
     return {t: cache[t] for t in tasks}
-
-
-def _load_all(run_dir: str, filename: str) -> list[dict]:
-    rows = []
-    for root, _, files in sorted(os.walk(run_dir)):
-        if filename in files:
-            rows.extend(read_csv(os.path.join(root, filename)))
-    return rows
-
-
-def load_scores(run_dir: str) -> list[dict]:
-    """Every group's score rows under ``run_dir`` (finished groups only)."""
-    return _load_all(run_dir, "scores.csv")
-
-
-def load_curves(run_dir: str) -> list[dict]:
-    """Every group's learning-curve rows under ``run_dir`` (finished or not)."""
-    return _load_all(run_dir, "curves.csv")

@@ -256,17 +256,39 @@ def chunk_summary(metrics: ChunkMetrics) -> dict:
 
 
 def run(config: Config, traced: TracedParams, seed: int = 0, progress: bool = True,
-        trainer: Trainer | None = None) -> tuple[TrainState, list[dict]]:
-    """Train one configuration chunk by chunk with a progress bar; returns the state and curves."""
+        trainer: Trainer | None = None, checkpoint_dir: str | None = None) -> tuple[TrainState, list[dict]]:
+    """Train one configuration chunk by chunk with a progress bar; returns the state and curves.
+
+    With ``checkpoint_dir`` the whole carry and the curve so far are saved after every chunk, and a
+    rerun resumes from the newest good checkpoint (bit for bit: every random stream is a fold-in
+    of the run key and the phase).
+    """
     from tqdm.auto import tqdm
 
     trainer = trainer or make_train(config)
-    state = jax.jit(trainer.init)(jax.random.PRNGKey(seed), traced)
+    key = jax.random.PRNGKey(seed)
+    init = jax.jit(trainer.init)
     chunk = jax.jit(trainer.run_chunk)
-    history: list[dict] = []
+    state, history = None, []
+    if checkpoint_dir:
+        from vaco_jax import checkpoint as ckpt
+
+        try:
+            restored = ckpt.restore_checkpoint(checkpoint_dir, jax.eval_shape(init, key, traced))
+        except ckpt.CheckpointDamaged as e:
+            import sys
+
+            print(f"warning: {e}; starting again from the first chunk", file=sys.stderr)
+            restored = None
+        if restored is not None:
+            state, _, extra = restored
+            history = list(extra["history"])
+    if state is None:
+        state = init(key, traced)
     bar = tqdm(total=config.num_evals * config.env_steps_per_chunk, unit="step", unit_scale=True,
-               disable=not progress, desc=f"{config.method} B={int(traced.lag_depth)}")
-    for _ in range(config.num_evals):
+               initial=len(history) * config.env_steps_per_chunk, disable=not progress,
+               desc=f"{config.method} B={int(traced.lag_depth)}")
+    for _ in range(len(history), config.num_evals):
         t0 = time.perf_counter()
         state, metrics = chunk(state, traced)
         summary = chunk_summary(jax.device_get(metrics))
@@ -278,6 +300,10 @@ def run(config: Config, traced: TracedParams, seed: int = 0, progress: bool = Tr
         bar.update(config.env_steps_per_chunk)
         bar.set_postfix(eval=f"{summary['eval_return']:.1f}", train=f"{summary['train_return']:.1f}",
                         sps=f"{summary['steps_per_second']:.0f}")
+        if checkpoint_dir:
+            from vaco_jax import checkpoint as ckpt
+
+            ckpt.save_checkpoint(checkpoint_dir, state, len(history), extra={"history": history})
         if summary["diverged"]:
             bar.write("diverged: non-finite parameters; stopping this run")
             break
@@ -305,29 +331,52 @@ def settings_hash(config: Config, seed: int) -> str:
     return hashlib.sha1(text.encode()).hexdigest()[:10]
 
 
-def main(args=None) -> list[dict]:
-    """Train one configuration and save its learning curve (every Config field is a flag)."""
+EXIT_DIVERGED = 4
+
+
+def main(args=None) -> int:
+    """Train one configuration and save its learning curve (every Config field is a flag).
+
+    The output directory is checked before anything compiles; the run checkpoints after every
+    chunk into ``OUT/<name>.ckpt`` and a rerun of the same command resumes from it. Exit code 0,
+    2 for bad input, 3 for a damaged checkpoint, 4 when the run diverged (non-finite parameters).
+    """
+    import shutil
+
     import tyro
 
+    from vaco_jax import results
     from vaco_jax.cli import config_from_args
 
     args = args or tyro.cli(train_args_class())
     config = config_from_args(args)
     traced = make_traced(config)
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise ConfigError(f"out={args.out!r} is a file; give a directory")
+    os.makedirs(args.out, exist_ok=True)
+    if not os.access(args.out, os.W_OK):
+        raise ConfigError(f"out={args.out!r} is not writable")
     name = f"{config.env}_{config.method}_B{config.effective_lag_depth()}_s{args.seed}_{settings_hash(config, args.seed)}"
     path = os.path.join(args.out, name + ".json")
-    _, history = run(config, traced, seed=args.seed, progress=args.progress)
-    os.makedirs(args.out, exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump({"config": dataclasses.asdict(config), "seed": args.seed, "history": history}, f, indent=1,
-                  default=float)
-    os.replace(tmp, path)
+    ckpt_dir = os.path.join(args.out, name + ".ckpt")
+    state, history = run(config, traced, seed=args.seed, progress=args.progress, checkpoint_dir=ckpt_dir)
+    diverged = any(h["diverged"] for h in history)
+    from vaco_jax.policies import save_policies
+
+    one = jax.tree.map(lambda x: np.asarray(x)[None], (state.learner, state.normalizer))
+    save_policies(os.path.join(args.out, name + ".policy"), config, *one)  # load_policy(that dir)
+    results.write_json(path, {"config": dataclasses.asdict(config), "seed": args.seed, "diverged": diverged,
+                              "history": history})
+    shutil.rmtree(ckpt_dir, ignore_errors=True)
     last = history[-1]
+    if diverged:
+        print(f"{config.method} on {config.env}: DIVERGED (non-finite parameters) after "
+              f"{len(history)} chunk(s); curve saved to {path}")
+        return EXIT_DIVERGED
     print(f"{config.method} on {config.env}, lag depth {config.effective_lag_depth()}: final eval return "
           f"{last['eval_return']:.1f}, last-chunk train return {last['train_return']:.1f}, "
           f"{last['steps_per_second']:.0f} env steps/s; curve saved to {path}")
-    return history
+    return 0
 
 
 if __name__ == "__main__":

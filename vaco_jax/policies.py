@@ -1,0 +1,95 @@
+"""Trained policies kept on disk, and a one-line loader that returns a jitted act function.
+
+Every finished group of a sweep writes ``GROUP/policies.npz`` (each cell's final learner policy,
+value function and observation-normaliser statistics, with a checksum) next to ``GROUP/config.json`` (the group's
+settings); ``python -m vaco_jax.train`` writes the same pair into ``OUT/<name>.policy/``. Then::
+
+    act = load_policy("runs/lag_sweep_cpu/inverted_double_pendulum/vaco", cell=3)
+    action = act(observation)                     # the policy's mean, clipped to the action box
+    action = act(observation, jax.random.key(0))  # a sample from the policy
+
+``cell`` indexes the group's ``cells.json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import numpy as np
+
+from vaco_jax import results
+
+POLICIES = "policies.npz"
+CONFIG = "config.json"
+
+
+def _flat(prefix: str, tree) -> dict:
+    import jax
+
+    return {prefix + jax.tree_util.keystr(path): np.asarray(leaf)
+            for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
+
+
+def save_policies(directory: str, config, learner, normalizer) -> None:
+    """Write ``config.json`` and ``policies.npz`` into ``directory``: every cell's final policy, value
+    function and observation normaliser (leaves with a leading cell axis)."""
+    os.makedirs(directory, exist_ok=True)
+    results.write_json(os.path.join(directory, CONFIG), dataclasses.asdict(config))
+    results.save_npz(os.path.join(directory, POLICIES), **_flat("policy", learner.policy_params),
+                     **_flat("value", learner.value_params), **_flat("normalizer", normalizer))
+
+
+def _config(directory: str):
+    from vaco_jax.config import Config
+
+    raw = results.read_json(os.path.join(directory, CONFIG))
+    fields = {f.name for f in dataclasses.fields(Config)}
+    values = {k: (tuple(v) if isinstance(v, list) else v) for k, v in raw.items() if k in fields}
+    return Config(**values)
+
+
+def load_policy(directory: str, cell: int = 0):
+    """A jitted ``act(obs, key=None)`` of cell ``cell`` of the group (or train output) in ``directory``."""
+    import jax
+    import jax.numpy as jnp
+
+    from vaco_jax.config import make_traced
+    from vaco_jax.networks import normalize
+    from vaco_jax.train import make_train
+
+    config = _config(directory)
+    arrays = results.load_npz(os.path.join(directory, POLICIES))
+    trainer = make_train(config)
+    template = jax.eval_shape(trainer.init, jax.random.PRNGKey(0), make_traced(config))
+    cells = next(iter(arrays.values())).shape[0]
+    if not 0 <= cell < cells:
+        raise results.ResultsError(f"{directory}: cell {cell} is not among its {cells} cell(s)")
+
+    def fill(prefix, tree):
+        paths = jax.tree_util.tree_flatten_with_path(tree)[0]
+        treedef = jax.tree_util.tree_structure(tree)
+        leaves = []
+        for path, _ in paths:
+            name = prefix + jax.tree_util.keystr(path)
+            if name not in arrays:
+                raise results.ResultsError(f"{directory}/{POLICIES}: {name} is missing")
+            leaves.append(jnp.asarray(arrays[name][cell]))
+        return jax.tree_util.tree_unflatten(treedef, leaves)
+
+    params = fill("policy", template.learner.policy_params)
+    normalizer = fill("normalizer", template.normalizer)
+    env = trainer.env
+
+    @jax.jit
+    def _act(obs, key):
+        x = normalize(normalizer, jnp.asarray(obs, jnp.float32), config.normalize_observations)
+        mean, log_std = trainer.nets.policy_apply(params, x)
+        if key is not None:
+            mean = mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape)
+        return jnp.clip(mean, env.action_low, env.action_high)
+
+    def act(obs, key=None):
+        return _act(obs, key)
+
+    return act

@@ -1,0 +1,276 @@
+"""The run directory's files: written atomically with a checksum, read back verified. Imports no jax.
+
+Layout of a run directory (``experiments/*.py --out RUN``)::
+
+    RUN/run.json              identity (every setting that changes results), versions, commit, devices
+    RUN/random_scores.json    uniform-random return per task (the normalisation's 0)
+    RUN/<group>/cells.json    the group's cells (lag depth, seed, traced knobs): the row-count reference
+    RUN/<group>/curves.csv    one row per cell x chunk
+    RUN/<group>/scores.csv    one row per cell; its presence marks the group finished
+    RUN/<group>/phase_returns.npz, RUN/<group>/checkpoint/   while the group runs
+
+Every table ends with a footer line ``# vaco_jax rows=N sha256=HEX`` (the hash of every byte before
+it), every JSON file carries ``"sha256"`` of its canonical content, every ``.npz`` a ``__sha256__``
+array. A file that fails its check, lacks its footer, or whose row count disagrees with
+``cells.json`` raises :class:`ResultsError` naming the file and what is wrong (exit code 3 at the
+command line); nothing is ever read as if healthy. Writes go to a temporary name in the same folder,
+are flushed to disk and renamed, so a crash or a full disk leaves the old file or the new one, and the
+temporary file is removed on failure.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import math
+import os
+from typing import Any, Sequence
+
+import numpy as np
+
+EXIT_BAD_INPUT = 2
+EXIT_DAMAGED = 3
+FOOTER = "# vaco_jax"
+
+
+class ResultsError(RuntimeError):
+    """A result file is damaged, truncated, inconsistent with its manifest, or missing."""
+
+
+# ----------------------------------------------------------------------------- atomic writes
+
+def atomic_write_bytes(path: str, data: bytes) -> None:
+    tmp = f"{path}.tmp.{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def atomic_write_text(path: str, text: str) -> None:
+    atomic_write_bytes(path, text.encode())
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+# ----------------------------------------------------------------------------- tables
+
+def _cell_text(v) -> str:
+    if isinstance(v, float) and math.isnan(v):
+        return ""
+    return str(v)
+
+
+def rows_to_csv(rows: Sequence[dict]) -> str:
+    """CSV text of ``rows`` (union of their columns, in first-seen order) with the checksum footer."""
+    fields: list[str] = []
+    for row in rows:
+        fields.extend(k for k in row if k not in fields)
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=fields, restval="", lineterminator="\n")
+    writer.writeheader()
+    writer.writerows({k: _cell_text(v) for k, v in row.items()} for row in rows)
+    body = buf.getvalue()
+    return body + f"{FOOTER} rows={len(rows)} sha256={_sha(body.encode())}\n"
+
+
+def write_table(path: str, rows: Sequence[dict]) -> None:
+    atomic_write_text(path, rows_to_csv(rows))
+
+
+def _column_parser(values: list[str]):
+    present = [v for v in values if v != ""]
+    if present and all(v in ("True", "False") for v in present):
+        return lambda v: float("nan") if v == "" else v == "True"
+    try:
+        [int(v) for v in present]
+        return lambda v: float("nan") if v == "" else int(v)
+    except ValueError:
+        pass
+    try:
+        [float(v) for v in present]
+        return lambda v: float("nan") if v == "" else float(v)
+    except ValueError:
+        return lambda v: float("nan") if v == "" else v
+
+
+def _verified_body(path: str) -> tuple[str, int]:
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise ResultsError(f"{path}: missing") from None
+    text = data.decode(errors="replace")
+    lines = text.splitlines(keepends=True)
+    if not lines or not lines[-1].startswith(FOOTER):
+        raise ResultsError(f"{path}: no checksum footer (truncated, edited, or written by another version)")
+    try:
+        fields = dict(part.split("=", 1) for part in lines[-1].split()[2:])
+        rows, digest = int(fields["rows"]), fields["sha256"]
+    except (ValueError, KeyError):
+        raise ResultsError(f"{path}: unreadable checksum footer {lines[-1].strip()!r}") from None
+    body = "".join(lines[:-1])
+    if _sha(body.encode()) != digest:
+        raise ResultsError(f"{path}: checksum mismatch (the file was changed or damaged after it was written)")
+    return body, rows
+
+
+def read_table(path: str, expect_rows: int | None = None) -> list[dict]:
+    """Rows of a table written by :func:`write_table`, checksum and row count verified; each column
+    gets one type (bool, int, float or str) from all of its values; empty cells are NaN."""
+    body, rows = _verified_body(path)
+    reader = csv.DictReader(io.StringIO(body))
+    raw = list(reader)
+    if len(raw) != rows:
+        raise ResultsError(f"{path}: {len(raw)} rows, its footer says {rows}")
+    if expect_rows is not None and rows != expect_rows:
+        raise ResultsError(f"{path}: {rows} rows, expected {expect_rows} (from cells.json)")
+    columns = reader.fieldnames or []
+    parsers = {c: _column_parser([r[c] for r in raw]) for c in columns}
+    return [{c: parsers[c](r[c]) for c in columns} for r in raw]
+
+
+def read_csv(path: str) -> list[dict]:
+    """Alias of :func:`read_table` (verified)."""
+    return read_table(path)
+
+
+def read_frame(path: str, expect_rows: int | None = None):
+    """A verified table as a pandas DataFrame."""
+    import pandas as pd
+
+    return pd.DataFrame(read_table(path, expect_rows))
+
+
+# ----------------------------------------------------------------------------- JSON and arrays
+
+def _canonical(obj) -> bytes:
+    return json.dumps(obj, sort_keys=True, default=str, allow_nan=False).encode()
+
+
+def write_json(path: str, obj: dict) -> None:
+    """JSON with a ``sha256`` of its canonical content (non-finite floats are written as null)."""
+    clean = json.loads(json.dumps(_finite(obj), default=str))
+    atomic_write_text(path, json.dumps({**clean, "sha256": _sha(_canonical(clean))}, indent=1, allow_nan=False))
+
+
+def _finite(obj):
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    if isinstance(obj, (np.floating, np.integer, np.bool_)):
+        return _finite(obj.item())
+    return obj
+
+
+def read_json(path: str) -> dict:
+    try:
+        with open(path) as f:
+            obj = json.load(f)
+    except FileNotFoundError:
+        raise ResultsError(f"{path}: missing") from None
+    except json.JSONDecodeError as e:
+        raise ResultsError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    if not isinstance(obj, dict) or "sha256" not in obj:
+        raise ResultsError(f"{path}: no checksum (truncated, edited, or written by another version)")
+    digest = obj.pop("sha256")
+    if _sha(_canonical(obj)) != digest:
+        raise ResultsError(f"{path}: checksum mismatch (the file was changed or damaged after it was written)")
+    return obj
+
+
+def save_npz(path: str, **arrays) -> None:
+    arrays = {k: np.asarray(v) for k, v in arrays.items()}
+    digest = _sha(b"".join(k.encode() + arrays[k].tobytes() for k in sorted(arrays)))
+    buf = io.BytesIO()
+    np.savez(buf, __sha256__=np.array(digest), **arrays)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def load_npz(path: str) -> dict:
+    try:
+        with np.load(path) as data:
+            arrays = {k: data[k] for k in data.files}
+    except FileNotFoundError:
+        raise ResultsError(f"{path}: missing") from None
+    except Exception as e:  # zip or array damage
+        raise ResultsError(f"{path}: unreadable ({type(e).__name__}: {e})") from None
+    digest = str(arrays.pop("__sha256__", ""))
+    if _sha(b"".join(k.encode() + arrays[k].tobytes() for k in sorted(arrays))) != digest:
+        raise ResultsError(f"{path}: checksum mismatch")
+    return arrays
+
+
+# ----------------------------------------------------------------------------- a run directory
+
+def group_dirs(run_dir: str) -> list[str]:
+    """Every group directory (one holding ``cells.json``) under ``run_dir``, sorted."""
+    out = []
+    for root, _, files in sorted(os.walk(run_dir)):
+        if "cells.json" in files:
+            out.append(root)
+    return out
+
+
+def read_cells(group_dir: str) -> list[dict]:
+    return read_json(os.path.join(group_dir, "cells.json"))["cells"]
+
+
+def write_cells(group_dir: str, cells: list[dict]) -> None:
+    write_json(os.path.join(group_dir, "cells.json"), {"cells": cells})
+
+
+def load_scores(run_dir: str) -> list[dict]:
+    """Every finished group's score rows, each table verified against its ``cells.json``."""
+    rows: list[dict] = []
+    for g in group_dirs(run_dir):
+        path = os.path.join(g, "scores.csv")
+        if os.path.exists(path):
+            rows.extend(read_table(path, expect_rows=len(read_cells(g))))
+    return rows
+
+
+def load_curves(run_dir: str) -> list[dict]:
+    """Every group's learning-curve rows (finished or not), each table verified."""
+    rows: list[dict] = []
+    for g in group_dirs(run_dir):
+        path = os.path.join(g, "curves.csv")
+        if os.path.exists(path):
+            table = read_table(path)
+            if len(table) % max(1, len(read_cells(g))):
+                raise ResultsError(f"{path}: {len(table)} rows is not a whole number of chunks of "
+                                   f"{len(read_cells(g))} cells (cells.json)")
+            rows.extend(table)
+    return rows
+
+
+def scores_frame(run_dir: str):
+    """``load_scores`` as a pandas DataFrame."""
+    import pandas as pd
+
+    return pd.DataFrame(load_scores(run_dir))
+
+
+def curves_frame(run_dir: str):
+    import pandas as pd
+
+    return pd.DataFrame(load_curves(run_dir))
+
+
+def is_diverged(value: Any) -> bool:
+    return value in (True, "True", 1)
