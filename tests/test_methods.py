@@ -93,3 +93,14 @@ def test_bfloat16_actors_create_a_measured_mismatch_that_snapshot_recovery_sees(
     assert np.all(np.isfinite(mismatch))
     assert np.max(np.abs(np.asarray(diag["mismatch_ratio_max"]) - 1.0)) > 1e-3
     assert np.all(np.asarray(diag["mismatch_kept_fraction"]) <= 1.0)
+
+
+@pytest.mark.slow
+def test_r_d_is_measured_against_the_float32_snapshot_for_a_method_that_reads_no_old_logits():
+    """PPO-Clip reads no pi_old; with a bfloat16 actor the trainer still recovers the float32
+    snapshot for the r_d diagnostic (it used to report exactly 1); with float32 actors r_d is 1."""
+    for dtype, moved in (("float32", False), ("bfloat16", True)):
+        config = tiny_config(method="ppo_clip", actor_dtype=dtype)
+        _, metrics = jax.jit(make_train(config).train)(jax.random.PRNGKey(0), make_traced(config, 4))
+        r_d_max = float(np.max(metrics.phases.diagnostics["mismatch_ratio_max"]))
+        assert (abs(r_d_max - 1.0) > 1e-4) == moved, (dtype, r_d_max)

@@ -3,7 +3,6 @@ analysis.summarise (fast: no training, no compilation)."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys

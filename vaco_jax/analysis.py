@@ -9,7 +9,6 @@ counted (column ``n_diverged``), never averaged in.
 from __future__ import annotations
 
 import os
-from collections import defaultdict
 
 import numpy as np
 
