@@ -18,6 +18,7 @@ from typing import Literal
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from vaco_jax import analysis, sweep  # noqa: E402
+from vaco_jax.cli import config_flags, with_config_flags  # noqa: E402
 from vaco_jax.config import Config, ConfigError  # noqa: E402
 
 # variant name -> Config overrides
@@ -41,7 +42,7 @@ PRESETS = {
 
 
 @dataclasses.dataclass
-class Args:
+class StudyArgs:
     """Sweep VACO's TV budget δ against lag depth, for each denominator/scale variant."""
 
     preset: Literal["cpu", "paper", "tiny"] = "cpu"
@@ -55,6 +56,10 @@ class Args:
     max_chunks: int | None = None  # stop every group after this many chunks (a time-limited job); rerun to continue
     sweep: tuple[str, ...] = ()  # any other setting, e.g. gamma=0.99,0.995 (see experiments/lag_sweep.py)
 
+
+
+PER_GROUP = ("env", "method", "tv_denominator", "tv_scale", "tv_budget")  # set per group by this script: no single flag for them
+Args = with_config_flags(StudyArgs, "Args", exclude=PER_GROUP)  # plus every other Config field as a flag
 
 def main(args: Args) -> str:
     spec = dict(PRESETS[args.preset])
@@ -73,7 +78,7 @@ def main(args: Args) -> str:
     cells = tuple(sweep.grid(spec["lag_depths"], spec["seeds"], tv_budget=list(spec["deltas"])))
     groups = sweep.apply_sweep([sweep.Group(config, cells, os.path.join(spec["task"], variant), variant,
                                             (("variant", variant),)) for variant, config in configs.items()],
-                               sweep.parse_sweep(args.sweep))
+                               sweep.parse_sweep(args.sweep), config_flags(args, StudyArgs, exclude=PER_GROUP))
     print(sweep.plan_text(groups))
     sweep.check_max_chunks(args.max_chunks)
     sweep.write_run_metadata(out, groups, {**dataclasses.asdict(args), **spec})

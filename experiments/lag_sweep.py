@@ -24,6 +24,7 @@ from typing import Literal
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from vaco_jax.cli import config_flags, with_config_flags  # noqa: E402
 from vaco_jax.config import Config, ConfigError  # noqa: E402
 from vaco_jax.methods import METHODS  # noqa: E402
 
@@ -46,7 +47,7 @@ PRESETS = {
 
 
 @dataclasses.dataclass
-class Args:
+class StudyArgs:
     """Lag sweep: every (task, method) is one compiled, vmapped grid of lag depths x seeds."""
 
     preset: Literal["cpu", "paper", "tiny"] = "cpu"
@@ -71,6 +72,10 @@ class Args:
     progress: bool = True
     figures: bool = True
 
+
+
+PER_GROUP = ("env", "method")  # set per group by this script: no single flag for them
+Args = with_config_flags(StudyArgs, "Args", exclude=PER_GROUP)  # plus every other Config field as a flag
 
 def resolve(args: Args) -> dict:
     """Preset values overridden by any flag given; validated before anything is compiled."""
@@ -114,7 +119,7 @@ def plan(args: Args, spec: dict) -> list:
                                     tv_budget=args.tv_budget))
     cells = tuple(sweep.grid(spec["lag_depths"], spec["seeds"]))
     groups = [sweep.Group(c, cells, os.path.join(t, m), f"{t}/{m}") for (t, m), c in zip(keys, configs)]
-    return sweep.apply_sweep(groups, sweep.parse_sweep(args.sweep))
+    return sweep.apply_sweep(groups, sweep.parse_sweep(args.sweep), config_flags(args, StudyArgs, exclude=PER_GROUP))
 
 
 def main(args: Args) -> str:

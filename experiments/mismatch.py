@@ -22,6 +22,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from vaco_jax import analysis, sweep  # noqa: E402
+from vaco_jax.cli import config_flags, with_config_flags  # noqa: E402
 from vaco_jax.config import Config  # noqa: E402
 
 PRESETS = {
@@ -38,7 +39,7 @@ PRESETS = {
 
 
 @dataclasses.dataclass
-class Args:
+class StudyArgs:
     """Actor precision x old-logit source for a decoupled method, plus revised PPO-EWMA."""
 
     preset: Literal["cpu", "paper", "tiny"] = "cpu"
@@ -54,6 +55,10 @@ class Args:
     max_chunks: int | None = None  # stop every group after this many chunks (a time-limited job); rerun to continue
     sweep: tuple[str, ...] = ()  # any other setting, e.g. gamma=0.99,0.995 (see experiments/lag_sweep.py)
 
+
+
+PER_GROUP = ("env", "method", "actor_dtype", "old_logit_source")  # set per group by this script: no single flag for them
+Args = with_config_flags(StudyArgs, "Args", exclude=PER_GROUP)  # plus every other Config field as a flag
 
 def main(args: Args) -> str:
     spec = dict(PRESETS[args.preset])
@@ -77,7 +82,7 @@ def main(args: Args) -> str:
     groups = sweep.apply_sweep(
         [sweep.Group(config, cells, os.path.join(spec["task"], method, f"{dtype}_{source}"),
                      f"{method} {dtype} {source}", (("actor_dtype", dtype), ("old_logit_source", source)))
-         for (method, dtype, source), config in configs.items()], sweep.parse_sweep(args.sweep))
+         for (method, dtype, source), config in configs.items()], sweep.parse_sweep(args.sweep), config_flags(args, StudyArgs, exclude=PER_GROUP))
     print(sweep.plan_text(groups))
     sweep.check_max_chunks(args.max_chunks)
     sweep.write_run_metadata(out, groups, {**dataclasses.asdict(args), **spec})

@@ -159,3 +159,26 @@ def test_sharded_grid_equals_unsharded_grid(tmp_path):
         assert r1["lag_depth"] == r2["lag_depth"]
         np.testing.assert_allclose(r1["train_return_last5pct"], r2["train_return_last5pct"], rtol=1e-4)
         np.testing.assert_allclose(r1["mean_clip_fraction"], r2["mean_clip_fraction"], rtol=1e-4, atol=1e-6)
+
+
+def test_every_setting_is_a_flag_of_every_study_script():
+    import importlib.util
+
+    from vaco_jax.cli import config_flags
+
+    for script in ("lag_sweep", "forward_lag", "delta_sweep", "mismatch"):
+        spec = importlib.util.spec_from_file_location(f"_{script}", os.path.join(ROOT, "experiments", f"{script}.py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+        flags = {f.name for f in __import__("dataclasses").fields(module.Args)}
+        config_fields = {f.name for f in __import__("dataclasses").fields(Config)}
+        assert config_fields - set(module.PER_GROUP) <= flags, script
+        args = module.Args(gamma=0.95, activation="relu")
+        given = config_flags(args, module.StudyArgs, exclude=module.PER_GROUP)
+        assert given == {"gamma": 0.95, "activation": "relu"}
+    base = [sweep.Group(Config(**TINY_SWEEP), tuple(sweep.grid([1], [0])), "t/ppo_clip")]
+    (g,) = sweep.apply_sweep(base, {}, {"gamma": 0.95, "num_epochs": 2})
+    assert g.config.gamma == 0.95 and g.config.num_epochs == 2 and g.subdir == "t/ppo_clip"
+    with pytest.raises(ConfigError, match="both|flag and as a --sweep"):
+        sweep.apply_sweep(base, {"gamma": [0.9]}, {"gamma": 0.95})

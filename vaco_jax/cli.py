@@ -108,3 +108,41 @@ def config_from_args(args) -> Config:
         if isinstance(values[n], list):
             values[n] = tuple(values[n])
     return Config(**values)
+
+
+def with_config_flags(base: type, name: str = "Args", exclude: tuple = ()) -> type:
+    """A study script's ``Args`` dataclass plus every ``Config`` field it lacks, as an optional flag
+    (None = what the preset or ``Config`` sets) with its choices and help line, so every setting is
+    reachable from every script. ``exclude``: fields the script sets per group itself (e.g. ``env``
+    and ``method`` through ``--tasks`` / ``--methods``). ``config_flags(args, base)`` returns the
+    ones given."""
+    hints = typing.get_type_hints(Config)
+    choices = field_choices()
+    own = {f.name for f in dataclasses.fields(base)} | set(exclude)
+    fields = []
+    for f in dataclasses.fields(Config):
+        if f.name in own:
+            continue
+        hint = hints[f.name]
+        if f.name in choices:
+            hint = Literal[choices[f.name]]  # type: ignore[valid-type]
+        else:
+            args = [a for a in typing.get_args(hint) if a is not type(None)]
+            hint = args[0] if type(None) in typing.get_args(hint) else hint
+        text = _help(f.name, None).replace(" (default: the method's piece default; only methods that read it "
+                                           "accept it)", "") + " (default: the preset's, else Config's)"
+        fields.append((f.name, Annotated[Optional[hint], _arg(text)], dataclasses.field(default=None)))
+    cls = dataclasses.make_dataclass(name, fields, bases=(base,))
+    cls.__doc__ = base.__doc__
+    return cls
+
+
+def config_flags(args, base: type, exclude: tuple = ()) -> dict:
+    """The Config fields given on a study script's command line (those ``base`` does not define)."""
+    own = {f.name for f in dataclasses.fields(base)} | set(exclude)
+    out = {}
+    for f in dataclasses.fields(Config):
+        value = getattr(args, f.name, None)
+        if f.name not in own and value is not None:
+            out[f.name] = tuple(value) if isinstance(value, list) else value
+    return out

@@ -189,13 +189,26 @@ def _fmt(v) -> str:
     return f"{v:g}" if isinstance(v, float) else str(v)
 
 
-def apply_sweep(groups: Sequence[Group], axes: dict[str, list]) -> list[Group]:
+def apply_sweep(groups: Sequence[Group], axes: dict[str, list], fixed: dict | None = None) -> list[Group]:
     """Expand groups by sweep axes: a static axis gives one group per value (its own subdirectory and
     a tag column); a traced axis multiplies each group's cells (one program). A traced axis applies to
     the groups whose method reads it, and is an error when no group does. Every config and cell is
     built here, so a bad value fails before anything is written or compiled."""
     if not groups:
         raise ConfigError("nothing to run: no group (empty --methods, --tasks, --variants or --epochs?)")
+    fixed = dict(fixed or {})
+    both = sorted(set(fixed) & set(axes))
+    if both:
+        raise ConfigError(f"{', '.join(both)}: given as a flag and as a --sweep axis; give one")
+    if fixed:  # settings given once on the command line: every group, no new directory level
+        fixed_static = {k: v for k, v in fixed.items() if k in STATIC_FIELDS}
+        fixed_traced = {k: v for k, v in fixed.items() if k not in STATIC_FIELDS}
+        for k in fixed_static:
+            if len({repr(getattr(g.config, k)) for g in groups}) > 1:
+                raise ConfigError(f"{k}: this study sets it per group; it cannot be fixed for all of them")
+        configs = [g.config.replace(**fixed_static) if fixed_static else g.config for g in groups]
+        configs = with_knobs(configs, fixed_traced)
+        groups = [dataclasses.replace(g, config=c) for g, c in zip(groups, configs)]
     static = {k: v for k, v in axes.items() if k in STATIC_FIELDS}
     traced = {k: v for k, v in axes.items() if k not in STATIC_FIELDS}
     used: set = set()
