@@ -1,4 +1,4 @@
-"""The four kinds of method piece, each a small pytree (the rejax / optax shape, DESIGN.md).
+"""The four kinds of method piece, each a small pytree (the rejax / optax shape; docs/methods.md).
 
     advantage estimator  x  proximal-policy source  x  surrogate  x  sample filter
 

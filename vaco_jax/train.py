@@ -1,6 +1,6 @@
 """``make_train(config)``: a pure, vmappable trainer; plus a host driver and a tyro CLI.
 
-Shape of one phase (DESIGN.md)::
+Shape of one phase (docs/methods.md, "The update step")::
 
     rollout with lagged actors -> align (once) -> update (E x M steps) -> normaliser -> publish
 
