@@ -79,9 +79,7 @@ def main(args: Args) -> str:
     groups = sweep.apply_sweep([sweep.Group(config, cells, os.path.join(spec["task"], variant), variant,
                                             (("variant", variant),)) for variant, config in configs.items()],
                                sweep.parse_sweep(args.sweep), config_flags(args, StudyArgs, exclude=PER_GROUP))
-    print(sweep.plan_text(groups))
-    sweep.check_max_chunks(args.max_chunks)
-    sweep.write_run_metadata(out, groups, {**dataclasses.asdict(args), **spec})
+    sweep.start_study(out, groups, args, spec)
     if not sweep.run_groups(out, groups, progress=args.progress, max_chunks=args.max_chunks):
         return out
     table = analysis.summarise_by(out, ("variant", "tv_budget", "lag_depth"), filename="delta_sweep.csv")

@@ -77,9 +77,7 @@ def main(args: Args) -> str:
         [sweep.Group(config, cells, os.path.join(spec["task"], method, f"e{e}_m{m}"), f"{method} E={e} M={m}",
                      (("num_epochs", e), ("num_minibatches", m))) for (method, e, m), config in configs.items()],
         sweep.parse_sweep(args.sweep), config_flags(args, StudyArgs, exclude=PER_GROUP))
-    print(sweep.plan_text(groups))
-    sweep.check_max_chunks(args.max_chunks)
-    sweep.write_run_metadata(out, groups, {**dataclasses.asdict(args), **spec})
+    sweep.start_study(out, groups, args, spec)
     if not sweep.run_groups(out, groups, progress=args.progress, max_chunks=args.max_chunks):
         return out
     table = analysis.summarise_by(out, ("method", "num_epochs", "num_minibatches"), filename="forward_lag.csv")

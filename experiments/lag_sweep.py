@@ -128,10 +128,8 @@ def main(args: Args) -> str:
     spec = resolve(args)
     groups = plan(args, spec)
     print(sweep.preset_text(args.preset, spec))
-    print(sweep.plan_text(groups))
-    sweep.check_max_chunks(args.max_chunks)
     run_dir = spec["out"]
-    sweep.write_run_metadata(run_dir, groups, {**dataclasses.asdict(args), **spec})
+    sweep.start_study(run_dir, groups, args, spec)
     t0 = time.perf_counter()
     sweep.random_scores(run_dir, spec["tasks"], groups[0].config)
     if not sweep.run_groups(run_dir, groups, progress=args.progress, max_chunks=args.max_chunks):

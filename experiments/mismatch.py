@@ -83,9 +83,7 @@ def main(args: Args) -> str:
         [sweep.Group(config, cells, os.path.join(spec["task"], method, f"{dtype}_{source}"),
                      f"{method} {dtype} {source}", (("actor_dtype", dtype), ("old_logit_source", source)))
          for (method, dtype, source), config in configs.items()], sweep.parse_sweep(args.sweep), config_flags(args, StudyArgs, exclude=PER_GROUP))
-    print(sweep.plan_text(groups))
-    sweep.check_max_chunks(args.max_chunks)
-    sweep.write_run_metadata(out, groups, {**dataclasses.asdict(args), **spec})
+    sweep.start_study(out, groups, args, spec)
     if not sweep.run_groups(out, groups, progress=args.progress, max_chunks=args.max_chunks):
         return out
     keys = ("method", "actor_dtype", "old_logit_source", "lag_depth")

@@ -70,9 +70,9 @@ def field_choices() -> dict[str, tuple]:
     return choices
 
 
-def _help(name: str, default: Any) -> str:
+def _help(name: str, default: Any, piece_note: bool = True) -> str:
     text = KNOBS[name].help if name in KNOBS else FIELD_HELP.get(name, "")
-    if name in KNOBS and default is None and KNOBS[name].home == "method":
+    if piece_note and name in KNOBS and default is None and KNOBS[name].home == "method":
         text += " (default: the method's piece default; only methods that read it accept it)"
     return text
 
@@ -129,8 +129,7 @@ def with_config_flags(base: type, name: str = "Args", exclude: tuple = ()) -> ty
         else:
             args = [a for a in typing.get_args(hint) if a is not type(None)]
             hint = args[0] if type(None) in typing.get_args(hint) else hint
-        text = _help(f.name, None).replace(" (default: the method's piece default; only methods that read it "
-                                           "accept it)", "") + " (default: the preset's, else Config's)"
+        text = _help(f.name, None, piece_note=False) + " (default: the preset's, else Config's)"
         fields.append((f.name, Annotated[Optional[hint], _arg(text)], dataclasses.field(default=None)))
     cls = dataclasses.make_dataclass(name, fields, bases=(base,))
     cls.__doc__ = base.__doc__

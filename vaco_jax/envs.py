@@ -102,9 +102,6 @@ class PointMass:
 # reward, done, metrics, info and a .replace method (a brax.envs.State or any flax struct like it).
 _USER_ENVS: dict[str, Callable[[str], Any]] = {}
 
-PLAYGROUND_PREFIX = ""  # Playground DM Control tasks are reached by their own names (e.g. CartpoleSwingup)
-
-
 def register_env(name: str, factory: Callable[[str], Any]) -> None:
     """Make ``Config(env=name)`` work for an env of your own, without editing the package.
 

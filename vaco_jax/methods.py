@@ -66,7 +66,6 @@ METHODS: dict[str, MethodPreset] = {
 }
 
 CUSTOM = "custom"
-PIECE_FIELDS = tuple(PIECE_KINDS)
 DEFAULT_PIECES = {"advantage_estimator": "gae", "proximal_source": "behavior", "surrogate": "ppo_clip",
                   "sample_filter": "none"}
 

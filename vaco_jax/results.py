@@ -26,7 +26,7 @@ import io
 import json
 import math
 import os
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -271,6 +271,3 @@ def curves_frame(run_dir: str):
 
     return pd.DataFrame(load_curves(run_dir))
 
-
-def is_diverged(value: Any) -> bool:
-    return value in (True, "True", 1)

@@ -318,6 +318,14 @@ def _fail(line: str, code: int) -> None:
     os._exit(code)
 
 
+def start_study(run_dir: str, groups: Sequence[Group], args, spec: dict) -> None:
+    """What every study script does once its groups are planned and validated: print the plan,
+    check ``--max-chunks``, and write (or check) ``run.json`` — the first file it writes."""
+    print(plan_text(groups))
+    check_max_chunks(args.max_chunks)
+    write_run_metadata(run_dir, groups, {**dataclasses.asdict(args), **spec})
+
+
 def check_max_chunks(max_chunks) -> None:
     if max_chunks is not None and (not isinstance(max_chunks, int) or isinstance(max_chunks, bool) or max_chunks < 1):
         raise ConfigError(f"max_chunks={max_chunks!r} must be a positive integer")

@@ -170,17 +170,21 @@ def policy_loss(method: Method, nets: Networks, policy_params, ewma_params, mb: 
     if proximal.uses_ewma and "mismatch_kept_fraction" in metrics:
         metrics["ewma_kept_fraction"] = metrics["mismatch_kept_fraction"]
 
+    entropy = _add_diagnostics(metrics, log_std, sg_logp, mb.behaviour_logp, mb.learner_logp,
+                               jax.lax.stop_gradient(x.old_logp))
+    return loss - entropy_coef * entropy, metrics
+
+
+def _add_diagnostics(metrics: dict, log_std, sg_logp, behaviour_logp, learner_logp, old_logp):
+    """Entropy, TV to beta and to pi_T, and r_s / r_d (docs/diagnostics.md) for every method (a loss
+    that reports its own r_s / r_d, the decoupled one, keeps them). Returns the entropy."""
     entropy = jnp.mean(gaussian_entropy(log_std))
-    loss = loss - entropy_coef * entropy
-    metrics["entropy"] = entropy
-    metrics["tv_behaviour"] = obj.tv_estimate(sg_logp - mb.behaviour_logp, "tv")
-    metrics["tv_learner"] = obj.tv_estimate(sg_logp - mb.learner_logp, "tv")
-    # r_s and r_d (docs/diagnostics.md) for every method (the decoupled loss reports its own)
-    old = jax.lax.stop_gradient(x.old_logp)
-    metrics.setdefault("staleness_ratio_mean", jnp.mean(jnp.exp(sg_logp - old)))
-    metrics.setdefault("mismatch_ratio_mean", jnp.mean(jnp.exp(old - mb.behaviour_logp)))
-    metrics.setdefault("mismatch_ratio_max", jnp.max(jnp.exp(old - mb.behaviour_logp)))
-    return loss, metrics
+    metrics.update(entropy=entropy, tv_behaviour=obj.tv_estimate(sg_logp - behaviour_logp, "tv"),
+                   tv_learner=obj.tv_estimate(sg_logp - learner_logp, "tv"))
+    metrics.setdefault("staleness_ratio_mean", jnp.mean(jnp.exp(sg_logp - old_logp)))
+    metrics.setdefault("mismatch_ratio_mean", jnp.mean(jnp.exp(old_logp - behaviour_logp)))
+    metrics.setdefault("mismatch_ratio_max", jnp.max(jnp.exp(old_logp - behaviour_logp)))
+    return entropy
 
 
 def value_loss(nets: Networks, value_params, mb: Aligned, value_clip_epsilon=None):
@@ -207,14 +211,8 @@ def every_step_loss(method: Method, gamma, nets: Networks, policy_params, value_
                      staleness=flat(mb.staleness), advantages=flat(est.pg_advantages))
     pg, m = method.surrogate.loss(x)
     vl, _ = obj.value_loss(flat(values), flat(est.value_targets))
-    entropy = jnp.mean(gaussian_entropy(log_std))
     m = dict(m)
-    m.update(entropy=entropy,
-             tv_behaviour=obj.tv_estimate(flat(sg_logp - mb.behaviour_logp), "tv"),
-             tv_learner=obj.tv_estimate(flat(sg_logp - mb.learner_logp), "tv"),
-             staleness_ratio_mean=jnp.mean(jnp.exp(sg_logp - mb.old_logp)),
-             mismatch_ratio_mean=jnp.mean(jnp.exp(mb.old_logp - mb.behaviour_logp)),
-             mismatch_ratio_max=jnp.max(jnp.exp(mb.old_logp - mb.behaviour_logp)))
+    entropy = _add_diagnostics(m, log_std, flat(sg_logp), x.behaviour_logp, x.learner_logp, x.old_logp)
     return pg - entropy_coef * entropy, vl, m
 
 
