@@ -36,7 +36,7 @@ class Transition(NamedTuple):
 
 def actor_distribution(policy_apply: Callable, snapshot: Any, obs: jnp.ndarray, actor_dtype: str,
                        normalize_observations: bool):
-    """One actor's distribution parameters for one observation, computed in ``actor_dtype``."""
+    """One snapshot's distribution parameters for a batch of observations, computed in ``actor_dtype``."""
     dtype = DTYPES[actor_dtype]
     x = normalize(snapshot["normalizer"], obs, normalize_observations)
     params = jax.tree.map(lambda p: p.astype(dtype), snapshot["policy"])
@@ -62,32 +62,48 @@ def rollout(
 ) -> tuple[EnvState, Transition]:
     """Return the final env state and a time-major ``Transition`` batch [U, N, ...]."""
 
-    def per_env(x):
-        return jnp.repeat(x, envs_per_actor, axis=0)
+    num_actors = start_ages.shape[0]
 
-    def snapshots_for(ages):
-        snaps, versions = lag_lib.gather_snapshots(buffer, ages)
-        return jax.tree.map(per_env, snaps), per_env(versions)
+    def gathered(ages):
+        """Each actor's snapshot (one copy per actor, not per env), whether they are all the same,
+        and each env's behaviour version."""
+        snaps = jax.tree.map(lambda x: x[ages], buffer.snapshots)
+        versions = jnp.repeat(buffer.versions[ages], envs_per_actor, axis=0)
+        return snaps, jnp.all(ages == ages[0]), versions
 
-    synchronous = lag.synchronous
-    fixed_snapshots = None
-    if not synchronous and not lag.varies_within_unroll:
-        fixed_snapshots = snapshots_for(start_ages)  # gathered once per phase
+    def actors_distribution(snaps, same, obs):
+        """Distribution parameters of every env under its actor's snapshot.
 
-    dist_one = lambda snap, o: actor_distribution(policy_apply, snap, o, actor_dtype, normalize_observations)
+        When every actor holds the same snapshot (B = 1, the ``fixed`` model, the first phases) the
+        policy is one matrix product over all envs; otherwise each actor's snapshot is applied to
+        its own block of envs, a batched matrix product over actors. ``lax.cond`` runs one of the
+        two (under ``vmap`` of a grid whose cells disagree, both). docs/lag.md: "The rollout"."""
+        def shared(_):
+            return dist_batch(jax.tree.map(lambda x: x[0], snaps), obs)
+
+        def per_actor(_):
+            blocks = obs.reshape((num_actors, envs_per_actor) + obs.shape[1:])
+            mean, log_std = jax.vmap(dist_batch)(snaps, blocks)
+            return (mean.reshape((obs.shape[0],) + mean.shape[2:]),
+                    log_std.reshape((obs.shape[0],) + log_std.shape[2:]))
+
+        return jax.lax.cond(same, shared, per_actor, None)
+
+    fixed = None
+    if not lag.synchronous and not lag.varies_within_unroll:
+        fixed = gathered(start_ages)  # once per phase
+
+    dist_batch = lambda snap, o: actor_distribution(policy_apply, snap, o, actor_dtype, normalize_observations)
 
     def step_fn(carry, t):
         state = carry
         obs = state.core.obs
-        if synchronous:
-            mean, log_std = jax.vmap(dist_one, in_axes=(None, 0))(learner_snapshot, obs)
+        if lag.synchronous:
+            mean, log_std = dist_batch(learner_snapshot, obs)
             versions = jnp.full((obs.shape[0],), phase, jnp.int32)
         else:
-            if fixed_snapshots is None:
-                snaps, versions = snapshots_for(lag.ages_at_step(start_ages, t))
-            else:
-                snaps, versions = fixed_snapshots
-            mean, log_std = jax.vmap(dist_one)(snaps, obs)
+            snaps, same, versions = fixed if fixed is not None else gathered(lag.ages_at_step(start_ages, t))
+            mean, log_std = actors_distribution(snaps, same, obs)
         noise = jax.random.normal(jax.random.fold_in(action_key, t), mean.shape, jnp.float32)
         action = mean + jnp.exp(log_std) * noise
         logp = gaussian_logp(action, mean, log_std)
