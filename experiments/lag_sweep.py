@@ -68,6 +68,8 @@ class StudyArgs:
     episode_length: int = 1000
     max_chunks: int | None = None  # stop every group after this many chunks (a time-limited job); rerun to continue
     sweep: tuple[str, ...] = ()  # any setting, e.g. gamma=0.99,0.995 learning_rate=1e-4,3e-4 num_epochs=2,4
+    shard: str | None = None  # "I/N": run only part I (0-based) of N disjoint parts of the study (docs/scale.md)
+    cell: str | None = None  # "K" or "GROUP:J": re-run one planned cell alone into RUN/rerun/ and compare (docs/scale.md)
     bootstrap_reps: int = 2000
     progress: bool = True
     figures: bool = True
@@ -129,10 +131,9 @@ def main(args: Args) -> str:
     groups = plan(args, spec)
     print(sweep.preset_text(args.preset, spec))
     run_dir = spec["out"]
-    sweep.start_study(run_dir, groups, args, spec)
     t0 = time.perf_counter()
-    sweep.random_scores(run_dir, spec["tasks"], groups[0].config)
-    if not sweep.run_groups(run_dir, groups, progress=args.progress, max_chunks=args.max_chunks):
+    if not sweep.run_study(run_dir, groups, args, spec,
+                           prepare=lambda: sweep.random_scores(run_dir, spec["tasks"], groups[0].config)):
         return run_dir
     summary, _ = analysis.summarise(run_dir, reps=args.bootstrap_reps)
     print(f"\nlag sweep finished in {time.perf_counter() - t0:.0f} s -> {run_dir}")
