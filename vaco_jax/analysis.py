@@ -17,7 +17,7 @@ import os
 
 import numpy as np
 
-from vaco_jax import stats
+from vaco_jax import results, stats
 from vaco_jax.results import atomic_write_text, load_random_scores, load_scores, rows_to_csv
 
 SCORES = ("final_eval_return", "auc_eval_return", "train_return_last5pct")
@@ -66,12 +66,18 @@ def _where(run_dirs) -> str:
     return str(run_dirs) if isinstance(run_dirs, (str, os.PathLike)) else ", ".join(map(str, run_dirs))
 
 
+def _row_order(row: dict) -> tuple:
+    return (str(row.get("env")), str(row.get("method")), int(row["lag_depth"]), int(row["seed"]),
+            results.cell_key(row))
+
+
 def summarise(run_dirs, reps: int = 2000, seed: int = 0, out: str | None = None) -> tuple[list[dict], list[dict]]:
     """``summary.csv`` and ``diagnostics.csv`` of one run directory or several (merged) into ``out``."""
     rows = load_scores(run_dirs)
     if not rows:
         raise FileNotFoundError(f"no scores.csv under {_where(run_dirs)}: nothing has finished yet")
     random = load_random_scores(run_dirs)
+    rows.sort(key=_row_order)  # the same numbers however the rows were split into groups, shards, directories
     tasks = sorted({r["env"] for r in rows})
     methods = sorted({r["method"] for r in rows})
     lags = sorted({int(r["lag_depth"]) for r in rows})

@@ -240,14 +240,16 @@ def group_dirs(run_dirs) -> list[str]:
     """Every group directory (one holding ``cells.json``) under one run directory or several, sorted
     within each; a group split into shards is found in its ``shard-I-of-N/`` subdirectories. The
     re-runs of single cells under ``RUN/rerun/`` are not part of the run and are skipped."""
-    out = []
+    out: list[str] = []
     for run_dir in _dirs(run_dirs):
-        for root, dirs, files in sorted(os.walk(run_dir)):
+        found = []
+        for root, dirs, files in os.walk(run_dir):
             if os.path.normpath(root) == os.path.normpath(run_dir) and RERUN in dirs:
                 dirs.remove(RERUN)
             if "cells.json" in files:
-                out.append(root)
-    return sorted(set(out), key=out.index)
+                found.append(root)
+        out.extend(d for d in sorted(found) if d not in out)
+    return out
 
 
 def read_cells(group_dir: str) -> list[dict]:
