@@ -159,18 +159,22 @@ def test_concurrent_writers_of_one_file_never_collide_or_leave_a_broken_file(tmp
 
 # ----------------------------------------------------------------------------- the tiny lag sweep, for real
 
-SCORE_RTOL = 1e-4  # measured: up to ~3e-5 (eval returns), see test below
+# Whole and sharded grids are not bit-identical (a vmapped grid of 1 cell batches its matmuls
+# differently from one of 2): measured relative differences up to ~3e-5 (eval returns), so rtol=1e-5
+# is too tight; near-zero means (policy loss ~ 4e-3) need the absolute tolerance.
+SCORE_RTOL, SCORE_ATOL = 1e-4, 1e-7
 
 
 def _run(out, **flags):
     ls = _script("lag_sweep")
+    flags = {"seeds": (0,), **flags}  # 2 cells: lag depths 1 and 4 (shards of 1 cell: the re-run's program)
     return ls.main(ls.Args(preset="tiny", out=out, progress=False, figures=False, bootstrap_reps=50,
                            episode_length=30, **flags))
 
 
 @pytest.fixture(scope="module")
 def whole_and_shards(tmp_path_factory):
-    """The tiny lag sweep (1 group x 4 cells) run whole into A, and as 2 shards into B, then merged."""
+    """The tiny lag sweep (1 group x 2 cells) run whole into A, and as 2 shards into B."""
     base = tmp_path_factory.mktemp("shards")
     a, b = str(base / "A"), str(base / "B")
     _run(a)
@@ -188,18 +192,17 @@ def test_two_shards_merge_to_the_unsharded_sweep(whole_and_shards, capsys):
     rows_a, rows_b = results.load_scores(a), results.load_scores(b)
     key = lambda r: (r["lag_depth"], r["seed"])  # noqa: E731
     rows_a, rows_b = sorted(rows_a, key=key), sorted(rows_b, key=key)
-    assert [key(r) for r in rows_a] == [key(r) for r in rows_b] == [(1, 0), (1, 1), (4, 0), (4, 1)]
+    assert [key(r) for r in rows_a] == [key(r) for r in rows_b] == [(1, 0), (4, 0)]
     worst = 0.0
     for ra, rb in zip(rows_a, rows_b):
         assert set(ra) == set(rb)
         for k, v in ra.items():
             if isinstance(v, float):
-                np.testing.assert_allclose(rb[k], v, rtol=SCORE_RTOL, atol=1e-7, err_msg=k)
+                np.testing.assert_allclose(rb[k], v, rtol=SCORE_RTOL, atol=SCORE_ATOL, err_msg=k)
                 worst = max(worst, sweep._relative_difference(v, rb[k]))
             else:
                 assert rb[k] == v, k
-    # Not bit-identical: a grid of 2 cells batches its matmuls differently from a grid of 4.
-    print(f"largest relative difference whole vs shards: {worst:.2e}")
+    assert worst > 0  # not bit-identical (if this fails, the grids became bit-identical: tighten the tolerance)
     capsys.readouterr()
     _run(b)  # the same command without --shard: runs nothing, merges, writes the summaries
     out = capsys.readouterr().out
@@ -210,7 +213,7 @@ def test_two_shards_merge_to_the_unsharded_sweep(whole_and_shards, capsys):
     for ra, rb in zip(summary_a, summary_b):
         for k, v in ra.items():
             if isinstance(v, float):
-                np.testing.assert_allclose(rb[k], v, rtol=SCORE_RTOL, atol=1e-6, err_msg=k)
+                np.testing.assert_allclose(rb[k], v, rtol=SCORE_RTOL, atol=SCORE_ATOL, err_msg=k)
             else:
                 assert rb[k] == v, k
     merged = str(os.path.dirname(a) + "/merged")  # the shards as separate directories, merged by plot.py
@@ -229,7 +232,7 @@ def test_a_shard_refuses_a_directory_that_holds_the_whole_sweep_or_another_split
     with pytest.raises(ConfigError, match="run whole"):
         _run(a, shard="0/2")
     with pytest.raises(ConfigError, match="2-way split"):
-        _run(b, shard="0/4")
+        _run(b, shard="0/1")
     with pytest.raises(ConfigError, match="planned with other cells"):
         _run(b, shard="0/2", seeds=(0, 1, 2))
 
@@ -237,23 +240,26 @@ def test_a_shard_refuses_a_directory_that_holds_the_whole_sweep_or_another_split
 def test_one_cell_rerun_alone_is_compared_with_the_sweep_and_touches_none_of_its_files(whole_and_shards, capsys):
     a, b = whole_and_shards
     before = {os.path.join(r, f): os.path.getmtime(os.path.join(r, f)) for r, _, fs in os.walk(a) for f in fs}
-    _run(a, cell="point_mass/ppo_clip:3")  # = cell 3: lag depth 4, seed 1
+    _run(a, cell="point_mass/ppo_clip:1")  # = cell 1: lag depth 4, seed 0
     out = capsys.readouterr().out
-    assert "re-running cell 3 = point_mass/ppo_clip:3 (lag_depth=4 seed=1)" in out
+    assert "re-running cell 1 = point_mass/ppo_clip:1 (lag_depth=4 seed=0)" in out
     assert "largest relative difference:" in out and "final_eval_return" in out
     after = {os.path.join(r, f): os.path.getmtime(os.path.join(r, f)) for r, _, fs in os.walk(a) for f in fs
              if os.sep + "rerun" + os.sep not in os.path.join(r, f)}
     assert after == before  # nothing of the sweep was written
-    where = os.path.join(a, "rerun", "point_mass", "ppo_clip", "cell-3")
+    where = os.path.join(a, "rerun", "point_mass", "ppo_clip", "cell-1")
     (row,) = results.load_scores(where)
-    assert (row["lag_depth"], row["seed"]) == (4, 1)
-    swept = [r for r in results.load_scores(a) if (r["lag_depth"], r["seed"]) == (4, 1)][0]
-    assert len(results.load_scores(a)) == 4  # the re-run is not a fifth run of the sweep
+    assert (row["lag_depth"], row["seed"]) == (4, 0)
+    swept = [r for r in results.load_scores(a) if (r["lag_depth"], r["seed"]) == (4, 0)][0]
+    assert len(results.load_scores(a)) == 2  # the re-run is not a third run of the sweep
     table, worst = sweep.compare_rows(row, swept)
     assert worst < SCORE_RTOL and any(name == "final_eval_return" for name, *_ in table)
     assert f"largest relative difference: {worst:.3e}" in out
     # in a sweep split into shards, the cell's row is found in its shard's directory
-    group = _script("lag_sweep").plan(_script("lag_sweep").Args(preset="tiny"),
-                                      _script("lag_sweep").resolve(_script("lag_sweep").Args(preset="tiny")))[0]
-    assert sweep.sweep_row(b, group, group.cells[3])["final_eval_return"] == pytest.approx(
-        swept["final_eval_return"], rel=SCORE_RTOL)
+    ls = _script("lag_sweep")
+    args = ls.Args(preset="tiny", seeds=(0,), episode_length=30)
+    (group,) = ls.plan(args, ls.resolve(args))
+    in_shard = sweep.sweep_row(b, group, group.cells[1])
+    assert (in_shard["lag_depth"], in_shard["seed"]) == (4, 0)
+    assert in_shard["final_eval_return"] == pytest.approx(swept["final_eval_return"], rel=SCORE_RTOL)
+    assert sweep.sweep_row(str(os.path.dirname(a)) + "/nowhere", group, group.cells[1]) is None
