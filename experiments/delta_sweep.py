@@ -6,6 +6,9 @@ L1), and the ablations vaco_realign_only / vaco_filter_only.
 
     python experiments/delta_sweep.py                       # cpu preset
     python experiments/delta_sweep.py --variants vaco vaco_learner_denominator --deltas 0.05 0.4
+
+``--shard I/N`` (one of N disjoint parts; the same command without it merges) and ``--cell K``
+(re-run one cell alone): docs/scale.md.
 """
 
 from __future__ import annotations

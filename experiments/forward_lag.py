@@ -6,6 +6,9 @@ vmapped inside it.
 
     python experiments/forward_lag.py                               # cpu preset
     python experiments/forward_lag.py --epochs 1 4 8 --minibatches 2 8 --lag-depth 8
+
+``--shard I/N`` (one of N disjoint parts; the same command without it merges) and ``--cell K``
+(re-run one cell alone): docs/scale.md.
 """
 
 from __future__ import annotations

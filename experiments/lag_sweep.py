@@ -8,10 +8,14 @@ checkpoint.
     python experiments/lag_sweep.py --preset paper      # GPU-sized
     python experiments/lag_sweep.py --preset cpu --methods ppo_clip vaco --lag-depths 1 8
     python experiments/lag_sweep.py --preset tiny --sweep gamma=0.99,0.995 learning_rate=1e-4,3e-4
+    python experiments/lag_sweep.py --preset paper --shard 3/16 --out runs/paper   # part 3 (0-based) of 16
+    python experiments/lag_sweep.py --preset paper --out runs/paper                # merge the 16 shards
+    python experiments/lag_sweep.py --preset tiny --cell 3      # re-run cell 3 alone, compare with the sweep
 
 ``--sweep NAME=V1,V2 ...`` takes any setting: a traced knob (gamma, learning_rate, clip_epsilon, ...)
 multiplies the cells of each group (one compiled program), a static field (num_epochs, policy_hidden,
 actor_dtype, ...) makes one group per value. The plan is printed before anything compiles.
+``--shard I/N`` and ``--cell K`` (every study script): docs/scale.md.
 """
 
 from __future__ import annotations

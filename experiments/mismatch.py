@@ -8,6 +8,9 @@ is a static configuration (its own program); the seconds per chunk of each are r
 cost of exact recovery is measured, not assumed.
 
     python experiments/mismatch.py                 # cpu preset
+
+``--shard I/N`` (one of N disjoint parts; the same command without it merges) and ``--cell K``
+(re-run one cell alone): docs/scale.md.
 """
 
 from __future__ import annotations

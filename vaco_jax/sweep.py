@@ -875,12 +875,11 @@ def rerun_cell(run_dir: str, groups: Sequence[Group], which, info: dict, progres
             print(f"  {name:<32} {v}")
         return {"rerun": again, "sweep": None, "max_rel_diff": None, "dir": where}
     table, worst = compare_rows(again, old)
-    print(f"  {'column':<32} {'sweep':>16} {'re-run':>16} {'rel. diff':>10}")
+    print(f"  {'column':<30} {'sweep':>22} {'re-run':>22} {'rel. diff':>10}")
     for name, a, b, d in table:
-        print(f"  {name:<32} {str(a):>16} {str(b):>16} {d:>10.2e}")
+        print(f"  {name:<30} {str(a):>22} {str(b):>22} {d:>10.2e}")
     worst_name = max(table, key=lambda t: t[3])[0] if table else "-"
-    print(f"largest relative difference: {worst:.3e} ({worst_name})"
-          + (" - bit-identical" if worst == 0 else ""))
+    print(f"largest relative difference: {worst:.3e}" + (" (bit-identical)" if worst == 0 else f" ({worst_name})"))
     return {"rerun": again, "sweep": old, "max_rel_diff": worst, "dir": where}
 
 
