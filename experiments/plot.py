@@ -51,4 +51,10 @@ def main(argv: list[str] | None = None) -> list[str]:
 
 
 if __name__ == "__main__":
-    main()
+    from vaco_jax.results import EXIT_DAMAGED, ResultsError
+
+    try:
+        main()
+    except ResultsError as e:  # a damaged file, or a cell in two of the directories: one line, exit code 3
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(EXIT_DAMAGED)
