@@ -6,6 +6,9 @@ L1), and the ablations vaco_realign_only / vaco_filter_only.
 
     python experiments/delta_sweep.py                       # cpu preset
     python experiments/delta_sweep.py --variants vaco vaco_learner_denominator --deltas 0.05 0.4
+
+``--shard I/N`` (one of N disjoint parts; the same command without it merges) and ``--cell K``
+(re-run one cell alone): docs/scale.md.
 """
 
 from __future__ import annotations
@@ -55,6 +58,8 @@ class StudyArgs:
     progress: bool = True
     max_chunks: int | None = None  # stop every group after this many chunks (a time-limited job); rerun to continue
     sweep: tuple[str, ...] = ()  # any other setting, e.g. gamma=0.99,0.995 (see experiments/lag_sweep.py)
+    shard: str | None = None  # "I/N": run only part I (0-based) of N disjoint parts of the study (docs/scale.md)
+    cell: str | None = None  # "K" or "GROUP:J": re-run one planned cell alone into RUN/rerun/ and compare (docs/scale.md)
 
 
 
@@ -79,8 +84,7 @@ def main(args: Args) -> str:
     groups = sweep.apply_sweep([sweep.Group(config, cells, os.path.join(spec["task"], variant), variant,
                                             (("variant", variant),)) for variant, config in configs.items()],
                                sweep.parse_sweep(args.sweep), config_flags(args, StudyArgs, exclude=PER_GROUP))
-    sweep.start_study(out, groups, args, spec)
-    if not sweep.run_groups(out, groups, progress=args.progress, max_chunks=args.max_chunks):
+    if not sweep.run_study(out, groups, args, spec):
         return out
     table = analysis.summarise_by(out, ("variant", "tv_budget", "lag_depth"), filename="delta_sweep.csv")
     filt = analysis.summarise_by(out, ("variant", "tv_budget", "lag_depth"), score="mean_filtered_fraction",

@@ -6,6 +6,9 @@ vmapped inside it.
 
     python experiments/forward_lag.py                               # cpu preset
     python experiments/forward_lag.py --epochs 1 4 8 --minibatches 2 8 --lag-depth 8
+
+``--shard I/N`` (one of N disjoint parts; the same command without it merges) and ``--cell K``
+(re-run one cell alone): docs/scale.md.
 """
 
 from __future__ import annotations
@@ -50,6 +53,8 @@ class StudyArgs:
     figures: bool = True
     max_chunks: int | None = None  # stop every group after this many chunks (a time-limited job); rerun to continue
     sweep: tuple[str, ...] = ()  # any other setting, e.g. gamma=0.99,0.995 (see experiments/lag_sweep.py)
+    shard: str | None = None  # "I/N": run only part I (0-based) of N disjoint parts of the study (docs/scale.md)
+    cell: str | None = None  # "K" or "GROUP:J": re-run one planned cell alone into RUN/rerun/ and compare (docs/scale.md)
 
 
 
@@ -77,8 +82,7 @@ def main(args: Args) -> str:
         [sweep.Group(config, cells, os.path.join(spec["task"], method, f"e{e}_m{m}"), f"{method} E={e} M={m}",
                      (("num_epochs", e), ("num_minibatches", m))) for (method, e, m), config in configs.items()],
         sweep.parse_sweep(args.sweep), config_flags(args, StudyArgs, exclude=PER_GROUP))
-    sweep.start_study(out, groups, args, spec)
-    if not sweep.run_groups(out, groups, progress=args.progress, max_chunks=args.max_chunks):
+    if not sweep.run_study(out, groups, args, spec):
         return out
     table = analysis.summarise_by(out, ("method", "num_epochs", "num_minibatches"), filename="forward_lag.csv")
     print(f"forward lag at lag depth {args.lag_depth} ({spec['task']}): final eval return, IQM [95% CI]")

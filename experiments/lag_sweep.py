@@ -8,10 +8,14 @@ checkpoint.
     python experiments/lag_sweep.py --preset paper      # GPU-sized
     python experiments/lag_sweep.py --preset cpu --methods ppo_clip vaco --lag-depths 1 8
     python experiments/lag_sweep.py --preset tiny --sweep gamma=0.99,0.995 learning_rate=1e-4,3e-4
+    python experiments/lag_sweep.py --preset paper --shard 3/16 --out runs/paper   # part 3 (0-based) of 16
+    python experiments/lag_sweep.py --preset paper --out runs/paper                # merge the 16 shards
+    python experiments/lag_sweep.py --preset tiny --cell 3      # re-run cell 3 alone, compare with the sweep
 
 ``--sweep NAME=V1,V2 ...`` takes any setting: a traced knob (gamma, learning_rate, clip_epsilon, ...)
 multiplies the cells of each group (one compiled program), a static field (num_epochs, policy_hidden,
 actor_dtype, ...) makes one group per value. The plan is printed before anything compiles.
+``--shard I/N`` and ``--cell K`` (every study script): docs/scale.md.
 """
 
 from __future__ import annotations
@@ -68,6 +72,8 @@ class StudyArgs:
     episode_length: int = 1000
     max_chunks: int | None = None  # stop every group after this many chunks (a time-limited job); rerun to continue
     sweep: tuple[str, ...] = ()  # any setting, e.g. gamma=0.99,0.995 learning_rate=1e-4,3e-4 num_epochs=2,4
+    shard: str | None = None  # "I/N": run only part I (0-based) of N disjoint parts of the study (docs/scale.md)
+    cell: str | None = None  # "K" or "GROUP:J": re-run one planned cell alone into RUN/rerun/ and compare (docs/scale.md)
     bootstrap_reps: int = 2000
     progress: bool = True
     figures: bool = True
@@ -129,10 +135,9 @@ def main(args: Args) -> str:
     groups = plan(args, spec)
     print(sweep.preset_text(args.preset, spec))
     run_dir = spec["out"]
-    sweep.start_study(run_dir, groups, args, spec)
     t0 = time.perf_counter()
-    sweep.random_scores(run_dir, spec["tasks"], groups[0].config)
-    if not sweep.run_groups(run_dir, groups, progress=args.progress, max_chunks=args.max_chunks):
+    if not sweep.run_study(run_dir, groups, args, spec,
+                           prepare=lambda: sweep.random_scores(run_dir, spec["tasks"], groups[0].config)):
         return run_dir
     summary, _ = analysis.summarise(run_dir, reps=args.bootstrap_reps)
     print(f"\nlag sweep finished in {time.perf_counter() - t0:.0f} s -> {run_dir}")

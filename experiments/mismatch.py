@@ -8,6 +8,9 @@ is a static configuration (its own program); the seconds per chunk of each are r
 cost of exact recovery is measured, not assumed.
 
     python experiments/mismatch.py                 # cpu preset
+
+``--shard I/N`` (one of N disjoint parts; the same command without it merges) and ``--cell K``
+(re-run one cell alone): docs/scale.md.
 """
 
 from __future__ import annotations
@@ -54,6 +57,8 @@ class StudyArgs:
     progress: bool = True
     max_chunks: int | None = None  # stop every group after this many chunks (a time-limited job); rerun to continue
     sweep: tuple[str, ...] = ()  # any other setting, e.g. gamma=0.99,0.995 (see experiments/lag_sweep.py)
+    shard: str | None = None  # "I/N": run only part I (0-based) of N disjoint parts of the study (docs/scale.md)
+    cell: str | None = None  # "K" or "GROUP:J": re-run one planned cell alone into RUN/rerun/ and compare (docs/scale.md)
 
 
 
@@ -83,8 +88,7 @@ def main(args: Args) -> str:
         [sweep.Group(config, cells, os.path.join(spec["task"], method, f"{dtype}_{source}"),
                      f"{method} {dtype} {source}", (("actor_dtype", dtype), ("old_logit_source", source)))
          for (method, dtype, source), config in configs.items()], sweep.parse_sweep(args.sweep), config_flags(args, StudyArgs, exclude=PER_GROUP))
-    sweep.start_study(out, groups, args, spec)
-    if not sweep.run_groups(out, groups, progress=args.progress, max_chunks=args.max_chunks):
+    if not sweep.run_study(out, groups, args, spec):
         return out
     keys = ("method", "actor_dtype", "old_logit_source", "lag_depth")
     table = analysis.summarise_by(out, keys, filename="mismatch.csv")

@@ -4,6 +4,11 @@
 bootstrap CIs, on raw and on normalised scores) and ``diagnostics.csv`` (filtered/clipped
 fraction, TV estimates, staleness ... per method x lag depth). Diverged runs are dropped and
 counted (column ``n_diverged``), never averaged in.
+
+Both take one run directory or several (``summarise([A, B], out=A)``): the score rows of all of
+them are merged (a sweep split into shards that wrote into separate directories; shards written into
+one directory are found in its ``GROUP/shard-I-of-N/`` subdirectories anyway) and the tables are
+written into ``out`` (default: the first directory).
 """
 
 from __future__ import annotations
@@ -12,9 +17,8 @@ import os
 
 import numpy as np
 
-from vaco_jax import stats
-from vaco_jax import results
-from vaco_jax.results import atomic_write_text, load_scores, rows_to_csv
+from vaco_jax import results, stats
+from vaco_jax.results import atomic_write_text, load_random_scores, load_scores, rows_to_csv
 
 SCORES = ("final_eval_return", "auc_eval_return", "train_return_last5pct")
 DIAGNOSTICS = ("mean_filtered_fraction", "mean_clip_fraction", "mean_tv_behaviour", "mean_tv_learner",
@@ -52,12 +56,28 @@ def reference_scores(rows, tasks, score, random: dict | None):
     return rnd, ref_mean
 
 
-def summarise(run_dir: str, reps: int = 2000, seed: int = 0) -> tuple[list[dict], list[dict]]:
-    rows = load_scores(run_dir)
+def _out_dir(run_dirs, out: str | None) -> str:
+    if out:
+        return out
+    return run_dirs if isinstance(run_dirs, (str, os.PathLike)) else list(run_dirs)[0]
+
+
+def _where(run_dirs) -> str:
+    return str(run_dirs) if isinstance(run_dirs, (str, os.PathLike)) else ", ".join(map(str, run_dirs))
+
+
+def _row_order(row: dict) -> tuple:
+    return (str(row.get("env")), str(row.get("method")), int(row["lag_depth"]), int(row["seed"]),
+            results.cell_key(row))
+
+
+def summarise(run_dirs, reps: int = 2000, seed: int = 0, out: str | None = None) -> tuple[list[dict], list[dict]]:
+    """``summary.csv`` and ``diagnostics.csv`` of one run directory or several (merged) into ``out``."""
+    rows = load_scores(run_dirs)
     if not rows:
-        raise FileNotFoundError(f"no scores.csv under {run_dir}: nothing has finished yet")
-    rnd_path = os.path.join(run_dir, "random_scores.json")
-    random = results.read_json(rnd_path) if os.path.exists(rnd_path) else None
+        raise FileNotFoundError(f"no scores.csv under {_where(run_dirs)}: nothing has finished yet")
+    random = load_random_scores(run_dirs)
+    rows.sort(key=_row_order)  # the same numbers however the rows were split into groups, shards, directories
     tasks = sorted({r["env"] for r in rows})
     methods = sorted({r["method"] for r in rows})
     lags = sorted({int(r["lag_depth"]) for r in rows})
@@ -99,24 +119,26 @@ def summarise(run_dir: str, reps: int = 2000, seed: int = 0) -> tuple[list[dict]
                     row[d] = float(vals.mean())
                     row[d + "_se"] = float(vals.std(ddof=1) / np.sqrt(len(vals))) if len(vals) > 1 else 0.0
             diag_rows.append(row)
-    atomic_write_text(os.path.join(run_dir, "summary.csv"), rows_to_csv(summary))
-    atomic_write_text(os.path.join(run_dir, "diagnostics.csv"), rows_to_csv(diag_rows))
+    out = _out_dir(run_dirs, out)
+    os.makedirs(out, exist_ok=True)
+    atomic_write_text(os.path.join(out, "summary.csv"), rows_to_csv(summary))
+    atomic_write_text(os.path.join(out, "diagnostics.csv"), rows_to_csv(diag_rows))
     return summary, diag_rows
 
 
-def summarise_by(run_dir: str, keys: tuple[str, ...], score: str = "final_eval_return", reps: int = 2000,
-                 seed: int = 0, filename: str | None = None) -> list[dict]:
+def summarise_by(run_dirs, keys: tuple[str, ...], score: str = "final_eval_return", reps: int = 2000,
+                 seed: int = 0, filename: str | None = None, out: str | None = None) -> list[dict]:
     """Raw-score IQM and mean with stratified bootstrap CIs for every combination of ``keys``.
 
     For studies whose cells differ in more than method x lag depth (δ sweep, forward lag, mismatch):
     runs are the seeds, tasks the strata. Diverged runs are dropped and counted.
     """
-    rows = load_scores(run_dir)
+    rows = load_scores(run_dirs)
     if not rows:
-        raise FileNotFoundError(f"no scores.csv under {run_dir}: nothing has finished yet")
+        raise FileNotFoundError(f"no scores.csv under {_where(run_dirs)}: nothing has finished yet")
     tasks = sorted({r["env"] for r in rows})
     combos = sorted({tuple(r.get(k) for k in keys) for r in rows}, key=lambda c: tuple(map(str, c)))
-    out = []
+    table = []
     for combo in combos:
         per_task = []
         for task in tasks:
@@ -134,7 +156,9 @@ def summarise_by(run_dir: str, keys: tuple[str, ...], score: str = "final_eval_r
             cis = stats.aggregate_with_cis({"x": clean}, metrics=["iqm", "mean"], reps=reps, seed=seed)["x"]
             for name, (point, low, high) in cis.items():
                 row.update({f"{name}": point, f"{name}_low": low, f"{name}_high": high})
-        out.append(row)
+        table.append(row)
     if filename:
-        atomic_write_text(os.path.join(run_dir, filename), rows_to_csv(out))
-    return out
+        where = _out_dir(run_dirs, out)
+        os.makedirs(where, exist_ok=True)
+        atomic_write_text(os.path.join(where, filename), rows_to_csv(table))
+    return table

@@ -2,7 +2,9 @@
 
 Every function reads a run directory written by :mod:`vaco_jax.sweep` and
 :func:`vaco_jax.analysis.summarise`, saves one figure as PNG *and* PDF under ``RUN/figures/`` and
-returns the paths it wrote. Figures are meant to be read without the code: each names its score,
+returns the paths it wrote. ``sources`` (a list of run directories) makes a function read the score
+and curve rows of all of them, merged (e.g. a sweep whose shards wrote into separate directories),
+while ``run_dir`` is where the summary is read and the figures go. Figures are meant to be read without the code: each names its score,
 its aggregate, what its bands are and how many runs (and diverged runs) stand behind each point.
 
     plot_aggregate_vs_lag   (1) aggregate score vs lag depth, one line per method, 95% CI bands
@@ -223,13 +225,27 @@ def _run_json(run_dir: str) -> dict:
     return results.read_json(path) if os.path.exists(path) else {}
 
 
-def _bootstrap_reps(run_dir: str) -> int | None:
-    args = _run_json(run_dir).get("command", {})
-    reps = args.get("bootstrap_reps")
-    return int(reps) if isinstance(reps, (int, float)) else None
+def _bootstrap_reps(run_dirs) -> int | None:
+    """The ``bootstrap_reps`` of the run's command (``run.json``, else a shard's record); the first
+    directory of several that has one."""
+    for run_dir in [run_dirs] if isinstance(run_dirs, (str, os.PathLike)) else run_dirs:
+        records = [os.path.join(run_dir, "run.json")] + [os.path.join(run_dir, f) for f in
+                                                        sorted(os.listdir(run_dir)) if f.startswith("run.shard-")] \
+            if os.path.isdir(run_dir) else []
+        for path in records:
+            if os.path.exists(path):
+                reps = results.read_json(path).get("command", {}).get("bootstrap_reps")
+                if isinstance(reps, (int, float)):
+                    return int(reps)
+    return None
 
 
-def _score_rows(run_dir: str) -> list[dict]:
+def _data(run_dir: str, sources) -> str | list[str]:
+    """Where the score and curve rows are read: ``sources`` when given, else ``run_dir``."""
+    return run_dir if sources is None else list(sources)
+
+
+def _score_rows(run_dir) -> list[dict]:
     rows = load_scores(run_dir)
     if not rows:
         raise NoData(f"no scores.csv under {run_dir} (no group has finished)")
@@ -293,7 +309,7 @@ def read_summary(run_dir: str) -> list[dict]:
 
 
 def plot_aggregate_vs_lag(run_dir: str, score: str = "final_eval_return",
-                          normalization: str | None = None) -> list[str]:
+                          normalization: str | None = None, sources=None) -> list[str]:
     """The main lag-sweep figure: one panel per aggregate, one line per method with 95% CI bands."""
     rows = [r for r in read_summary(run_dir) if r["score"] == score]
     if not rows:
@@ -343,7 +359,7 @@ def plot_aggregate_vs_lag(run_dir: str, score: str = "final_eval_return",
         title += "\n1.0 = synchronous PPO-Clip (lag depth 1); 0.0 = uniform-random policy"
     title += f"\nlines: point estimates; bands: {CI_TEXT}"
     _title(fig, title[0].upper() + title[1:])
-    reps = _bootstrap_reps(run_dir)
+    reps = _bootstrap_reps([run_dir] + list(sources or []))
     diverged = sorted({(m, int(r["lag_depth"]), int(r["n_diverged"])) for m in methods for r in rows
                        if r["method"] == m and _finite(r.get("n_diverged")) and int(r["n_diverged"]) > 0})
     all_div = sorted({(r["method"], int(r["lag_depth"])) for r in rows if r["aggregate"] == "all_diverged"})
@@ -357,7 +373,7 @@ def plot_aggregate_vs_lag(run_dir: str, score: str = "final_eval_return",
         lines.append("Every run diverged (no point): " + "; ".join(f"{method_label(m)} B={b}" for m, b in all_div)
                      + ".")
     try:
-        lines.append(_pooled_note(load_scores(run_dir)))
+        lines.append(_pooled_note(load_scores(_data(run_dir, sources))))
     except OSError:
         pass
     _caption(fig, lines)
@@ -395,15 +411,15 @@ def _curve_series(rows: Sequence[dict], metric: str, keys: Sequence[str]):
     return out
 
 
-def plot_learning_curves(run_dir: str, task: str | None = None) -> list[str]:
+def plot_learning_curves(run_dir: str, task: str | None = None, sources=None) -> list[str]:
     """Per task: one panel per lag depth, eval return vs env steps, one line per method
     (mean over seeds, shaded ± standard error); diverged runs are excluded and counted."""
-    curves = load_curves(run_dir)
+    curves = load_curves(_data(run_dir, sources))
     if not curves:
         raise NoData(f"no curves.csv under {run_dir}")
     tasks = sorted({r["env"] for r in curves}) if task is None else [task]
     try:
-        keys = variant_keys(load_scores(run_dir))
+        keys = variant_keys(load_scores(_data(run_dir, sources)))
     except OSError:
         keys = []
     paths = []
@@ -487,7 +503,7 @@ def _diag_panel(ax, rows: Sequence[dict], column: str, lags: Sequence[int]) -> l
 
 
 def _diagnostics_figure(run_dir: str, panels: Sequence[tuple[str, str, str]], title: str, name: str,
-                        extra_caption: str = "") -> list[str]:
+                        extra_caption: str = "", sources=None) -> list[str]:
     rows = read_diagnostics(run_dir)
     panels = [p for p in panels if any(_finite(r.get(p[0])) for r in rows)]
     if not panels:
@@ -504,14 +520,14 @@ def _diagnostics_figure(run_dir: str, panels: Sequence[tuple[str, str, str]], ti
     lines = [f"Points: mean over runs of the per-run average over training; bars: ± 1 standard error "
              f"(n = {_fmt_count(runs)} non-diverged runs per point, pooled over tasks).", extra_caption]
     try:
-        lines.append(_pooled_note(load_scores(run_dir)))
+        lines.append(_pooled_note(load_scores(_data(run_dir, sources))))
     except OSError:
         pass
     _caption(fig, lines)
     return save_figure(fig, run_dir, name)
 
 
-def plot_filtering_vs_lag(run_dir: str) -> list[str]:
+def plot_filtering_vs_lag(run_dir: str, sources=None) -> list[str]:
     """Filtered fraction (VACO's TV filter) and clip fraction (PPO family, decoupled, SPO) vs lag depth."""
     panels = [("mean_filtered_fraction", "filtered fraction (TV filter: VACO family)",
                "fraction of samples filtered"),
@@ -520,10 +536,11 @@ def plot_filtering_vs_lag(run_dir: str) -> list[str]:
     return _diagnostics_figure(
         run_dir, panels, "Filtering behaviour vs lag depth: how much of each batch the objective discards",
         "filtering_vs_lag",
-        "Fractions are per minibatch, averaged over all gradient steps of a run (0 = nothing filtered/clipped).")
+        "Fractions are per minibatch, averaged over all gradient steps of a run (0 = nothing filtered/clipped).",
+        sources=sources)
 
 
-def plot_tv_vs_lag(run_dir: str) -> list[str]:
+def plot_tv_vs_lag(run_dir: str, sources=None) -> list[str]:
     """TV estimates of the current policy to the behaviour policy β and to the phase's learner π_T."""
     panels = [("mean_tv_behaviour", r"$\widehat{\mathrm{TV}}(\pi_\theta, \beta)$: to the behaviour policy",
                "TV estimate (0 = identical policies)"),
@@ -534,7 +551,7 @@ def plot_tv_vs_lag(run_dir: str) -> list[str]:
         run_dir, panels, r"Total-variation estimates vs lag depth: $\widehat{\mathrm{TV}} = \frac{1}{2}\,"
         r"\mathrm{mean}_i\,|r_i - 1|$ over each minibatch (docs/diagnostics.md)",
         "tv_vs_lag", r"$r_i = \pi_\theta/\beta$ resp. $\pi_\theta/\pi_T$; $\beta$ = the lagged actor's policy that "
-        r"produced the sample; $\pi_T$ = the learner when the phase began.")
+        r"produced the sample; $\pi_T$ = the learner when the phase began.", sources=sources)
 
 
 # ----------------------------------------------------------------------------- (5) forward lag
@@ -546,10 +563,10 @@ def _mean_se(vals: Sequence[float]) -> tuple[float, float]:
     return float(a.mean()), (float(a.std(ddof=1) / np.sqrt(len(a))) if len(a) > 1 else 0.0)
 
 
-def plot_forward_lag(run_dir: str, score: str = "final_eval_return") -> list[str]:
+def plot_forward_lag(run_dir: str, score: str = "final_eval_return", sources=None) -> list[str]:
     """Forward-lag sweep (epochs E x minibatches M per phase) at fixed backward lag: per task, a heat map
     of the mean score per method (rows of panels: lag depths), or lines when only one of E, M varies."""
-    rows = [r for r in _score_rows(run_dir) if _finite(r.get("num_epochs")) and _finite(r.get("num_minibatches"))]
+    rows = [r for r in _score_rows(_data(run_dir, sources)) if _finite(r.get("num_epochs")) and _finite(r.get("num_minibatches"))]
     if not rows:
         raise NoData("no score rows carry num_epochs and num_minibatches tags (not a forward-lag run)")
     if not any(score in r for r in rows):
@@ -650,20 +667,26 @@ def plot_forward_lag(run_dir: str, score: str = "final_eval_return") -> list[str
 
 # ----------------------------------------------------------------------------- everything
 
-def make_all(run_dir: str, summarise: bool | None = None, reps: int | None = None) -> list[str]:
+def make_all(run_dirs, summarise: bool | None = None, reps: int | None = None, out: str | None = None) -> list[str]:
     """Draw every figure whose data exists; prints a note for each one skipped.
 
+    ``run_dirs``: one run directory or several whose score and curve rows are merged (the shards of
+    a sweep written into separate directories); ``summary.csv``, ``diagnostics.csv`` and
+    ``figures/`` go into ``out`` (default: the first directory).
     ``summarise``: re-run :func:`vaco_jax.analysis.summarise` first (True), never (False), or only
     when ``summary.csv`` is missing (None, the default). ``reps``: bootstrap replicates for it
     (default: the run's ``bootstrap_reps`` from ``run.json``, else 2000).
     """
     from vaco_jax import analysis
 
+    sources = [run_dirs] if isinstance(run_dirs, (str, os.PathLike)) else [str(d) for d in run_dirs]
+    run_dir = out or sources[0]
+    data = sources[0] if sources == [run_dir] else sources
     have_summary = os.path.exists(os.path.join(run_dir, "summary.csv"))
     summary_ok = True
     if summarise or (summarise is None and not have_summary):
         try:
-            analysis.summarise(run_dir, reps=reps or _bootstrap_reps(run_dir) or 2000)
+            analysis.summarise(data, reps=reps or _bootstrap_reps(sources) or 2000, out=run_dir)
         except FileNotFoundError as e:
             print(f"[plots] no summary: {e}")
         except ValueError as e:  # e.g. a non-finite reference score: draw what does not need the summary
@@ -671,10 +694,11 @@ def make_all(run_dir: str, summarise: bool | None = None, reps: int | None = Non
             print(f"[plots] analysis.summarise failed ({type(e).__name__}: {e}); "
                   "skipping the figures drawn from summary.csv / diagnostics.csv")
     paths: list[str] = []
+    merged = None if data == run_dir else data
 
     def attempt(name, fn, *args):
         try:
-            paths.extend(fn(run_dir, *args))
+            paths.extend(fn(run_dir, *args, sources=merged))
         except NoData as e:
             print(f"[plots] skipped {name}: {e}")
 
@@ -697,7 +721,7 @@ def make_all(run_dir: str, summarise: bool | None = None, reps: int | None = Non
         attempt("filtering vs lag", plot_filtering_vs_lag)
         attempt("TV vs lag", plot_tv_vs_lag)
     try:
-        scores = load_scores(run_dir)
+        scores = load_scores(data)
     except OSError:
         scores = []
     if any("num_epochs" in r and "num_minibatches" in r for r in scores):

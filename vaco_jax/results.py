@@ -8,6 +8,8 @@ Layout of a run directory (``experiments/*.py --out RUN``)::
     RUN/<group>/curves.csv    one row per cell x chunk
     RUN/<group>/scores.csv    one row per cell; its presence marks the group finished
     RUN/<group>/phase_returns.npz, RUN/<group>/checkpoint/   while the group runs
+    RUN/run.shard-I-of-N.json, RUN/<group>/shard-I-of-N/    a sweep split into shards (``--shard I/N``)
+    RUN/rerun/<group>/cell-K/  one cell re-run alone (``--cell K``); never read as part of the sweep
 
 Every table ends with a footer line ``# vaco_jax rows=N sha256=HEX`` (the hash of every byte before
 it), every JSON file carries ``"sha256"`` of its canonical content, every ``.npz`` a ``__sha256__``
@@ -41,8 +43,17 @@ class ResultsError(RuntimeError):
 
 # ----------------------------------------------------------------------------- atomic writes
 
+def _tmp_name(path: str) -> str:
+    """A temporary name no other writer uses, even a process with the same id on another machine
+    writing into the same shared folder (shards of one sweep run as jobs of a cluster)."""
+    import secrets
+    import socket
+
+    return f"{path}.tmp.{socket.gethostname()}.{os.getpid()}.{secrets.token_hex(4)}"
+
+
 def atomic_write_bytes(path: str, data: bytes) -> None:
-    tmp = f"{path}.tmp.{os.getpid()}"
+    tmp = _tmp_name(path)
     try:
         with open(tmp, "wb") as f:
             f.write(data)
@@ -218,12 +229,26 @@ def load_npz(path: str) -> dict:
 
 # ----------------------------------------------------------------------------- a run directory
 
-def group_dirs(run_dir: str) -> list[str]:
-    """Every group directory (one holding ``cells.json``) under ``run_dir``, sorted."""
-    out = []
-    for root, _, files in sorted(os.walk(run_dir)):
-        if "cells.json" in files:
-            out.append(root)
+RERUN = "rerun"  # RUN/rerun/: cells re-run alone, kept apart from the sweep's own results
+
+
+def _dirs(run_dirs) -> list[str]:
+    return [run_dirs] if isinstance(run_dirs, (str, os.PathLike)) else [str(d) for d in run_dirs]
+
+
+def group_dirs(run_dirs) -> list[str]:
+    """Every group directory (one holding ``cells.json``) under one run directory or several, sorted
+    within each; a group split into shards is found in its ``shard-I-of-N/`` subdirectories. The
+    re-runs of single cells under ``RUN/rerun/`` are not part of the run and are skipped."""
+    out: list[str] = []
+    for run_dir in _dirs(run_dirs):
+        found = []
+        for root, dirs, files in os.walk(run_dir):
+            if os.path.normpath(root) == os.path.normpath(run_dir) and RERUN in dirs:
+                dirs.remove(RERUN)
+            if "cells.json" in files:
+                found.append(root)
+        out.extend(d for d in sorted(found) if d not in out)
     return out
 
 
@@ -235,20 +260,42 @@ def write_cells(group_dir: str, cells: list[dict]) -> None:
     write_json(os.path.join(group_dir, "cells.json"), {"cells": cells})
 
 
-def load_scores(run_dir: str) -> list[dict]:
-    """Every finished group's score rows, each table verified against its ``cells.json``."""
+SCORE_COLUMNS = ("final_eval_return", "auc_eval_return", "train_return_last5pct", "diverged")
+
+
+def cell_key(row: dict) -> str:
+    """What identifies a cell in a score row: every column that is not a score (task, method, group
+    tags, lag depth, seed, traced knobs)."""
+    return json.dumps({k: str(v) for k, v in sorted(row.items())
+                       if k not in SCORE_COLUMNS and not k.startswith("mean_")})
+
+
+def load_scores(run_dirs) -> list[dict]:
+    """Every finished group's score rows, each table verified against its ``cells.json``, from one
+    run directory or several (merged: e.g. the shards of one sweep written into separate
+    directories). A cell found twice (a directory given twice, a sweep run both whole and in shards
+    into one directory, shards of two different splits) raises ResultsError naming both files; it
+    would otherwise be counted as two runs."""
     rows: list[dict] = []
-    for g in group_dirs(run_dir):
+    seen: dict = {}
+    for g in group_dirs(run_dirs):
         path = os.path.join(g, "scores.csv")
         if os.path.exists(path):
-            rows.extend(read_table(path, expect_rows=len(read_cells(g))))
+            table = read_table(path, expect_rows=len(read_cells(g)))
+            for row in table:
+                key = cell_key(row)
+                if key in seen and seen[key] != path:
+                    raise ResultsError(f"the cell {key} is in both {seen[key]} and {path}; merge each cell once "
+                                       "(one split into shards, each directory once)")
+                seen[key] = path
+            rows.extend(table)
     return rows
 
 
-def load_curves(run_dir: str) -> list[dict]:
-    """Every group's learning-curve rows (finished or not), each table verified."""
+def load_curves(run_dirs) -> list[dict]:
+    """Every group's learning-curve rows (finished or not), each table verified; one run directory or several."""
     rows: list[dict] = []
-    for g in group_dirs(run_dir):
+    for g in group_dirs(run_dirs):
         path = os.path.join(g, "curves.csv")
         if os.path.exists(path):
             table = read_table(path)
@@ -257,6 +304,19 @@ def load_curves(run_dir: str) -> list[dict]:
                                    f"{len(read_cells(g))} cells (cells.json)")
             rows.extend(table)
     return rows
+
+
+def load_random_scores(run_dirs) -> dict | None:
+    """The uniform-random return per task from ``random_scores.json`` of one run directory or several
+    (the first directory that has a task wins); None when none has the file."""
+    found = None
+    for run_dir in _dirs(run_dirs):
+        path = os.path.join(run_dir, "random_scores.json")
+        if os.path.exists(path):
+            found = found or {}
+            for task, value in read_json(path).items():
+                found.setdefault(task, value)
+    return found
 
 
 def scores_frame(run_dir: str):

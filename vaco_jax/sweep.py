@@ -244,10 +244,12 @@ def preset_text(preset: str, spec: dict) -> str:
                                                     for k, v in spec.items() if k != "out")
 
 
-def plan_text(groups: Sequence[Group]) -> str:
-    """The plan printed before anything compiles: groups (= compiled programs) x cells."""
+def plan_text(groups: Sequence[Group], first: int = 0) -> str:
+    """The plan printed before anything compiles: groups (= compiled programs) x cells, numbered from
+    ``first`` (a shard's cells keep their numbers in the whole plan)."""
     total = sum(len(g.cells) for g in groups)
-    lines = [f"plan: {len(groups)} group(s), one compiled program each; {total} cell(s) in all"]
+    lines = [f"plan: {len(groups)} group(s), one compiled program each; {total} cell(s) in all "
+             "(cell numbers as --cell takes them)"]
     for g in groups:
         axes = {}
         for c in g.cells:
@@ -256,7 +258,9 @@ def plan_text(groups: Sequence[Group]) -> str:
                 if v not in axes[k]:
                     axes[k].append(v)
         desc = ", ".join(f"{k}={{{', '.join(_fmt(x) for x in v)}}}" for k, v in axes.items())
-        lines.append(f"  {g.subdir:<44} {len(g.cells):>4} cells  {desc}")
+        numbers = f"#{first}" if len(g.cells) == 1 else f"#{first}-{first + len(g.cells) - 1}"
+        lines.append(f"  {g.subdir:<44} {len(g.cells):>4} cells {numbers:>12}  {desc}")
+        first += len(g.cells)
     return "\n".join(lines)
 
 
@@ -607,25 +611,50 @@ def git_commit() -> str | None:
         return None
 
 
-def write_run_metadata(run_dir: str, groups: Sequence[Group], info: dict) -> None:
+def _identity(groups: Sequence[Group]) -> dict:
+    return json.loads(json.dumps({g.subdir: dataclasses.asdict(g.config) for g in groups}, default=str))
+
+
+def _compare_identity(run_dir: str, old: dict, identity: dict) -> None:
+    for subdir in sorted(set(old) & set(identity)):
+        diff = [k for k in identity[subdir] if old[subdir].get(k) != identity[subdir][k]]
+        if diff:
+            shown = ", ".join(f"{k}: {old[subdir].get(k)!r} there, {identity[subdir][k]!r} now" for k in diff[:4])
+            raise ConfigError(f"{run_dir} holds group {subdir} with other settings ({shown}); resume with "
+                              "the same settings or choose another --out")
+
+
+def check_identity(run_dir: str, groups: Sequence[Group], skip: str | None = None) -> None:
+    """Read-only: the settings of ``groups`` agree with every record in ``run_dir`` (``run.json`` and
+    each shard's ``run.shard-I-of-N.json``, except ``skip``); a group whose settings differ is a
+    ConfigError naming them."""
+    identity = _identity(groups)
+    for path in [os.path.join(run_dir, "run.json")] + shard_records(run_dir):
+        if os.path.basename(path) != skip and os.path.exists(path):
+            _compare_identity(run_dir, results.read_json(path).get("identity", {}), identity)
+
+
+def write_run_metadata(run_dir: str, groups: Sequence[Group], info: dict, shard: tuple[int, int] | None = None,
+                       extra: dict | None = None) -> None:
     """``run.json``: the run's identity, package versions, git commit, devices.
 
     The identity is what changes results: each group's static configuration and knob defaults (its
     cells are in its ``cells.json``). Display flags (progress, figures, bootstrap replicates) and the
     directory's location are not part of it, so they never block a resume; a new group (another
     task or method) extends the identity; a group whose settings differ is an error naming them.
+
+    With ``shard=(I, N)`` the record is ``run.shard-I-of-N.json`` instead, written by that shard
+    alone (shards running at once never write one file), and checked against every other record.
+    ``extra``: more fields of a new record (e.g. a shard's plan).
     """
-    identity = json.loads(json.dumps({g.subdir: dataclasses.asdict(g.config) for g in groups}, default=str))
-    meta_path = os.path.join(run_dir, "run.json")
+    identity = _identity(groups)
+    name = "run.json" if shard is None else f"run.{shard_name(*shard)}.json"
+    check_identity(run_dir, groups, skip=name)
+    meta_path = os.path.join(run_dir, name)
     if os.path.exists(meta_path):
         meta = results.read_json(meta_path)
         old = meta.get("identity", {})
-        for subdir in sorted(set(old) & set(identity)):
-            diff = [k for k in identity[subdir] if old[subdir].get(k) != identity[subdir][k]]
-            if diff:
-                shown = ", ".join(f"{k}: {old[subdir].get(k)!r} there, {identity[subdir][k]!r} now" for k in diff[:4])
-                raise ConfigError(f"{run_dir} holds group {subdir} with other settings ({shown}); resume with "
-                                  "the same settings or choose another --out")
+        _compare_identity(run_dir, old, identity)
         merged = {**old, **identity}
         if merged == old:
             return
@@ -633,13 +662,18 @@ def write_run_metadata(run_dir: str, groups: Sequence[Group], info: dict) -> Non
     else:
         os.makedirs(run_dir, exist_ok=True)
         meta = {"identity": identity, "versions": package_versions(), "git_commit": git_commit(),
-                "devices": [str(d) for d in jax.devices()], "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+                "devices": [str(d) for d in jax.devices()], "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+                **(extra or {})}
     meta["command"] = {k: v for k, v in info.items() if k != "out"}  # the latest command (not compared)
     results.write_json(meta_path, meta)
 
 
 def random_scores(run_dir: str, tasks: Sequence[str], base_config: Config, episodes: int = 16) -> dict:
-    """Uniform-random policy return per task (docs/evaluation.md normalisation), cached in the run directory."""
+    """Uniform-random policy return per task (docs/evaluation.md normalisation), cached in the run directory.
+
+    Shards running at once may each compute it: every write is atomic under a name of its own
+    (results.atomic_write_bytes), so a reader sees one complete file, and each writer writes every
+    task it was asked for, so the file a shard leaves holds all of the study's tasks."""
     path = os.path.join(run_dir, "random_scores.json")
     cache = results.read_json(path) if os.path.exists(path) else {}
     for task in tasks:
@@ -649,3 +683,273 @@ def random_scores(run_dir: str, tasks: Sequence[str], base_config: Config, episo
         cache[task] = float(jax.jit(lambda k: trainer.random_score(k, episodes))(jax.random.PRNGKey(12345)))
         results.write_json(path, cache)
     return {t: cache[t] for t in tasks}
+
+
+# ----------------------------------------------------------------------------- shards and single cells
+#
+# ``--shard I/N`` runs the I-th (0-based) of N disjoint parts of a study: the flat list of planned
+# cells (groups in plan order, each group's cells in order) is cut into N contiguous, near-equal
+# slices, so the cells of one group that fall into one shard stay one compiled program. A shard
+# writes only its own files: ``GROUP/shard-I-of-N/`` and ``run.shard-I-of-N.json``. ``--cell K``
+# re-runs one planned cell alone into ``RUN/rerun/GROUP/cell-K/`` and compares it with the sweep.
+
+def shard_name(index: int, count: int) -> str:
+    return f"shard-{index}-of-{count}"
+
+
+SHARD_HELP = "I/N with N >= 1 and 0 <= I < N (0-based: 0/4, 1/4, 2/4, 3/4)"
+
+
+def parse_shard(text) -> tuple[int, int]:
+    """``"I/N"`` -> ``(I, N)``, 0-based: the N shards are 0/N ... (N-1)/N (a SLURM array 0-(N-1))."""
+    parts = str(text).strip().split("/")
+    try:
+        index, count = (int(p) for p in parts) if len(parts) == 2 else (None, None)
+    except ValueError:
+        index, count = None, None
+    if index is None or count < 1 or not 0 <= index < count:
+        raise ConfigError(f"shard={text!r}: allowed values are {SHARD_HELP}")
+    return index, count
+
+
+def shard_groups(groups: Sequence[Group], index: int, count: int) -> list[Group]:
+    """The groups of shard ``index`` of ``count`` (0-based): cells ``[index*T//count, (index+1)*T//count)``
+    of the flat list of all T planned cells, each group's part in ``GROUP/shard-I-of-N/``. Shards are
+    disjoint, together hold every cell once, and differ in size by at most one cell."""
+    total = sum(len(g.cells) for g in groups)
+    if not 0 <= index < count:
+        raise ConfigError(f"shard={index}/{count}: allowed values are {SHARD_HELP}")
+    if count > total:
+        raise ConfigError(f"shard={index}/{count}: the study has {total} cell(s), so N must be 1..{total} "
+                          f"(allowed values: {SHARD_HELP}, N <= {total})")
+    lo, hi = index * total // count, (index + 1) * total // count
+    out, start = [], 0
+    for g in groups:
+        a, b = max(lo, start), min(hi, start + len(g.cells))
+        if a < b:
+            out.append(dataclasses.replace(g, cells=tuple(g.cells[a - start:b - start]),
+                                           subdir=os.path.join(g.subdir, shard_name(index, count)),
+                                           label=f"{g.label or g.subdir} [shard {index}/{count}]"))
+        start += len(g.cells)
+    return out
+
+
+def shard_records(run_dir: str) -> list[str]:
+    """The shards' records ``run.shard-I-of-N.json`` in ``run_dir``, sorted."""
+    import re
+
+    if not os.path.isdir(run_dir):
+        return []
+    return sorted(os.path.join(run_dir, f) for f in os.listdir(run_dir)
+                  if re.fullmatch(r"run\.shard-\d+-of-\d+\.json", f))
+
+
+def plan_digest(groups: Sequence[Group]) -> str:
+    """A hash of the planned cells (the split into shards depends on them, not only on the settings)."""
+    import hashlib
+
+    plan = [[g.subdir, [c.row() for c in g.cells]] for g in groups]
+    return hashlib.sha256(json.dumps(plan, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _check_shards(run_dir: str, groups: Sequence[Group], count: int | None) -> dict:
+    """Read-only: every shard record in ``run_dir`` belongs to one split into the same N of the same
+    planned cells as ``groups``; returns {index: record}."""
+    found = {}
+    for path in shard_records(run_dir):
+        meta = results.read_json(path)
+        info = meta.get("shard", {})
+        if count is not None and info.get("count") != count:
+            raise ConfigError(f"shard: {run_dir} holds shards of a {info.get('count')}-way split ({path}); "
+                              f"allowed values here: I/{info.get('count')} with 0 <= I < {info.get('count')}, "
+                              "or another --out")
+        count = info.get("count")
+        if info.get("plan") != plan_digest(groups):
+            raise ConfigError(f"shard: {path} was planned with other cells (seeds, lag depths, --sweep values, "
+                              "methods or tasks) than this command; give the shards' settings or another --out")
+        found[info.get("index")] = meta
+    return found
+
+
+def _merge_text(run_dir: str, count: int) -> str:
+    return (f"when all {count} shards have finished, merge them: run the same command without --shard (it runs "
+            f"nothing, checks that every shard finished, and writes the summaries and figures into {run_dir}), "
+            f"or: python experiments/plot.py {run_dir}")
+
+
+def select_cell(groups: Sequence[Group], which) -> tuple[Group, int, int]:
+    """``--cell``: ``K`` (the flat cell number of the plan, 0-based) or ``GROUP:J`` (cell J of the group
+    in subdirectory GROUP) -> (group, J, K). An unknown cell prints the list of cells and raises ConfigError."""
+    text = str(which).strip()
+    flat = [(g, j) for g in groups for j in range(len(g.cells))]
+    found = None
+    if ":" in text:
+        subdir, _, j = text.rpartition(":")
+        starts = {}
+        for k, (g, jj) in enumerate(flat):
+            starts.setdefault(g.subdir, k)
+        g = next((g for g in groups if g.subdir == subdir.strip().strip("/")), None)
+        if g is not None and j.strip().isdigit() and int(j) < len(g.cells):
+            found = (g, int(j), starts[g.subdir] + int(j))
+    elif text.isdigit() and int(text) < len(flat):
+        g, j = flat[int(text)]
+        found = (g, j, int(text))
+    if found is None:
+        print(cell_list_text(groups))
+        raise ConfigError(f"cell={text!r}: allowed values are K in 0..{len(flat) - 1} or GROUP:J with GROUP a group "
+                          "of the plan and J in 0..(its cells - 1); the cells are listed above")
+    return found
+
+
+def cell_list_text(groups: Sequence[Group]) -> str:
+    lines, k = ["cells (K, GROUP:J, values):"], 0
+    for g in groups:
+        for j, c in enumerate(g.cells):
+            lines.append(f"  {k:>5}  {g.subdir}:{j:<6} " + " ".join(f"{n}={_fmt(v)}" for n, v in c.row().items()))
+            k += 1
+    return "\n".join(lines)
+
+
+def _relative_difference(a, b) -> float:
+    a, b = float(a), float(b)
+    if (math.isnan(a) and math.isnan(b)) or a == b:
+        return 0.0
+    if math.isnan(a) or math.isnan(b):
+        return float("inf")
+    return abs(a - b) / max(abs(a), abs(b))
+
+
+def compare_rows(rerun: dict, sweep_row: dict) -> tuple[list[tuple[str, object, object, float]], float]:
+    """The score columns of two rows of one cell, each with its relative difference, and the largest."""
+    columns = [k for k in rerun if k in sweep_row and (k in results.SCORE_COLUMNS or k.startswith("mean_"))]
+    out = []
+    for k in columns:
+        a, b = sweep_row[k], rerun[k]
+        out.append((k, a, b, 0.0 if a == b else _relative_difference(a, b)))
+    return out, max((d for *_, d in out), default=0.0)
+
+
+def sweep_row(run_dir: str, group: Group, cell: Cell) -> dict | None:
+    """The row of ``cell`` in the sweep's finished ``scores.csv`` (whole, extended, or in shards); None if
+    that part of the sweep has not finished."""
+    key = results.cell_key({"env": group.config.env, "method": group.config.method, **dict(group.tags),
+                            **cell.row()})
+    for g in results.group_dirs(os.path.join(run_dir, group.subdir)):
+        path = os.path.join(g, "scores.csv")
+        if os.path.exists(path):
+            for row in results.read_table(path, expect_rows=len(results.read_cells(g))):
+                if results.cell_key(row) == key:
+                    return row
+    return None
+
+
+def rerun_cell(run_dir: str, groups: Sequence[Group], which, info: dict, progress: bool = True,
+               max_chunks: int | None = None) -> dict | None:
+    """Re-run one planned cell alone into ``RUN/rerun/GROUP/cell-K/`` (a finished re-run there is
+    run again; nothing of the sweep is written), then print its score row next to the sweep's and
+    the largest relative difference. Returns ``{"rerun", "sweep", "max_rel_diff", "dir"}`` (None
+    when stopped by ``max_chunks``)."""
+    group, j, k = select_cell(groups, which)
+    cell = group.cells[j]
+    check_identity(run_dir, groups)
+    if shard_records(run_dir):  # a sweep split into shards: this plan must be the shards' plan
+        _check_shards(run_dir, groups, None)
+    where = os.path.join(run_dir, results.RERUN, group.subdir, f"cell-{k}")
+    print(f"re-running cell {k} = {group.subdir}:{j} ({' '.join(f'{n}={_fmt(v)}' for n, v in cell.row().items())}) "
+          f"alone -> {where}")
+    if os.path.exists(os.path.join(where, "scores.csv")):
+        shutil.rmtree(where)
+    one = dataclasses.replace(group, cells=(cell,))
+    write_run_metadata(where, [one], info)
+    rows = run_group(group.config, [cell], where, progress=progress, label=f"cell {k} ({group.subdir}:{j})",
+                     tags=dict(group.tags), max_chunks=max_chunks)
+    if rows is None:
+        print(f"stopped after --max-chunks {max_chunks}; rerun the same command to continue")
+        return None
+    again = rows[0]
+    old = sweep_row(run_dir, group, cell)
+    if old is None:
+        print(f"the sweep in {run_dir} has no finished row for this cell (its group or shard has not finished); "
+              "the re-run's row:")
+        for name, v in again.items():
+            print(f"  {name:<32} {v}")
+        return {"rerun": again, "sweep": None, "max_rel_diff": None, "dir": where}
+    table, worst = compare_rows(again, old)
+    print(f"  {'column':<30} {'sweep':>22} {'re-run':>22} {'rel. diff':>10}")
+    for name, a, b, d in table:
+        print(f"  {name:<30} {str(a):>22} {str(b):>22} {d:>10.2e}")
+    worst_name = max(table, key=lambda t: t[3])[0] if table else "-"
+    print(f"largest relative difference: {worst:.3e}" + (" (bit-identical)" if worst == 0 else f" ({worst_name})"))
+    return {"rerun": again, "sweep": old, "max_rel_diff": worst, "dir": where}
+
+
+def run_study(run_dir: str, groups: Sequence[Group], args, spec: dict, prepare=None) -> bool:
+    """What every study script does once its groups are planned and validated. Returns True when
+    the whole study has finished and the script should write its summaries and figures.
+
+    - plain: :func:`start_study`, ``prepare()`` (e.g. the random scores), every group;
+    - ``args.shard = "I/N"``: only that shard's cells (into ``GROUP/shard-I-of-N/``, its record in
+      ``run.shard-I-of-N.json``), then prints how to merge (a shard writes no summary or figure);
+    - plain in a directory holding shards: the merge; runs nothing, checks that every shard of the
+      split finished (else lists the unfinished ones and returns False);
+    - ``args.cell = "K"`` or ``"GROUP:J"``: :func:`rerun_cell`.
+    Every flag is checked before anything is written.
+    """
+    shard, cell = getattr(args, "shard", None), getattr(args, "cell", None)
+    if shard is not None and cell is not None:
+        raise ConfigError(f"shard={shard!r}, cell={cell!r}: give --shard or --cell, not both")
+    check_max_chunks(args.max_chunks)
+    info = {**dataclasses.asdict(args), **spec}
+    if cell is not None:
+        print(plan_text(groups))
+        rerun_cell(run_dir, groups, cell, info, progress=args.progress, max_chunks=args.max_chunks)
+        return False
+    if shard is not None:
+        index, count = parse_shard(shard)
+        part = shard_groups(groups, index, count)
+        whole = [g.subdir for g in groups if os.path.exists(os.path.join(run_dir, g.subdir, "cells.json"))]
+        if whole:
+            raise ConfigError(f"shard={shard!r}: {run_dir} already holds {whole[0]} run whole (without --shard); "
+                              "a shard would run its cells a second time; allowed: another --out")
+        _check_shards(run_dir, groups, count)
+        print(plan_text(groups))
+        print(f"shard {index}/{count}: {sum(len(g.cells) for g in part)} cell(s) in {len(part)} group(s)")
+        first = index * sum(len(g.cells) for g in groups) // count
+        print("\n".join(plan_text(part, first).splitlines()[1:]))
+        write_run_metadata(run_dir, groups, info, shard=(index, count),
+                           extra={"shard": {"index": index, "count": count, "plan": plan_digest(groups),
+                                            "groups": [g.subdir for g in part]}})
+        if prepare is not None:
+            prepare()
+        if run_groups(run_dir, part, progress=args.progress, max_chunks=args.max_chunks):
+            print(f"shard {index}/{count} finished -> {run_dir}; {_merge_text(run_dir, count)}")
+        return False
+    if shard_records(run_dir):
+        return merge_shards(run_dir, groups, info, prepare)
+    start_study(run_dir, groups, args, spec)
+    if prepare is not None:
+        prepare()
+    return run_groups(run_dir, groups, progress=args.progress, max_chunks=args.max_chunks)
+
+
+def merge_shards(run_dir: str, groups: Sequence[Group], info: dict, prepare=None) -> bool:
+    """The study run without ``--shard`` in a directory its shards wrote: check every shard of the
+    split is there and finished (nothing is run); True when the summaries can be written."""
+    print(plan_text(groups))
+    found = _check_shards(run_dir, groups, None)
+    count = next(iter(found.values()))["shard"]["count"]
+    write_run_metadata(run_dir, groups, info)
+    missing = []
+    for index in range(count):
+        for g in shard_groups(groups, index, count):
+            if not os.path.exists(os.path.join(run_dir, g.subdir, "scores.csv")):
+                missing.append(f"shard {index}/{count} ({g.subdir}: " +
+                               ("not started" if index not in found else "not finished") + ")")
+    if missing:
+        print(f"{run_dir} holds a sweep split into {count} shards; not finished yet:", *missing, sep="\n  ")
+        print("run each of them (--shard I/N), then this command again")
+        return False
+    print(f"merging the {count} shards of {run_dir}")
+    if prepare is not None:
+        prepare()
+    return True
