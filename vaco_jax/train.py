@@ -56,12 +56,23 @@ class PhaseMetrics(NamedTuple):
     episode_return_sum: jnp.ndarray  # training episodes that ended in this phase
     episode_count: jnp.ndarray
     diagnostics: dict
+    staleness_counts: jnp.ndarray  # int32 [buffer_capacity]: the phase's samples by realised age T - v
 
 
 class ChunkMetrics(NamedTuple):
-    phases: PhaseMetrics  # each leaf [phases_per_chunk]
+    phases: PhaseMetrics  # each leaf [phases_per_chunk, ...]
     eval_return: jnp.ndarray  # learner pi_T, stochastic, mean over eval episodes (nan if disabled)
     diverged: jnp.ndarray  # bool: any non-finite parameter
+    staleness_counts: jnp.ndarray  # int32 [buffer_capacity]: the chunk's samples by realised age
+
+
+def staleness_counts(phase, behaviour_version: jnp.ndarray, capacity: int) -> jnp.ndarray:
+    """Samples by realised age ``d = T - v`` (0..capacity-1): a fixed-shape histogram of one phase.
+
+    Ages are clipped to the buffer (they always lie in it: an actor reads a slot of the buffer, or
+    the learner itself when synchronous, age 0)."""
+    ages = jnp.clip(jnp.asarray(phase, jnp.int32) - behaviour_version.reshape(-1), 0, capacity - 1)
+    return jnp.zeros((capacity,), jnp.int32).at[ages].add(1)
 
 
 def _all_finite(tree) -> jnp.ndarray:
@@ -142,6 +153,7 @@ class Trainer:
             episode_return_sum=jnp.sum(traj.episode_return * ended),
             episode_count=jnp.sum(ended),
             diagnostics=diag,
+            staleness_counts=staleness_counts(T, traj.behaviour_version, cfg.buffer_capacity),
         )
         return TrainState(learner, normalizer, reward_scaler, buffer, env_state, T + 1, state.run_key), metrics
 
@@ -212,7 +224,7 @@ class Trainer:
         else:
             eval_return = jnp.asarray(jnp.nan, jnp.float32)
         diverged = ~_all_finite((state.learner.policy_params, state.learner.value_params))
-        return state, ChunkMetrics(phases, eval_return, diverged)
+        return state, ChunkMetrics(phases, eval_return, diverged, jnp.sum(phases.staleness_counts, axis=0))
 
     def train(self, key: jax.Array, traced: TracedParams) -> tuple[TrainState, ChunkMetrics]:
         """The whole run as one pure function (vmap it over seeds x traced values)."""
