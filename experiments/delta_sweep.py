@@ -53,6 +53,7 @@ class StudyArgs:
     seeds: tuple[int, ...] | None = None
     total_env_steps: int | None = None
     progress: bool = True
+    tensorboard: bool = False  # live metrics: TensorBoard event files in OUT/tensorboard/ (not part of the run's identity)
     max_chunks: int | None = None  # stop every group after this many chunks (a time-limited job); rerun to continue
     sweep: tuple[str, ...] = ()  # any other setting, e.g. gamma=0.99,0.995 (see experiments/lag_sweep.py)
 
@@ -80,7 +81,8 @@ def main(args: Args) -> str:
                                             (("variant", variant),)) for variant, config in configs.items()],
                                sweep.parse_sweep(args.sweep), config_flags(args, StudyArgs, exclude=PER_GROUP))
     sweep.start_study(out, groups, args, spec)
-    if not sweep.run_groups(out, groups, progress=args.progress, max_chunks=args.max_chunks):
+    if not sweep.run_groups(out, groups, progress=args.progress, max_chunks=args.max_chunks,
+                            tensorboard=args.tensorboard):
         return out
     table = analysis.summarise_by(out, ("variant", "tv_budget", "lag_depth"), filename="delta_sweep.csv")
     filt = analysis.summarise_by(out, ("variant", "tv_budget", "lag_depth"), score="mean_filtered_fraction",

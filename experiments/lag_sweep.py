@@ -70,6 +70,7 @@ class StudyArgs:
     sweep: tuple[str, ...] = ()  # any setting, e.g. gamma=0.99,0.995 learning_rate=1e-4,3e-4 num_epochs=2,4
     bootstrap_reps: int = 2000
     progress: bool = True
+    tensorboard: bool = False  # live metrics: TensorBoard event files in OUT/tensorboard/ (not part of the run's identity)
     figures: bool = True
 
 
@@ -132,7 +133,8 @@ def main(args: Args) -> str:
     sweep.start_study(run_dir, groups, args, spec)
     t0 = time.perf_counter()
     sweep.random_scores(run_dir, spec["tasks"], groups[0].config)
-    if not sweep.run_groups(run_dir, groups, progress=args.progress, max_chunks=args.max_chunks):
+    if not sweep.run_groups(run_dir, groups, progress=args.progress, max_chunks=args.max_chunks,
+                            tensorboard=args.tensorboard):
         return run_dir
     summary, _ = analysis.summarise(run_dir, reps=args.bootstrap_reps)
     print(f"\nlag sweep finished in {time.perf_counter() - t0:.0f} s -> {run_dir}")

@@ -52,6 +52,7 @@ class StudyArgs:
     seeds: tuple[int, ...] | None = None
     total_env_steps: int | None = None
     progress: bool = True
+    tensorboard: bool = False  # live metrics: TensorBoard event files in OUT/tensorboard/ (not part of the run's identity)
     max_chunks: int | None = None  # stop every group after this many chunks (a time-limited job); rerun to continue
     sweep: tuple[str, ...] = ()  # any other setting, e.g. gamma=0.99,0.995 (see experiments/lag_sweep.py)
 
@@ -84,7 +85,8 @@ def main(args: Args) -> str:
                      f"{method} {dtype} {source}", (("actor_dtype", dtype), ("old_logit_source", source)))
          for (method, dtype, source), config in configs.items()], sweep.parse_sweep(args.sweep), config_flags(args, StudyArgs, exclude=PER_GROUP))
     sweep.start_study(out, groups, args, spec)
-    if not sweep.run_groups(out, groups, progress=args.progress, max_chunks=args.max_chunks):
+    if not sweep.run_groups(out, groups, progress=args.progress, max_chunks=args.max_chunks,
+                            tensorboard=args.tensorboard):
         return out
     keys = ("method", "actor_dtype", "old_logit_source", "lag_depth")
     table = analysis.summarise_by(out, keys, filename="mismatch.csv")
