@@ -70,7 +70,7 @@ class StudyArgs:
     sweep: tuple[str, ...] = ()  # any setting, e.g. gamma=0.99,0.995 learning_rate=1e-4,3e-4 num_epochs=2,4
     bootstrap_reps: int = 2000
     progress: bool = True
-    tensorboard: bool = False  # live metrics: TensorBoard event files in OUT/tensorboard/ (not part of the run's identity)
+    tensorboard: bool = False  # live metrics: TensorBoard event files in OUT/tensorboard/ (not in the identity)
     figures: bool = True
 
 

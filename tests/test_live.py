@@ -73,8 +73,9 @@ def read_run(logdir: str) -> tuple[dict, dict, int]:
             if not ev.HasField("summary"):
                 continue
             assert ev.step not in scalars, f"step {ev.step} written twice in {logdir}"
-            scalars[ev.step] = {v.tag: v.simple_value for v in ev.summary.value if v.WhichOneof("value") == "simple_value"}
-            hists[ev.step] = [v.histo for v in ev.summary.value if v.WhichOneof("value") == "histo"]
+            kinds = [(v, v.WhichOneof("value")) for v in ev.summary.value]
+            scalars[ev.step] = {v.tag: v.simple_value for v, kind in kinds if kind == "simple_value"}
+            hists[ev.step] = [v.histo for v, kind in kinds if kind == "histo"]
     return scalars, hists, len(files)
 
 

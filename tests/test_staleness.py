@@ -3,7 +3,6 @@ computed inside the jitted chunk. Tiny pure-JAX point_mass programs (seconds wit
 
 import jax
 import numpy as np
-import pytest
 
 from conftest import tiny_config
 from vaco_jax.config import make_traced
