@@ -50,6 +50,7 @@ class StudyArgs:
     seeds: tuple[int, ...] | None = None
     total_env_steps: int | None = None
     progress: bool = True
+    tensorboard: bool = False  # live metrics: TensorBoard event files in OUT/tensorboard/ (not in the identity)
     figures: bool = True
     max_chunks: int | None = None  # stop every group after this many chunks (a time-limited job); rerun to continue
     sweep: tuple[str, ...] = ()  # any other setting, e.g. gamma=0.99,0.995 (see experiments/lag_sweep.py)

@@ -76,6 +76,7 @@ class StudyArgs:
     cell: str | None = None  # "K" or "GROUP:J": re-run one planned cell alone into RUN/rerun/ and compare (docs/scale.md)
     bootstrap_reps: int = 2000
     progress: bool = True
+    tensorboard: bool = False  # live metrics: TensorBoard event files in OUT/tensorboard/ (not in the identity)
     figures: bool = True
 
 

@@ -7,9 +7,11 @@ Layout of a run directory (``experiments/*.py --out RUN``)::
     RUN/<group>/cells.json    the group's cells (lag depth, seed, traced knobs): the row-count reference
     RUN/<group>/curves.csv    one row per cell x chunk
     RUN/<group>/scores.csv    one row per cell; its presence marks the group finished
+    RUN/<group>/staleness.npz  samples by realised age per chunk x cell (``load_staleness``)
     RUN/<group>/phase_returns.npz, RUN/<group>/checkpoint/   while the group runs
     RUN/run.shard-I-of-N.json, RUN/<group>/shard-I-of-N/    a sweep split into shards (``--shard I/N``)
     RUN/rerun/<group>/cell-K/  one cell re-run alone (``--cell K``); never read as part of the sweep
+    RUN/tensorboard/           live metrics, with ``--tensorboard`` only (never read back)
 
 Every table ends with a footer line ``# vaco_jax rows=N sha256=HEX`` (the hash of every byte before
 it), every JSON file carries ``"sha256"`` of its canonical content, every ``.npz`` a ``__sha256__``
@@ -317,6 +319,28 @@ def load_random_scores(run_dirs) -> dict | None:
             for task, value in read_json(path).items():
                 found.setdefault(task, value)
     return found
+
+
+def load_staleness(run_dir: str) -> dict[str, dict]:
+    """Every group's realised staleness histogram (finished or not), verified.
+
+    Returns ``{group path relative to run_dir: {"cells": cells.json rows, "counts": int array
+    [chunks, cells, buffer_capacity]}}``: ``counts[c, i, a]`` is the number of samples of chunk ``c``
+    of cell ``i`` whose behaviour snapshot was ``a`` versions behind the learner (docs/diagnostics.md).
+    A group that is still running may hold one chunk fewer here than in its ``curves.csv``.
+    """
+    out: dict[str, dict] = {}
+    for g in group_dirs(run_dir):
+        path = os.path.join(g, "staleness.npz")
+        if not os.path.exists(path):
+            continue
+        cells = read_cells(g)
+        counts = load_npz(path)["counts"]
+        if counts.ndim != 3 or counts.shape[1] != len(cells):
+            raise ResultsError(f"{path}: counts of shape {counts.shape}, expected [chunks, {len(cells)} cells "
+                               "(cells.json), ages]")
+        out[os.path.relpath(g, run_dir)] = {"cells": cells, "counts": counts}
+    return out
 
 
 def scores_frame(run_dir: str):

@@ -7,6 +7,7 @@ resumes from its last chunk. Layout of a group directory::
 
     GROUP/cells.json      the cells (lag_depth, seed, learning_rate, clip_epsilon, tv_budget)
     GROUP/curves.csv      one row per cell x chunk: env steps, eval/train return, diagnostics
+    GROUP/staleness.npz   ``counts`` [chunks, cells, buffer_capacity]: each chunk's samples by realised age
     GROUP/scores.csv      one row per cell: final eval, AUC, last-5% train return, diverged, mean diagnostics
     GROUP/checkpoint/     orbax checkpoint of the whole grid carry (removed when the group is done)
 
@@ -335,14 +336,17 @@ def check_max_chunks(max_chunks) -> None:
         raise ConfigError(f"max_chunks={max_chunks!r} must be a positive integer")
 
 
-def run_groups(run_dir: str, groups: Sequence[Group], progress: bool = True, max_chunks: int | None = None) -> bool:
+def run_groups(run_dir: str, groups: Sequence[Group], progress: bool = True, max_chunks: int | None = None,
+               tensorboard: bool = False) -> bool:
     """Run every group; with ``max_chunks`` each stops after that many chunks (a time-limited job:
-    rerun the same command to continue). Returns whether every group finished."""
+    rerun the same command to continue). With ``tensorboard`` each group also writes live metrics to
+    ``RUN/tensorboard/GROUP/`` (vaco_jax/live.py). Returns whether every group finished."""
     check_max_chunks(max_chunks)
     finished = True
     for g in groups:
         rows = run_group(g.config, list(g.cells), os.path.join(run_dir, g.subdir), progress=progress,
-                         label=g.label or g.subdir, tags=dict(g.tags), max_chunks=max_chunks)
+                         label=g.label or g.subdir, tags=dict(g.tags), max_chunks=max_chunks,
+                         tensorboard_dir=os.path.join(run_dir, "tensorboard", g.subdir) if tensorboard else None)
         finished = finished and rows is not None
     if not finished:
         print(f"stopped after --max-chunks {max_chunks}; rerun the same command to continue")
@@ -402,7 +406,8 @@ def cell_scores(curve_rows: list[dict], phase_returns: np.ndarray, phase_counts:
 
 def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool = True,
               checkpoint: bool = True, trainer: Trainer | None = None, label: str = "",
-              tags: dict | None = None, shard: bool = True, max_chunks: int | None = None) -> list[dict] | None:
+              tags: dict | None = None, shard: bool = True, max_chunks: int | None = None,
+              tensorboard_dir: str | None = None) -> list[dict] | None:
     """Run (or resume, or skip when finished) one group; returns its score rows.
 
     Resuming verifies every file against the checkpoint (row counts per chunk, checksums); a damaged
@@ -414,6 +419,9 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
     this call (returns None; the next call resumes from the checkpoint), for time-sliced jobs.
 
     ``tags`` are extra columns written into every row (e.g. ``num_epochs`` for a forward-lag sweep).
+
+    ``tensorboard_dir``: also write each chunk's rows and staleness histograms as TensorBoard event
+    files, one run per cell in ``tensorboard_dir/cell-<i>_B<lag>_s<seed>/`` (vaco_jax/live.py).
     """
     tags = dict(tags or {})
     check_cells(cells, group_dir)
@@ -460,7 +468,8 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
     ckpt_dir = os.path.join(group_dir, "checkpoint")
     curves_path = os.path.join(group_dir, "curves.csv")
     phase_path = os.path.join(group_dir, "phase_returns.npz")
-    state, start, curve_rows, phase_ret, phase_cnt = None, 0, [], [], []
+    stale_path = os.path.join(group_dir, "staleness.npz")
+    state, start, curve_rows, phase_ret, phase_cnt, stale = None, 0, [], [], [], []
     if checkpoint:
         try:
             restored = ckpt.restore_checkpoint(ckpt_dir, jax.eval_shape(lambda k, t: unpad(init(k, t)), keys, traced))
@@ -472,15 +481,17 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
             state = repad(state)
             try:
                 curve_rows, phase_ret, phase_cnt = _resume_files(curves_path, phase_path, start, len(cells))
+                stale = _resume_staleness(stale_path, start, len(cells), config.buffer_capacity)
             except ResultsError as e:
                 _warn(f"{e}; restarting {group_dir} from its first chunk (every number is recomputed)")
-                state, start, curve_rows, phase_ret, phase_cnt = None, 0, [], [], []
+                state, start, curve_rows, phase_ret, phase_cnt, stale = None, 0, [], [], [], []
     if state is None:
         state = init(keys, traced)
 
     bar = tqdm(total=config.num_evals, initial=start, disable=not progress, unit="chunk",
                desc=label or f"{config.env}/{config.method} x{len(cells)}")
     stop = config.num_evals if max_chunks is None else min(config.num_evals, start + max_chunks)
+    live = _live_writer(tensorboard_dir, cells)
     for chunk in range(start, stop):
         t0 = time.perf_counter()
         state, metrics = run_chunk(state, traced)
@@ -489,13 +500,17 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
         summary = chunk_summary(metrics)
         phase_ret.append(np.asarray(metrics.phases.episode_return_sum)[: len(cells)])
         phase_cnt.append(np.asarray(metrics.phases.episode_count)[: len(cells)])
+        stale.append(np.asarray(metrics.staleness_counts)[: len(cells)])
         for i, cell in enumerate(cells):
             row = {"env": config.env, "method": config.method, **tags, **cell.row(), "cell": i, "chunk": chunk}
             row.update({k: np.asarray(v)[i].item() for k, v in summary.items()})
             row["seconds"] = seconds
             row["grid_steps_per_second"] = config.env_steps_per_chunk * len(padded) / seconds
             curve_rows.append(row)
+            if live is not None:
+                live.write(i, row, stale[-1][i], skip=list(tags) + list(cell.row()))
         results.write_table(curves_path, curve_rows)
+        results.save_npz(stale_path, counts=np.stack(stale))
         if checkpoint:
             results.save_npz(phase_path, returns=np.stack(phase_ret), counts=np.stack(phase_cnt))
             ckpt.save_checkpoint(ckpt_dir, unpad(state), chunk + 1)
@@ -505,6 +520,8 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
         bar.set_postfix(eval=f"{evals.mean():.0f}" if len(evals) else "n/a",
                         sps=f"{config.env_steps_per_chunk * len(padded) / seconds:.0f}")
     bar.close()
+    if live is not None:
+        live.close()
     if stop < config.num_evals:
         return None
 
@@ -552,6 +569,8 @@ def _extend_group(config, cells, cell_rows, old_rows, group_dir, **kwargs):
     old = [_cell_from_row(r) for r in old_rows]
     digest = hashlib.sha1("".join(sorted(key(c.row()) for c in new)).encode()).hexdigest()[:8]
     first = run_group(config, old, group_dir, **kwargs)
+    if kwargs.get("tensorboard_dir"):
+        kwargs = {**kwargs, "tensorboard_dir": os.path.join(kwargs["tensorboard_dir"], f"more_{digest}")}
     more = run_group(config, new, os.path.join(group_dir, f"more_{digest}"), **kwargs)
     return None if first is None or more is None else first + more
 
@@ -567,6 +586,23 @@ def check_cells(cells: Sequence[Cell], where: str = "") -> None:
             raise ConfigError(f"{where or 'a group'}: the cell {c.row()} appears twice (duplicate seeds, lag "
                               "depths or sweep values)")
         seen[key] = True
+
+
+def _live_writer(tensorboard_dir: str | None, cells: Sequence[Cell]):
+    if not tensorboard_dir:
+        return None
+    from vaco_jax.live import GroupWriter, cell_run_name
+
+    return GroupWriter(tensorboard_dir, [cell_run_name(i, c.lag_depth, c.seed) for i, c in enumerate(cells)])
+
+
+def _resume_staleness(path: str, start: int, n_cells: int, capacity: int) -> list:
+    """The staleness histograms of the chunks a checkpoint has done, verified against it."""
+    counts = results.load_npz(path)["counts"]
+    if counts.ndim != 3 or counts.shape[0] < start or counts.shape[1:] != (n_cells, capacity):
+        raise ResultsError(f"{path}: counts of shape {counts.shape}, the checkpoint has done {start} chunk(s) "
+                           f"of {n_cells} cells x {capacity} ages")
+    return list(counts[:start])
 
 
 def _resume_files(curves_path: str, phase_path: str, start: int, n_cells: int):
@@ -921,7 +957,8 @@ def run_study(run_dir: str, groups: Sequence[Group], args, spec: dict, prepare=N
                                             "groups": [g.subdir for g in part]}})
         if prepare is not None:
             prepare()
-        if run_groups(run_dir, part, progress=args.progress, max_chunks=args.max_chunks):
+        if run_groups(run_dir, part, progress=args.progress, max_chunks=args.max_chunks,
+                      tensorboard=getattr(args, "tensorboard", False)):
             print(f"shard {index}/{count} finished -> {run_dir}; {_merge_text(run_dir, count)}")
         return False
     if shard_records(run_dir):
@@ -929,7 +966,8 @@ def run_study(run_dir: str, groups: Sequence[Group], args, spec: dict, prepare=N
     start_study(run_dir, groups, args, spec)
     if prepare is not None:
         prepare()
-    return run_groups(run_dir, groups, progress=args.progress, max_chunks=args.max_chunks)
+    return run_groups(run_dir, groups, progress=args.progress, max_chunks=args.max_chunks,
+                      tensorboard=getattr(args, "tensorboard", False))
 
 
 def merge_shards(run_dir: str, groups: Sequence[Group], info: dict, prepare=None) -> bool:

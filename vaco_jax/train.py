@@ -56,12 +56,23 @@ class PhaseMetrics(NamedTuple):
     episode_return_sum: jnp.ndarray  # training episodes that ended in this phase
     episode_count: jnp.ndarray
     diagnostics: dict
+    staleness_counts: jnp.ndarray  # int32 [buffer_capacity]: the phase's samples by realised age T - v
 
 
 class ChunkMetrics(NamedTuple):
-    phases: PhaseMetrics  # each leaf [phases_per_chunk]
+    phases: PhaseMetrics  # each leaf [phases_per_chunk, ...]
     eval_return: jnp.ndarray  # learner pi_T, stochastic, mean over eval episodes (nan if disabled)
     diverged: jnp.ndarray  # bool: any non-finite parameter
+    staleness_counts: jnp.ndarray  # int32 [buffer_capacity]: the chunk's samples by realised age
+
+
+def staleness_counts(phase, behaviour_version: jnp.ndarray, capacity: int) -> jnp.ndarray:
+    """Samples by realised age ``d = T - v`` (0..capacity-1): a fixed-shape histogram of one phase.
+
+    Ages are clipped to the buffer (they always lie in it: an actor reads a slot of the buffer, or
+    the learner itself when synchronous, age 0)."""
+    ages = jnp.clip(jnp.asarray(phase, jnp.int32) - behaviour_version.reshape(-1), 0, capacity - 1)
+    return jnp.zeros((capacity,), jnp.int32).at[ages].add(1)
 
 
 def _all_finite(tree) -> jnp.ndarray:
@@ -142,6 +153,7 @@ class Trainer:
             episode_return_sum=jnp.sum(traj.episode_return * ended),
             episode_count=jnp.sum(ended),
             diagnostics=diag,
+            staleness_counts=staleness_counts(T, traj.behaviour_version, cfg.buffer_capacity),
         )
         return TrainState(learner, normalizer, reward_scaler, buffer, env_state, T + 1, state.run_key), metrics
 
@@ -212,7 +224,7 @@ class Trainer:
         else:
             eval_return = jnp.asarray(jnp.nan, jnp.float32)
         diverged = ~_all_finite((state.learner.policy_params, state.learner.value_params))
-        return state, ChunkMetrics(phases, eval_return, diverged)
+        return state, ChunkMetrics(phases, eval_return, diverged, jnp.sum(phases.staleness_counts, axis=0))
 
     def train(self, key: jax.Array, traced: TracedParams) -> tuple[TrainState, ChunkMetrics]:
         """The whole run as one pure function (vmap it over seeds x traced values)."""
@@ -256,12 +268,14 @@ def chunk_summary(metrics: ChunkMetrics) -> dict:
 
 
 def run(config: Config, traced: TracedParams, seed: int = 0, progress: bool = True,
-        trainer: Trainer | None = None, checkpoint_dir: str | None = None) -> tuple[TrainState, list[dict]]:
+        trainer: Trainer | None = None, checkpoint_dir: str | None = None,
+        tensorboard_dir: str | None = None) -> tuple[TrainState, list[dict]]:
     """Train one configuration chunk by chunk with a progress bar; returns the state and curves.
 
     With ``checkpoint_dir`` the whole carry and the curve so far are saved after every chunk, and a
     rerun resumes from the newest good checkpoint (bit for bit: every random stream is a fold-in
-    of the run key and the phase).
+    of the run key and the phase). With ``tensorboard_dir`` every chunk's curve entry and staleness
+    histogram are also written there as TensorBoard events (vaco_jax/live.py).
     """
     from tqdm.auto import tqdm
 
@@ -288,6 +302,11 @@ def run(config: Config, traced: TracedParams, seed: int = 0, progress: bool = Tr
     bar = tqdm(total=config.num_evals * config.env_steps_per_chunk, unit="step", unit_scale=True,
                initial=len(history) * config.env_steps_per_chunk, disable=not progress,
                desc=f"{config.method} B={int(traced.lag_depth)}")
+    live = None
+    if tensorboard_dir:
+        from vaco_jax.live import EventFile
+
+        live = EventFile(tensorboard_dir)
     for _ in range(len(history), config.num_evals):
         t0 = time.perf_counter()
         state, metrics = chunk(state, traced)
@@ -297,6 +316,11 @@ def run(config: Config, traced: TracedParams, seed: int = 0, progress: bool = Tr
         summary["steps_per_second"] = config.env_steps_per_chunk / elapsed
         history.append({k: (np.asarray(v).item() if isinstance(v, (np.ndarray, np.generic)) else v)
                         for k, v in summary.items()})
+        if live is not None:
+            from vaco_jax.live import scalar_values
+
+            live.write(int(history[-1]["env_steps"]), scalar_values(history[-1]),
+                       np.asarray(jax.device_get(metrics.staleness_counts)))
         bar.update(config.env_steps_per_chunk)
         bar.set_postfix(eval=f"{summary['eval_return']:.1f}", train=f"{summary['train_return']:.1f}",
                         sps=f"{summary['steps_per_second']:.0f}")
@@ -308,17 +332,21 @@ def run(config: Config, traced: TracedParams, seed: int = 0, progress: bool = Tr
             bar.write("diverged: non-finite parameters; stopping this run")
             break
     bar.close()
+    if live is not None:
+        live.close()
     return state, history
 
 
 TRAIN_EXTRA = [("seed", int, 0, "seed of the run (environment, initialisation, actions, lag draws)"),
                ("out", str, "runs/train", "directory of the learning-curve JSON (its name includes a hash of "
                                           "every setting, so runs never overwrite each other)"),
-               ("progress", bool, True, "show a progress bar")]
+               ("progress", bool, True, "show a progress bar"),
+               ("tensorboard", bool, False, "live metrics: TensorBoard event files in OUT/tensorboard/<run name>/ "
+                                            "(not part of the run's name)")]
 
 
 def train_args_class():
-    """``python -m vaco_jax.train`` flags: seed, out, progress, then every Config field (cli.py)."""
+    """``python -m vaco_jax.train`` flags: seed, out, progress, tensorboard, then every Config field (cli.py)."""
     from vaco_jax.cli import config_args_class
 
     return config_args_class("TrainArgs", TRAIN_EXTRA, defaults=Config(total_env_steps=300_000))
@@ -359,7 +387,9 @@ def main(args=None) -> int:
     name = f"{config.env}_{config.method}_B{config.effective_lag_depth()}_s{args.seed}_{settings_hash(config, args.seed)}"
     path = os.path.join(args.out, name + ".json")
     ckpt_dir = os.path.join(args.out, name + ".ckpt")
-    state, history = run(config, traced, seed=args.seed, progress=args.progress, checkpoint_dir=ckpt_dir)
+    tb_dir = os.path.join(args.out, "tensorboard", name) if getattr(args, "tensorboard", False) else None
+    state, history = run(config, traced, seed=args.seed, progress=args.progress, checkpoint_dir=ckpt_dir,
+                         tensorboard_dir=tb_dir)
     diverged = any(h["diverged"] for h in history)
     from vaco_jax.policies import save_policies
 
