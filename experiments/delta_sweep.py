@@ -57,6 +57,8 @@ class StudyArgs:
     total_env_steps: int | None = None
     progress: bool = True
     tensorboard: bool = False  # live metrics: TensorBoard event files in OUT/tensorboard/ (not in the identity)
+    max_cells_per_program: int | None = None  # run a larger group as parts of this many cells, one program each
+    distributed: bool = False  # one sweep over several processes/hosts (jax.distributed; docs/scale.md)
     max_chunks: int | None = None  # stop every group after this many chunks (a time-limited job); rerun to continue
     sweep: tuple[str, ...] = ()  # any other setting, e.g. gamma=0.99,0.995 (see experiments/lag_sweep.py)
     shard: str | None = None  # "I/N": run only part I (0-based) of N disjoint parts of the study (docs/scale.md)

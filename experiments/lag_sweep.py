@@ -77,6 +77,8 @@ class StudyArgs:
     bootstrap_reps: int = 2000
     progress: bool = True
     tensorboard: bool = False  # live metrics: TensorBoard event files in OUT/tensorboard/ (not in the identity)
+    max_cells_per_program: int | None = None  # run a larger group as parts of this many cells, one program each
+    distributed: bool = False  # one sweep over several processes/hosts (jax.distributed; docs/scale.md)
     figures: bool = True
 
 

@@ -202,7 +202,7 @@ class CheckpointDamaged(RuntimeError):
 
 
 def _default_sharding() -> jax.sharding.Sharding:
-    return jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    return jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
 
 
 def _key_data_sharding(sharding):

@@ -8,8 +8,8 @@ it: the trajectory and its aligned copy, and the networks' hidden activations ov
 ``jax.eval_shape`` (tracing only, no XLA compilation) and sizes the rest per sample from the env's
 observation and action sizes and the hidden widths. Calibrated against XLA's own
 ``memory_analysis`` of compiled chunk programs (point_mass and inverted_double_pendulum, 8-256 envs,
-1 and 4 cells per program): XLA needed 0.6-1.0x the estimate, so the estimate errs on the safe side;
-tests/test_scale.py keeps it within [1, 2]x of XLA's figure.
+1 and 4 cells per program): XLA needed 0.63-1.03x the estimate, so the estimate errs on the safe
+side; tests/test_scale.py keeps it within [0.9, 2]x of XLA's figure.
 
 ``plan_programs`` turns the estimate into a number of cells per program: a group larger than
 ``max_cells_per_program`` (or than what fits into the device's memory) is split into parts, each

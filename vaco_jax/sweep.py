@@ -293,6 +293,8 @@ def cli_main(main, args) -> None:
 
     debug = os.environ.get("VACO_JAX_DEBUG") == "1"
     try:
+        if getattr(args, "distributed", False):
+            init_distributed()  # before anything touches a device
         code = main(args)
     except (ConfigError, ValueError) as e:
         if debug:
@@ -323,10 +325,11 @@ def _fail(line: str, code: int) -> None:
     os._exit(code)
 
 
-def start_study(run_dir: str, groups: Sequence[Group], args, spec: dict) -> None:
+def start_study(run_dir: str, groups: Sequence[Group], args, spec: dict, show_plan: bool = True) -> None:
     """What every study script does once its groups are planned and validated: print the plan,
     check ``--max-chunks``, and write (or check) ``run.json`` — the first file it writes."""
-    print(plan_text(groups))
+    if show_plan:
+        print(plan_text(groups))
     check_max_chunks(args.max_chunks)
     write_run_metadata(run_dir, groups, {**dataclasses.asdict(args), **spec})
 
@@ -337,20 +340,124 @@ def check_max_chunks(max_chunks) -> None:
 
 
 def run_groups(run_dir: str, groups: Sequence[Group], progress: bool = True, max_chunks: int | None = None,
-               tensorboard: bool = False) -> bool:
+               tensorboard: bool = False, max_cells_per_program: int | None = None) -> bool:
     """Run every group; with ``max_chunks`` each stops after that many chunks (a time-limited job:
     rerun the same command to continue). With ``tensorboard`` each group also writes live metrics to
-    ``RUN/tensorboard/GROUP/`` (vaco_jax/live.py). Returns whether every group finished."""
+    ``RUN/tensorboard/GROUP/`` (vaco_jax/live.py). With ``max_cells_per_program`` a group with more
+    cells runs as parts ``GROUP/part-J-of-M/``, one program each. Returns whether every group finished."""
     check_max_chunks(max_chunks)
+    check_max_cells(max_cells_per_program)
     finished = True
-    for g in groups:
-        rows = run_group(g.config, list(g.cells), os.path.join(run_dir, g.subdir), progress=progress,
-                         label=g.label or g.subdir, tags=dict(g.tags), max_chunks=max_chunks,
-                         tensorboard_dir=os.path.join(run_dir, "tensorboard", g.subdir) if tensorboard else None)
-        finished = finished and rows is not None
+    for whole in groups:
+        parts = split_group(whole, max_cells_per_program)
+        check_layout(run_dir, whole, len(parts))
+        for g in parts:
+            rows = run_group(g.config, list(g.cells), os.path.join(run_dir, g.subdir), progress=progress,
+                             label=g.label or g.subdir, tags=dict(g.tags), max_chunks=max_chunks,
+                             tensorboard_dir=os.path.join(run_dir, "tensorboard", g.subdir) if tensorboard else None)
+            finished = finished and rows is not None
     if not finished:
         print(f"stopped after --max-chunks {max_chunks}; rerun the same command to continue")
     return finished
+
+
+# ----------------------------------------------------------------------------- memory: cells per program
+
+PART_RE = r"part-(\d+)-of-(\d+)"
+
+
+def check_max_cells(value) -> None:
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        raise ConfigError(f"max_cells_per_program={value!r} must be a positive integer (or not given: one "
+                          "program per group)")
+
+
+def split_group(group: Group, max_cells: int | None) -> list[Group]:
+    """A group with more than ``max_cells`` cells as parts ``GROUP/part-J-of-M/`` of nearly equal size
+    (J = 0..M-1), each its own program; otherwise the group itself."""
+    from vaco_jax.memory import split_sizes
+
+    if max_cells is None or len(group.cells) <= max_cells:
+        return [group]
+    sizes = split_sizes(len(group.cells), max_cells)
+    out, start = [], 0
+    for j, size in enumerate(sizes):
+        out.append(dataclasses.replace(group, cells=tuple(group.cells[start:start + size]),
+                                       subdir=os.path.join(group.subdir, f"part-{j}-of-{len(sizes)}"),
+                                       label=f"{group.label or group.subdir} [part {j}/{len(sizes)}]"))
+        start += size
+    return out
+
+
+def _parts_on_disk(group_dir: str) -> set:
+    import re
+
+    if not os.path.isdir(group_dir):
+        return set()
+    return {int(m.group(2)) for f in os.listdir(group_dir) if (m := re.fullmatch(PART_RE, f))}
+
+
+def check_layout(run_dir: str, group: Group, parts: int) -> None:
+    """A group already started as one program cannot continue as parts, nor parts of another split
+    (the cells would run twice)."""
+    group_dir = os.path.join(run_dir, group.subdir)
+    on_disk = _parts_on_disk(group_dir)
+    whole = os.path.exists(os.path.join(group_dir, "cells.json"))
+    if parts > 1 and whole:
+        raise ConfigError(f"max_cells_per_program: {group_dir} was started as one program; continue it without "
+                          "--max-cells-per-program, or remove that directory to run it in parts")
+    if on_disk and on_disk != {parts}:
+        was = ", ".join(str(m) for m in sorted(on_disk))
+        raise ConfigError(f"max_cells_per_program: {group_dir} holds a split into {was} part(s), this command "
+                          f"gives {parts}; use the --max-cells-per-program it was started with")
+
+
+def group_finished(group_dir: str) -> bool:
+    """A group is finished when its ``scores.csv`` exists, or every part of its split has one."""
+    if os.path.exists(os.path.join(group_dir, "scores.csv")):
+        return True
+    counts = _parts_on_disk(group_dir)
+    if len(counts) != 1:
+        return False
+    m = counts.pop()
+    return all(os.path.exists(os.path.join(group_dir, f"part-{j}-of-{m}", "scores.csv")) for j in range(m))
+
+
+_CELL_BYTES: dict = {}
+
+
+def memory_plan(groups: Sequence[Group], max_cells: int | None = None, show: bool = True) -> dict:
+    """Estimate each group's device memory before anything compiles (``memory.cell_bytes``; tracing
+    only), print it, and check it fits: a group whose cells, spread over this process's devices,
+    would not fit in a device's memory is an error that names the ``--max-cells-per-program`` that
+    fits. Returns ``{subdir: bytes per cell}``."""
+    from vaco_jax import memory
+
+    check_max_cells(max_cells)
+    device_memory, source = memory.device_bytes()
+    devices = len(jax.local_devices())
+    out, lines = {}, []
+    for g in groups:
+        c = g.config
+        key = (c.env, c.backend, c.episode_length, c.num_envs, c.unroll_length, c.eval_episodes, c.buffer_capacity,
+               c.network, tuple(c.policy_hidden), tuple(c.value_hidden))
+        if key not in _CELL_BYTES:
+            _CELL_BYTES[key] = memory.cell_bytes(c)["total"]
+        per_cell = _CELL_BYTES[key]
+        out[g.subdir] = per_cell
+        n = len(g.cells) if max_cells is None else min(len(g.cells), max_cells)
+        per_device = per_cell * math.ceil(n / devices)
+        fit = memory.cells_that_fit(per_cell, devices, device_memory)
+        lines.append(f"  {g.subdir:<44} ~{memory.fmt_bytes(per_cell)} per cell; {n} cells per program -> "
+                     f"~{memory.fmt_bytes(per_device)} per device")
+        if fit is not None and n > fit:
+            raise ConfigError(f"{g.subdir}: {n} cells per program need ~{memory.fmt_bytes(per_device)} per device, "
+                              f"more than {memory.USABLE_FRACTION:.0%} of {memory.fmt_bytes(device_memory)} "
+                              f"({source}); allowed: --max-cells-per-program {fit} or less")
+    if show:
+        dm = "unknown" if device_memory is None else f"{memory.fmt_bytes(device_memory)} ({source})"
+        print(f"memory estimate before compiling ({devices} device(s), device memory {dm}):", *lines, sep="\n")
+    return out
 
 
 # The file layer lives in results.py (no jax); these names stay importable from here.
@@ -371,7 +478,7 @@ def _warn(message: str) -> None:
 
 def _grid_sharding():
     """Shard the leading (grid) axis over all local devices."""
-    mesh = jax.sharding.Mesh(np.array(jax.devices()), ("grid",))
+    mesh = jax.sharding.Mesh(np.array(jax.local_devices()), ("grid",))
     return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("grid"))
 
 
@@ -443,10 +550,10 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
     results.write_cells(group_dir, cell_rows)
 
     trainer = trainer or make_train(config)
-    padded = _pad(cells, len(jax.devices())) if shard else list(cells)
+    padded = _pad(cells, len(jax.local_devices())) if shard else list(cells)
     keys = jnp.stack([jax.random.PRNGKey(c.seed) for c in padded])
     traced = stack_traced([make_traced(config, c.lag_depth, **c.knob_dict()) for c in padded])
-    sharding = _grid_sharding() if shard and len(jax.devices()) > 1 else None
+    sharding = _grid_sharding() if shard and len(jax.local_devices()) > 1 else None
     if sharding is not None:
         keys, traced = jax.device_put((keys, traced), sharding)
     init = jax.jit(jax.vmap(trainer.init))
@@ -928,46 +1035,108 @@ def run_study(run_dir: str, groups: Sequence[Group], args, spec: dict, prepare=N
       ``run.shard-I-of-N.json``), then prints how to merge (a shard writes no summary or figure);
     - plain in a directory holding shards: the merge; runs nothing, checks that every shard of the
       split finished (else lists the unfinished ones and returns False);
-    - ``args.cell = "K"`` or ``"GROUP:J"``: :func:`rerun_cell`.
+    - ``args.cell = "K"`` or ``"GROUP:J"``: :func:`rerun_cell`;
+    - ``args.distributed`` in a ``jax.distributed`` run of N processes: process I runs shard I/N on its
+      own devices, all wait at a barrier, then process 0 merges (the only one to return True).
+    A memory estimate per cell is printed (and checked against the devices' memory) before anything
+    compiles; ``args.max_cells_per_program`` splits larger groups into parts.
     Every flag is checked before anything is written.
     """
     shard, cell = getattr(args, "shard", None), getattr(args, "cell", None)
     if shard is not None and cell is not None:
         raise ConfigError(f"shard={shard!r}, cell={cell!r}: give --shard or --cell, not both")
     check_max_chunks(args.max_chunks)
+    max_cells = getattr(args, "max_cells_per_program", None)
+    check_max_cells(max_cells)
     info = {**dataclasses.asdict(args), **spec}
     if cell is not None:
         print(plan_text(groups))
         rerun_cell(run_dir, groups, cell, info, progress=args.progress, max_chunks=args.max_chunks)
         return False
+    if getattr(args, "distributed", False):
+        if shard is not None:
+            raise ConfigError(f"shard={shard!r}, distributed=True: with --distributed each process runs its own "
+                              "shard; give one of them")
+        index, count = jax.process_index(), jax.process_count()
+        if count > 1:
+            print(f"process {index} of {count} (jax.distributed): shard {index}/{count} on this host's "
+                  f"{len(jax.local_devices())} device(s)")
+            _run_shard(run_dir, groups, index, count, info, args, prepare, max_cells)
+            barrier("vaco_jax.study.shards_done")
+            if index != 0:  # one process writes the summaries
+                return False
+            return merge_shards(run_dir, groups, info, None)
     if shard is not None:
         index, count = parse_shard(shard)
-        part = shard_groups(groups, index, count)
-        whole = [g.subdir for g in groups if os.path.exists(os.path.join(run_dir, g.subdir, "cells.json"))]
-        if whole:
-            raise ConfigError(f"shard={shard!r}: {run_dir} already holds {whole[0]} run whole (without --shard); "
-                              "a shard would run its cells a second time; allowed: another --out")
-        _check_shards(run_dir, groups, count)
-        print(plan_text(groups))
-        print(f"shard {index}/{count}: {sum(len(g.cells) for g in part)} cell(s) in {len(part)} group(s)")
-        first = index * sum(len(g.cells) for g in groups) // count
-        print("\n".join(plan_text(part, first).splitlines()[1:]))
-        write_run_metadata(run_dir, groups, info, shard=(index, count),
-                           extra={"shard": {"index": index, "count": count, "plan": plan_digest(groups),
-                                            "groups": [g.subdir for g in part]}})
-        if prepare is not None:
-            prepare()
-        if run_groups(run_dir, part, progress=args.progress, max_chunks=args.max_chunks,
-                      tensorboard=getattr(args, "tensorboard", False)):
-            print(f"shard {index}/{count} finished -> {run_dir}; {_merge_text(run_dir, count)}")
+        _run_shard(run_dir, groups, index, count, info, args, prepare, max_cells)
         return False
     if shard_records(run_dir):
         return merge_shards(run_dir, groups, info, prepare)
-    start_study(run_dir, groups, args, spec)
+    print(plan_text(groups))
+    memory_plan(groups, max_cells)
+    start_study(run_dir, groups, args, spec, show_plan=False)
     if prepare is not None:
         prepare()
     return run_groups(run_dir, groups, progress=args.progress, max_chunks=args.max_chunks,
-                      tensorboard=getattr(args, "tensorboard", False))
+                      tensorboard=getattr(args, "tensorboard", False), max_cells_per_program=max_cells)
+
+
+
+def _run_shard(run_dir, groups, index, count, info, args, prepare, max_cells) -> bool:
+    """Run shard ``index`` of ``count``: its cells into ``GROUP/shard-I-of-N/``, its record in
+    ``run.shard-I-of-N.json``; prints how to merge. Returns whether it finished."""
+    shard = f"{index}/{count}"
+    part = shard_groups(groups, index, count)
+    whole = [g.subdir for g in groups if os.path.exists(os.path.join(run_dir, g.subdir, "cells.json"))]
+    if whole:
+        raise ConfigError(f"shard={shard!r}: {run_dir} already holds {whole[0]} run whole (without --shard); "
+                          "a shard would run its cells a second time; allowed: another --out")
+    _check_shards(run_dir, groups, count)
+    print(plan_text(groups))
+    print(f"shard {index}/{count}: {sum(len(g.cells) for g in part)} cell(s) in {len(part)} group(s)")
+    first = index * sum(len(g.cells) for g in groups) // count
+    print("\n".join(plan_text(part, first).splitlines()[1:]))
+    memory_plan(part, max_cells)
+    write_run_metadata(run_dir, groups, info, shard=(index, count),
+                       extra={"shard": {"index": index, "count": count, "plan": plan_digest(groups),
+                                        "groups": [g.subdir for g in part]}})
+    if prepare is not None:
+        prepare()
+    finished = run_groups(run_dir, part, progress=args.progress, max_chunks=args.max_chunks,
+                          tensorboard=getattr(args, "tensorboard", False), max_cells_per_program=max_cells)
+    if finished:
+        print(f"shard {index}/{count} finished -> {run_dir}; {_merge_text(run_dir, count)}")
+    return finished
+
+
+def init_distributed() -> tuple[int, int]:
+    """Start ``jax.distributed`` (once per process, before any computation) and return (process index,
+    process count). The coordinator comes from VACO_JAX_COORDINATOR (host:port), VACO_JAX_NUM_PROCESSES
+    and VACO_JAX_PROCESS_ID when set, else from the cluster (SLURM, Open MPI, ...: jax detects it)."""
+    if not jax.distributed.is_initialized():
+        names = ("VACO_JAX_COORDINATOR", "VACO_JAX_NUM_PROCESSES", "VACO_JAX_PROCESS_ID")
+        given = [n for n in names if os.environ.get(n)]
+        kwargs = {}
+        if given:
+            if len(given) != 3:
+                raise ConfigError(f"distributed: set all of {', '.join(names)} or none (set: {', '.join(given)})")
+            try:
+                kwargs = dict(coordinator_address=os.environ[names[0]], num_processes=int(os.environ[names[1]]),
+                              process_id=int(os.environ[names[2]]))
+            except ValueError:
+                raise ConfigError(f"distributed: {names[1]} and {names[2]} must be integers") from None
+            if not 0 <= kwargs["process_id"] < kwargs["num_processes"]:
+                raise ConfigError(f"distributed: {names[2]}={kwargs['process_id']} must be in "
+                                  f"0..{kwargs['num_processes'] - 1}")
+        jax.distributed.initialize(**kwargs)
+    return jax.process_index(), jax.process_count()
+
+
+def barrier(name: str) -> None:
+    """Wait until every process of a ``jax.distributed`` run reaches this point."""
+    from jax.experimental import multihost_utils
+
+    multihost_utils.sync_global_devices(name)
 
 
 def merge_shards(run_dir: str, groups: Sequence[Group], info: dict, prepare=None) -> bool:
@@ -980,7 +1149,7 @@ def merge_shards(run_dir: str, groups: Sequence[Group], info: dict, prepare=None
     missing = []
     for index in range(count):
         for g in shard_groups(groups, index, count):
-            if not os.path.exists(os.path.join(run_dir, g.subdir, "scores.csv")):
+            if not group_finished(os.path.join(run_dir, g.subdir)):
                 missing.append(f"shard {index}/{count} ({g.subdir}: " +
                                ("not started" if index not in found else "not finished") + ")")
     if missing:

@@ -1,0 +1,171 @@
+"""Scale (docs/scale.md): the memory estimate printed before compiling, groups split into programs of
+at most ``--max-cells-per-program`` cells, and one sweep over two ``jax.distributed`` processes.
+Training runs only on the tiny pure-JAX point_mass task."""
+
+import os
+import socket
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from conftest import tiny_config
+from vaco_jax import memory, results, sweep
+from vaco_jax.config import ConfigError, make_traced, stack_traced
+from vaco_jax.train import make_train
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Programs of another size batch their matmuls differently (see tests/test_shard.py).
+SCORE_RTOL, SCORE_ATOL = 1e-4, 1e-7
+NUMBERS = ("final_eval_return", "auc_eval_return", "train_return_last5pct")
+
+
+def _lag_sweep():
+    import importlib.util
+
+    key = "_scale_test_lag_sweep"
+    if key not in sys.modules:
+        spec = importlib.util.spec_from_file_location(key, os.path.join(ROOT, "experiments", "lag_sweep.py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[key] = module
+        spec.loader.exec_module(module)
+    return sys.modules[key]
+
+
+TINY_FLAGS = ["--preset", "tiny", "--seeds", "0", "--no-progress", "--no-figures", "--bootstrap-reps", "50",
+              "--episode-length", "30"]
+
+
+def _run(out, **flags):
+    ls = _lag_sweep()
+    return ls.main(ls.Args(preset="tiny", out=out, progress=False, figures=False, bootstrap_reps=50,
+                           episode_length=30, seeds=(0,), **flags))
+
+
+def _scores(run_dir):
+    return {(r["lag_depth"], r["seed"]): r for r in results.load_scores(run_dir)}
+
+
+def _assert_same_scores(a, b):
+    sa, sb = _scores(a), _scores(b)
+    assert sa.keys() == sb.keys()
+    for k in sa:
+        for name in NUMBERS:
+            np.testing.assert_allclose(sb[k][name], sa[k][name], rtol=SCORE_RTOL, atol=SCORE_ATOL, err_msg=name)
+
+
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("scale") / "whole")
+    _run(out)
+    return out
+
+
+# ----------------------------------------------------------------------------- memory estimate
+
+@pytest.mark.parametrize("overrides, cells", [
+    (dict(), 2),
+    (dict(num_envs=64, unroll_length=32, policy_hidden=(128, 128), value_hidden=(128, 128), eval_episodes=4), 1),
+])
+def test_the_memory_estimate_stays_within_a_factor_of_two_of_xlas_own(overrides, cells):
+    config = tiny_config(**overrides)
+    trainer = make_train(config)
+    estimate = memory.cell_bytes(config, trainer)
+    traced = stack_traced([make_traced(config, 1)] * cells)
+    keys = jnp.stack([jax.random.PRNGKey(i) for i in range(cells)])
+    state = jax.eval_shape(jax.vmap(trainer.init), keys, traced)
+    m = jax.jit(jax.vmap(trainer.run_chunk)).lower(state, traced).compile().memory_analysis()
+    xla = (m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes - m.alias_size_in_bytes) / cells
+    assert 0.9 <= estimate["total"] / xla <= 2.0, (estimate, xla)
+    assert estimate["state"] == memory.tree_bytes(jax.eval_shape(trainer.init, keys[0], make_traced(config, 1)))
+
+
+def test_a_group_too_large_for_the_device_is_refused_naming_the_flag_that_fits(tmp_path, monkeypatch):
+    per_cell = memory.cell_bytes(tiny_config())["total"]
+    # Room for one cell: 80% of the device memory holds 1.25 cells.
+    monkeypatch.setattr(memory, "device_bytes", lambda: (int(per_cell * 1.25 / memory.USABLE_FRACTION), "test"))
+    sweep._CELL_BYTES.clear()
+    out = str(tmp_path / "run")
+    with pytest.raises(ConfigError, match=r"2 cells per program need .* allowed: --max-cells-per-program 1 or less"):
+        _run(out)
+    assert not os.path.exists(out)  # refused before anything was written
+
+
+def test_the_estimate_is_printed_before_compiling(tmp_path, capsys, whole):
+    _run(whole)  # finished: reads its scores again, prints the plan and the estimate
+    text = capsys.readouterr().out
+    assert "memory estimate before compiling" in text and "per cell; 2 cells per program" in text
+
+
+# ----------------------------------------------------------------------------- --max-cells-per-program
+
+def test_a_group_runs_as_parts_of_at_most_max_cells_and_gives_the_same_scores(tmp_path, whole):
+    out = str(tmp_path / "parts")
+    _run(out, max_cells_per_program=1)
+    group = os.path.join(out, "point_mass", "ppo_clip")
+    assert sorted(os.listdir(group)) == ["part-0-of-2", "part-1-of-2"]
+    assert sweep.group_finished(group)
+    assert os.path.exists(os.path.join(out, "summary.csv"))
+    _assert_same_scores(whole, out)
+    with pytest.raises(ConfigError, match=r"holds a split into 2 part\(s\), this command gives 1"):
+        _run(out)  # another split would run the cells twice
+    with pytest.raises(ConfigError, match="was started as one program"):
+        _run(whole, max_cells_per_program=1)
+    with pytest.raises(ConfigError, match="max_cells_per_program=0 must be a positive integer"):
+        _run(str(tmp_path / "bad"), max_cells_per_program=0)
+
+
+def test_splitting_is_nearly_even_and_keeps_the_plan_order():
+    assert memory.split_sizes(10, 4) == [4, 3, 3]
+    assert memory.split_sizes(3, 5) == [3]
+    g = sweep.Group(tiny_config(), tuple(sweep.grid([1, 2, 4], range(3))), "t/m", "t/m")
+    parts = sweep.split_group(g, 4)
+    assert [len(p.cells) for p in parts] == [3, 3, 3]
+    assert [c for p in parts for c in p.cells] == list(g.cells)
+    assert parts[2].subdir == os.path.join("t/m", "part-2-of-3")
+    assert sweep.split_group(g, None) == [g] and sweep.split_group(g, 9) == [g]
+
+
+# ----------------------------------------------------------------------------- jax.distributed
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_one_sweep_over_two_jax_distributed_processes_equals_the_plain_run(tmp_path, whole):
+    out = str(tmp_path / "distributed")
+    port = _free_port()
+    procs = []
+    for pid in range(2):
+        env = {**os.environ, "JAX_PLATFORMS": "cpu", "VACO_JAX_COORDINATOR": f"127.0.0.1:{port}",
+               "VACO_JAX_NUM_PROCESSES": "2", "VACO_JAX_PROCESS_ID": str(pid), "PYTHONPATH": ROOT}
+        env.pop("XLA_FLAGS", None)
+        procs.append(subprocess.Popen(
+            [sys.executable, os.path.join(ROOT, "experiments", "lag_sweep.py"), *TINY_FLAGS, "--out", out,
+             "--distributed"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outputs = [p.communicate(timeout=600)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    assert "process 0 of 2" in outputs[0] and "process 1 of 2" in outputs[1]
+    group = os.path.join(out, "point_mass", "ppo_clip")
+    assert sorted(os.listdir(group)) == ["shard-0-of-2", "shard-1-of-2"]
+    assert os.path.exists(os.path.join(out, "summary.csv"))  # written once, by process 0
+    assert "lag sweep finished" in outputs[0] and "lag sweep finished" not in outputs[1]
+    _assert_same_scores(whole, out)
+
+
+def test_distributed_settings_are_checked(monkeypatch):
+    monkeypatch.setenv("VACO_JAX_COORDINATOR", "127.0.0.1:1")
+    monkeypatch.delenv("VACO_JAX_NUM_PROCESSES", raising=False)
+    monkeypatch.delenv("VACO_JAX_PROCESS_ID", raising=False)
+    with pytest.raises(ConfigError, match="set all of VACO_JAX_COORDINATOR, VACO_JAX_NUM_PROCESSES"):
+        sweep.init_distributed()
+    monkeypatch.setenv("VACO_JAX_NUM_PROCESSES", "2")
+    monkeypatch.setenv("VACO_JAX_PROCESS_ID", "2")
+    with pytest.raises(ConfigError, match="must be in 0..1"):
+        sweep.init_distributed()
