@@ -5,6 +5,14 @@ caches are cleared between them, as separate processes would start cold). Both p
 cells (lag depths x seeds) for the same number of env steps.
 
     python benchmarks/sweep_scaling.py --grid-sizes 1 4 8 16
+    python benchmarks/sweep_scaling.py --brax --grid-sizes 16 --separate-runs 1 --repeats 5
+
+With ``--brax`` the largest grid is also compared with G separate runs of Brax's own PPO trainer on
+the same batch shape (benchmarks/throughput.py's ``bench_brax``): the grid's steady calls are timed
+between Brax's timed epochs (interleaved rounds), and the report gives, per round, the steady-state
+ratio (grid env steps/s over Brax's) and the ratio with compilation for a run of ``total_env_steps``
+per cell (G x (Brax compile + steps / Brax rate) over grid compile + G x steps / grid rate). A target
+is met only when every round clears it.
 """
 
 from __future__ import annotations
@@ -35,6 +43,9 @@ class Args:
     unroll_length: int = 32
     total_env_steps: int = 65_536
     out: str = "runs/benchmarks/sweep_scaling.json"
+    brax: bool = False  # also compare the largest grid with G separate runs of Brax's PPO trainer
+    repeats: int = 5  # interleaved rounds for --brax
+    brax_phases: int = 4  # training steps (our phases) per timed Brax epoch
 
 
 def _cells(config, g):
@@ -95,6 +106,8 @@ def main(args: Args) -> dict:
         print(f"| {r['grid_size']} | {r['grid_seconds_incl_compile']:.1f} | {r['separate_seconds_incl_compile']:.1f} | "
               f"{r['speedup_incl_compile']:.2f}x | {r['grid_seconds_steady']:.2f} | {r['separate_seconds_steady']:.2f} | "
               f"{r['speedup_steady']:.2f}x | {r['grid_env_steps_per_second']:.0f} |")
+    if args.brax:
+        rows.append(compare_brax(args, config, max(args.grid_sizes)))
     result = {"command": cmd, "date": time.strftime("%Y-%m-%d"), "jax": jax.__version__,
               "device": str(jax.devices()[0]), "args": dataclasses.asdict(args), "rows": rows}
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
@@ -102,6 +115,61 @@ def main(args: Args) -> dict:
         json.dump(result, f, indent=1)
     os.replace(args.out + ".tmp", args.out)
     return result
+
+
+def compare_brax(args: Args, config, g: int) -> dict:
+    """The grid of ``g`` cells against ``g`` separate runs of Brax's trainer (see the module docstring)."""
+    import numpy as np
+
+    from benchmarks.throughput import Args as ThroughputArgs, CompileLog, bench_brax
+
+    trainer = make_train(config)
+    cells = _cells(config, g)
+    keys = jnp.stack([jax.random.PRNGKey(s) for s, _ in cells])
+    traced = stack_traced([make_traced(config, b) for _, b in cells])
+    init = jax.jit(jax.vmap(trainer.init))
+    chunk = jax.jit(jax.vmap(trainer.run_chunk))
+    jax.clear_caches()
+    t0 = time.perf_counter()
+    state = jax.block_until_ready(chunk(init(keys, traced), traced)[0])
+    first = time.perf_counter() - t0
+    steps = config.env_steps_per_chunk  # per cell per call
+    grid_sps, holder = [], [state]
+
+    def grid_round(_r):
+        t = time.perf_counter()
+        holder[0] = jax.block_until_ready(chunk(holder[0], traced)[0])
+        grid_sps.append(g * steps / (time.perf_counter() - t))
+
+    targs = ThroughputArgs(env=config.env, backend=config.backend, num_envs=config.num_envs,
+                           unroll_length=config.unroll_length, num_minibatches=config.num_minibatches,
+                           num_epochs=config.num_epochs, policy_hidden=tuple(config.policy_hidden),
+                           value_hidden=tuple(config.value_hidden), episode_length=config.episode_length,
+                           phases=args.brax_phases, repeats=args.repeats, warmup=1, seed=0)
+    brax = bench_brax(targs, CompileLog(), grid_round)
+    grid_compile = first - g * steps / float(np.median(grid_sps))
+    total = args.total_env_steps
+    steady = [a / b for a, b in zip(grid_sps, brax["steps_per_second_each"])]
+    with_compile = [g * (brax["compile_seconds"] + total / b) / (grid_compile + g * total / a)
+                    for a, b in zip(grid_sps, brax["steps_per_second_each"])]
+    row = {"grid_size": g, "brax_compile_seconds": brax["compile_seconds"],
+           "brax_steps_per_second_each": brax["steps_per_second_each"], "grid_compile_seconds": grid_compile,
+           "grid_steps_per_second_each": grid_sps, "steady_ratio_each": steady,
+           "with_compile_ratio_each": with_compile, "env_steps_per_cell": total,
+           "steady_target_met": min(steady) >= 1.0, "with_compile_target_met": min(with_compile) >= 5.0}
+    print(f"\n{g}-cell grid vs {g} separate runs of Brax's trainer ({config.num_envs} envs x "
+          f"{config.unroll_length} steps, {config.num_epochs}x{config.num_minibatches} updates per phase; "
+          f"{args.repeats} interleaved rounds)")
+    print(f"grid: compile {grid_compile:.1f} s, env steps/s (all cells) per round "
+          + ", ".join(f"{x:,.0f}" for x in grid_sps))
+    print(f"Brax: compile {brax['compile_seconds']:.1f} s, env steps/s per round "
+          + ", ".join(f"{x:,.0f}" for x in brax["steps_per_second_each"]))
+    print(f"target steady state, grid / Brax >= 1.0: median {np.median(steady):.3f}, rounds "
+          f"{min(steady):.3f}..{max(steady):.3f} -> {'met' if row['steady_target_met'] else 'NOT met'}")
+    print(f"target with compilation ({total:,} env steps per cell), {g} Brax runs / grid >= 5: median "
+          f"{np.median(with_compile):.2f}, rounds {min(with_compile):.2f}..{max(with_compile):.2f} -> "
+          f"{'met' if row['with_compile_target_met'] else 'NOT met'}")
+    return row
 
 
 if __name__ == "__main__":

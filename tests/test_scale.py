@@ -68,7 +68,8 @@ def whole(tmp_path_factory):
 
 @pytest.mark.parametrize("overrides, cells", [
     (dict(), 2),
-    (dict(num_envs=64, unroll_length=32, policy_hidden=(128, 128), value_hidden=(128, 128), eval_episodes=4), 1),
+    (dict(num_envs=64, unroll_length=32, total_env_steps=64 * 32 * 2, policy_hidden=(128, 128),
+          value_hidden=(128, 128), eval_episodes=4), 1),
 ])
 def test_the_memory_estimate_stays_within_a_factor_of_two_of_xlas_own(overrides, cells):
     config = tiny_config(**overrides)

@@ -150,9 +150,36 @@ def _stderr_silenced(grace: float = 3.0):
     restore()
 
 
+def _process_local_arrays() -> bool:
+    """In a ``jax.distributed`` run orbax writes arrays only from process 0 (and refuses process-local
+    device arrays), so there the arrays of a checkpoint go into ``<step>.arrays.npz`` beside it
+    (``results.save_npz``: atomic, with a checksum) and orbax keeps only the metadata."""
+    return jax.process_count() > 1
+
+
+def _arrays_name(step) -> str:
+    return f"{step}.arrays.npz"
+
+
+def _process_local() -> ocp.options.MultiprocessingOptions:
+    """Every checkpoint here belongs to one process: in a ``jax.distributed`` run each process saves
+    its own shard's grid, so orbax must neither wait for the other processes nor leave the writing
+    to process 0."""
+    index = jax.process_index()
+    if jax.process_count() == 1:
+        return ocp.options.MultiprocessingOptions()
+    return ocp.options.MultiprocessingOptions(primary_host=index, active_processes={index},
+                                              barrier_sync_key_prefix=f"vaco_jax_process_{index}")
+
+
 @contextlib.contextmanager
 def _checkpointer():
-    with _quiet(), ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as ckptr:
+    mp = _process_local()
+    handler = ocp.CompositeCheckpointHandler(
+        composite_options=ocp.CompositeOptions(multiprocessing_options=mp),
+        meta=ocp.JsonCheckpointHandler(multiprocessing_options=mp),
+        state=ocp.StandardCheckpointHandler(multiprocessing_options=mp))
+    with _quiet(), ocp.Checkpointer(handler, multiprocessing_options=mp) as ckptr:
         yield ckptr
 
 
@@ -232,7 +259,8 @@ def save_checkpoint(directory: str, state, chunk: int, extra: dict | None = None
             record["sha256"] = _digest(array)
             arrays[f"{i:05d}"] = array
         records.append(record)
-    meta = {"format": FORMAT_VERSION, "chunk": int(chunk), "extra": extra, "leaves": records}
+    meta = {"format": FORMAT_VERSION, "chunk": int(chunk), "extra": extra, "leaves": records,
+            "arrays_file": _process_local_arrays()}
 
     existing = _numbered_entries(directory)
     complete = _complete_steps(directory)
@@ -241,17 +269,22 @@ def save_checkpoint(directory: str, state, chunk: int, extra: dict | None = None
         step = max(existing) + 1
     final = directory / str(step)
     tmp = directory / (str(step) + TMP_SUFFIX)
-    if tmp.exists() and jax.process_index() == 0:  # a previous attempt at this step crashed
+    if tmp.exists():  # a previous attempt at this step crashed
         tmp.rmtree()
 
     items = {"meta": ocp.args.JsonSave(meta)}
-    if arrays:  # orbax refuses an empty item (a state of only zero-size leaves)
+    if meta["arrays_file"]:  # written (atomically, verified) before the checkpoint that points to it
+        from vaco_jax import results
+
+        results.save_npz(str(directory / _arrays_name(step)),
+                         **{k: np.asarray(jax.device_get(v)) for k, v in arrays.items()})
+    elif arrays:  # orbax refuses an empty item (a state of only zero-size leaves)
         items["state"] = ocp.args.StandardSave(arrays)
     try:
         with _stderr_silenced(), _checkpointer() as ckptr:
             ckptr.save(final, args=ocp.args.Composite(**items))
     except Exception as e:  # noqa: BLE001 - a full disk, a lost mount: one clear OSError, no temporary dir
-        if jax.process_index() == 0 and tmp.exists():
+        if tmp.exists():
             tmp.rmtree()
         message = str(e)
         if "No space left on device" in message:
@@ -260,13 +293,15 @@ def save_checkpoint(directory: str, state, chunk: int, extra: dict | None = None
     if not _is_complete(final):  # the synchronous save must have renamed and marked it
         raise RuntimeError(f"orbax returned before {final} was finalised")
 
-    if jax.process_index() == 0:  # keep this one and the newest complete one before it (a fallback)
-        older = [s for s in complete if s < step]
-        keep = {final.name} | ({str(max(older))} if older else set())
-        for p in directory.iterdir():
-            head = p.name.split(TMP_SUFFIX)[0]
-            if head.isdigit() and p.name not in keep:
-                p.rmtree() if p.is_dir() else p.unlink()
+    # keep this one and the newest complete one before it (a fallback; each process owns its checkpoints)
+    older = [s for s in complete if s < step]
+    keep = {final.name} | ({str(max(older))} if older else set())
+    for p in directory.iterdir():
+        head = p.name.split(TMP_SUFFIX)[0].split(".arrays.npz")[0]
+        if head.isdigit() and head not in keep:
+            p.rmtree() if p.is_dir() else p.unlink()
+
+
 
 
 def latest_checkpoint(directory: str) -> int | None:
@@ -336,7 +371,15 @@ def _restore_from(path, meta, template):
         plans.append((shape, dtype, sharding, key_impl, as_numpy))
 
     arrays = {}
-    if targets:
+    if targets and meta.get("arrays_file"):
+        from vaco_jax import results
+
+        try:
+            saved = results.load_npz(str(epath.Path(path).parent / _arrays_name(epath.Path(path).name)))
+            arrays = {k: saved[k] for k in targets}
+        except Exception as e:  # noqa: BLE001 - missing, truncated or not matching its checksum
+            raise CheckpointDamaged(f"{path}: arrays unreadable ({type(e).__name__})") from None
+    elif targets:
         try:
             with _checkpointer() as ckptr:
                 args = ocp.args.Composite(state=ocp.args.StandardRestore(targets))
@@ -353,6 +396,8 @@ def _restore_from(path, meta, template):
         key = f"{i:05d}"
         if key in arrays:
             value = arrays[key]
+            if isinstance(value, np.ndarray) and not as_numpy:
+                value = jax.device_put(value, sharding)
         elif as_numpy:
             value = np.zeros(shape, dtype)
         else:
