@@ -99,6 +99,23 @@ _SCORE_FIXED = {"env", "method", "lag_depth", "seed", "diverged", "final_eval_re
 _HPARAMS = tuple(KNOBS)  # traced knobs a cell may carry as columns
 
 
+MISSING_TEXT = {
+    "train_return_last5pct": "no training episode ended in the last 5% of the run",
+    "final_eval_return": "no evaluation score",
+    "auc_eval_return": "no evaluation score",
+}
+
+
+def _empty_reason(summary_rows: Sequence[dict]) -> str:
+    """Why a score has no point at all: every run diverged, has no score, or a mix."""
+    kinds = {r["aggregate"] for r in summary_rows}
+    if kinds <= {"all_diverged"}:
+        return "every run diverged"
+    score = next(iter({r["score"] for r in summary_rows}), "")
+    text = f"no score ({MISSING_TEXT.get(score, 'not computable')})"
+    return text if kinds <= {"all_missing"} else f"each run either diverged or has no score ({text[10:-1]})"
+
+
 class NoData(LookupError):
     """The run directory lacks what a figure needs (``make_all`` skips that figure)."""
 
@@ -320,12 +337,13 @@ def plot_aggregate_vs_lag(run_dir: str, score: str = "final_eval_return",
         raise NoData(f"summary.csv has no {normalization!r} rows for {score!r} (has: {sorted(norms)})")
     rows = [r for r in rows if r["normalization"] == normalization]
     normalized = normalization == "normalized"
+    own = normalization == "own_b1"
     aggs = [a for a in AGGREGATE_ORDER if any(r["aggregate"] == a for r in rows)]
     methods = sort_methods({r["method"] for r in rows})
     lags = sorted({int(r["lag_depth"]) for r in rows})
     n_tasks = max(int(r["n_tasks"]) for r in rows)
     if not aggs:
-        raise NoData(f"every cell of {score!r} diverged: nothing to plot")
+        raise NoData(f"no cell of {score!r} has a run left: {_empty_reason(rows)}")
 
     fig, axes = _new_figure(len(aggs), panel=(4.2, 3.6))
     for ax, agg in zip(axes[0], aggs):
@@ -346,32 +364,50 @@ def plot_aggregate_vs_lag(run_dir: str, score: str = "final_eval_return",
                     va="bottom")
         if normalized and agg == "optimality_gap":
             ax.axhline(0.0, color="0.3", ls=":", lw=1)
+        if own:
+            ax.axhline(1.0, color="0.3", ls=":", lw=1)
+            ax.text(0.02, 1.0, "own B = 1", transform=ax.get_yaxis_transform(), fontsize=7, color="0.3",
+                    va="bottom")
         set_lag_axis(ax, lags)
-        unit = "normalised score" if normalized else f"{SCORE_SHORT.get(score, score)} (episode return)"
+        unit = ("normalised score" if normalized else "score / own B=1 score" if own
+                else f"{SCORE_SHORT.get(score, score)} (episode return)")
         ax.set_ylabel(f"{agg.upper() if agg == 'iqm' else agg.replace('_', ' ')} of {unit}")
         ax.set_title(AGGREGATE_LABELS[agg], fontsize=10)
         ax.grid(alpha=0.3)
     _legend(fig, axes)
 
     title = (f"{SCORE_LABELS.get(score, score)} vs lag depth — "
-             f"{'normalised' if normalized else 'raw'} scores, {n_tasks} task{'s' if n_tasks > 1 else ''}")
+             f"{'normalised' if normalized else 'lag-robustness' if own else 'raw'} scores, "
+             f"{n_tasks} task{'s' if n_tasks > 1 else ''}")
     if normalized:
         title += "\n1.0 = synchronous PPO-Clip (lag depth 1); 0.0 = uniform-random policy"
+    if own:
+        title += "\n1.0 = the same method at lag depth 1; 0.0 = uniform-random policy"
     title += f"\nlines: point estimates; bands: {CI_TEXT}"
     _title(fig, title[0].upper() + title[1:])
     reps = _bootstrap_reps([run_dir] + list(sources or []))
     diverged = sorted({(m, int(r["lag_depth"]), int(r["n_diverged"])) for m in methods for r in rows
                        if r["method"] == m and _finite(r.get("n_diverged")) and int(r["n_diverged"]) > 0})
     all_div = sorted({(r["method"], int(r["lag_depth"])) for r in rows if r["aggregate"] == "all_diverged"})
+    missing = sorted({(m, int(r["lag_depth"]), int(r["n_missing"])) for m in methods for r in rows
+                      if r["method"] == m and _finite(r.get("n_missing")) and int(r["n_missing"]) > 0})
+    no_score = sorted({(r["method"], int(r["lag_depth"])) for r in rows
+                       if r["aggregate"] in ("all_missing", "none_left")})
     lines = [f"Lines: point estimates; bands: {CI_TEXT} (seeds resampled within each task"
              + (f", {reps} replicates)." if reps else ").")
-             + f" A run = one seed across all {n_tasks} task(s); n = runs per point after excluding diverged runs."]
+             + f" A run = one seed across all {n_tasks} task(s); n = runs per point after excluding diverged runs"
+             " and runs with no score."]
     if diverged:
         lines.append("Diverged runs excluded: " + "; ".join(f"{method_label(m)} B={b}: {d}" for m, b, d in diverged)
                      + ".")
     if all_div:
         lines.append("Every run diverged (no point): " + "; ".join(f"{method_label(m)} B={b}" for m, b in all_div)
                      + ".")
+    if missing:
+        lines.append(f"Runs with no score ({MISSING_TEXT.get(score, 'not computable')}; not diverged), excluded: "
+                     + "; ".join(f"{method_label(m)} B={b}: {k}" for m, b, k in missing) + ".")
+    if no_score:
+        lines.append("No run left (no point): " + "; ".join(f"{method_label(m)} B={b}" for m, b in no_score) + ".")
     try:
         lines.append(_pooled_note(load_scores(_data(run_dir, sources))))
     except OSError:
@@ -579,11 +615,13 @@ def plot_forward_lag(run_dir: str, score: str = "final_eval_return", sources=Non
         epochs = sorted({int(r["num_epochs"]) for r in trows})
         minibatches = sorted({int(r["num_minibatches"]) for r in trows})
         cell = defaultdict(list)
-        n_div = defaultdict(int)
+        n_div, n_miss = defaultdict(int), defaultdict(int)
         for r in trows:
             key = (r["method"], int(r["lag_depth"]), int(r["num_epochs"]), int(r["num_minibatches"]))
-            if _is_diverged(r.get("diverged")) or not _finite(r.get(score)):
+            if _is_diverged(r.get("diverged")):
                 n_div[key] += 1
+            elif not _finite(r.get(score)):
+                n_miss[key] += 1
             else:
                 cell[key].append(float(r[score]))
         heat = len(epochs) > 1 and len(minibatches) > 1
@@ -602,10 +640,14 @@ def plot_forward_lag(run_dir: str, score: str = "final_eval_return", sources=Non
                             key = (m, lag, e, mb)
                             mean, _ = _mean_se(cell[key])
                             grid[ei, ji] = mean
-                            if cell[key] or n_div[key]:
-                                text = (f"{mean:.4g}\nn={len(cell[key])}" if cell[key] else "all\ndiverged")
+                            if cell[key] or n_div[key] or n_miss[key]:
+                                text = (f"{mean:.4g}\nn={len(cell[key])}" if cell[key] else
+                                        "all\ndiverged" if not n_miss[key] else "no score" if not n_div[key]
+                                        else "diverged /\nno score")
                                 if n_div[key] and cell[key]:
                                     text += f", {n_div[key]} div."
+                                if n_miss[key] and cell[key]:
+                                    text += f", {n_miss[key]} no score"
                                 ax.text(ji, ei, text, ha="center", va="center", fontsize=7,
                                         color="white" if np.isfinite(mean) and
                                         (mean - vmin) < 0.5 * (vmax - vmin + 1e-12) else "black")
@@ -619,7 +661,8 @@ def plot_forward_lag(run_dir: str, score: str = "final_eval_return", sources=Non
                     ax.set_title(f"{method_label(m)}, lag depth B = {lag}", fontsize=9)
             if image is not None:
                 fig.colorbar(image, ax=axes, label=f"mean {unit}", shrink=0.8)
-            cap = ["Cells: mean over non-diverged seeds (n runs; 'div.' = diverged runs, excluded). Grey: no runs. "
+            cap = ["Cells: mean over non-diverged seeds with a score (n runs; 'div.' = diverged runs, 'no score' = "
+                   "runs without this score, e.g. no episode ended; both excluded). Grey: no runs. "
                    "Gradient steps per phase = E × M."]
         else:
             axis, values, xlabel = (("num_epochs", epochs, "epochs per phase E") if len(epochs) > 1 else
@@ -637,6 +680,9 @@ def plot_forward_lag(run_dir: str, score: str = "final_eval_return", sources=Non
                                v if axis == "num_minibatches" else minibatches[0])
                         if n_div[key]:
                             divs.append(f"{method_label(m)} {axis.split('_')[1][0].upper()}={v}: {n_div[key]}")
+                        if n_miss[key]:
+                            divs.append(f"{method_label(m)} {axis.split('_')[1][0].upper()}={v}: "
+                                        f"{n_miss[key]} no score")
                         if cell[key]:
                             mean, se = _mean_se(cell[key])
                             xs.append(v), ys.append(mean), ses.append(se)
@@ -652,8 +698,8 @@ def plot_forward_lag(run_dir: str, score: str = "final_eval_return", sources=Non
                 ax.set_title(f"lag depth B = {lag}", fontsize=10)
                 ax.grid(alpha=0.3)
                 if divs:
-                    ax.text(0.98, 0.02, "diverged (excluded):\n" + "\n".join(divs), transform=ax.transAxes,
-                            ha="right", va="bottom", fontsize=7, color="#b00000")
+                    ax.text(0.98, 0.02, "diverged or no score (excluded):\n" + "\n".join(divs),
+                            transform=ax.transAxes, ha="right", va="bottom", fontsize=7, color="#b00000")
             axes[0][0].set_ylabel(f"mean {unit}")
             _legend(fig, axes)
             cap = ["Points: mean over non-diverged seeds; bars: ± 1 standard error."]
