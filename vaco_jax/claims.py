@@ -348,7 +348,8 @@ def claim_6(d: Data) -> list[dict]:
     if xv[0] is None or yv[0] is None:
         return [_no_data("6", st, stat, "no random score or no B=1 run left to normalise by")]
     row = _poi(d, "6", st, f"vaco B={HIGH_LAG}", f"ppo_clip B={HIGH_LAG}", xv, yv,
-               lambda lo, hi: lo > 0.5, lambda lo, hi: hi < 0.5, lambda v: "", "")
+               lambda lo, hi: lo > 0.5, lambda lo, hi: hi < 0.5, lambda v: "",
+               f", scores normalised to each method's own B={LOW_LAG} mean")
     if row["verdict"] == "no data":
         return [row]
     edge = {}
