@@ -133,7 +133,7 @@ def run_dir(tmp_path_factory):
 
 def test_synthetic_run_matches_the_documented_formats(run_dir):
     summary = read_csv(os.path.join(run_dir, "summary.csv"))
-    assert {r["normalization"] for r in summary} == {"raw", "normalized"}
+    assert {r["normalization"] for r in summary} == {"raw", "normalized", "own_b1"}
     assert {"median", "iqm", "mean", "optimality_gap"} <= {r["aggregate"] for r in summary}
     vaco4 = [r for r in summary if r["method"] == "vaco" and r["lag_depth"] == 4]
     assert all(r["n_diverged"] == 1 and r["n_runs"] == 2 for r in vaco4)
