@@ -133,7 +133,7 @@ def run_dir(tmp_path_factory):
 
 def test_synthetic_run_matches_the_documented_formats(run_dir):
     summary = read_csv(os.path.join(run_dir, "summary.csv"))
-    assert {r["normalization"] for r in summary} == {"raw", "normalized"}
+    assert {r["normalization"] for r in summary} == {"raw", "normalized", "own_b1"}
     assert {"median", "iqm", "mean", "optimality_gap"} <= {r["aggregate"] for r in summary}
     vaco4 = [r for r in summary if r["method"] == "vaco" and r["lag_depth"] == 4]
     assert all(r["n_diverged"] == 1 and r["n_runs"] == 2 for r in vaco4)
@@ -226,3 +226,73 @@ def test_plot_script(tmp_path):
     printed = [ln.strip() for ln in out.stdout.splitlines() if ln.strip().endswith((".png", ".pdf"))]
     assert printed and all(os.path.exists(p) for p in printed)
     assert os.path.exists(os.path.join(path, "summary.csv"))
+
+
+# ----------------------------------------------------------------------------- reviewer figures (6)-(10)
+
+def _png_width_inches(path: str, dpi: int = 150) -> float:
+    import struct
+
+    with open(path, "rb") as f:
+        head = f.read(24)
+    return struct.unpack(">I", head[16:20])[0] / dpi
+
+
+def _write_staleness(run_dir: str, capacity: int = 4) -> None:
+    """staleness.npz for every group: uniform ages 0 ... B-1 (the `uniform` lag model)."""
+    for g in results.group_dirs(run_dir):
+        cells = results.read_cells(g)
+        counts = np.zeros((CHUNKS, len(cells), capacity), np.int32)
+        for i, c in enumerate(cells):
+            counts[:, i, : c["lag_depth"]] = 64
+        results.save_npz(os.path.join(g, "staleness.npz"), counts=counts)
+
+
+@pytest.mark.parametrize("name", ["interval", "poi", "profiles", "iqm_curves", "staleness"])
+def test_reviewer_figures(run_dir, name):
+    if name == "staleness":
+        _write_staleness(run_dir)
+    fn = {"interval": plots.plot_interval_estimates, "poi": plots.plot_probability_of_improvement,
+          "profiles": plots.plot_performance_profiles, "iqm_curves": plots.plot_iqm_curves,
+          "staleness": plots.plot_staleness}[name]
+    paths = fn(run_dir)
+    _assert_figures(paths)
+    for p in paths:
+        if p.endswith(".png"):
+            assert _png_width_inches(p) <= 7.0 + 1e-6, p
+
+
+def test_reviewer_figures_one_task_and_make_all(tmp_path):
+    run = str(tmp_path / "one")
+    rng = np.random.default_rng(5)
+    os.makedirs(run)
+    results.write_json(os.path.join(run, "random_scores.json"), RANDOM)
+    for method in METHODS:
+        _write_group(os.path.join(run, "hopper", method), "hopper", method, LAGS, SEEDS, {}, rng, quality=1.0)
+    _write_staleness(run)
+    paths = plots.make_all(run, reps=100)
+    names = {os.path.basename(p) for p in paths}
+    assert {"interval_estimates_final_eval_return_normalized.png", "probability_of_improvement_final_eval_return.png",
+            "performance_profiles_final_eval_return.png", "iqm_sample_efficiency.png",
+            "staleness_histograms.png"} <= names
+    assert "aggregate_vs_lag_final_eval_return_own_b1.png" in names
+    for p in paths:
+        if os.path.basename(p).startswith(("interval", "probability", "performance", "iqm", "staleness")) \
+                and p.endswith(".png"):
+            assert _png_width_inches(p) <= 7.0 + 1e-6, p
+
+
+def test_reviewer_figures_without_data(tmp_path):
+    run = str(tmp_path / "bare")
+    rng = np.random.default_rng(6)
+    os.makedirs(run)
+    for task in TASKS:  # two tasks, no random_scores.json: nothing to pool across tasks
+        _write_group(os.path.join(run, task, "a3po"), task, "a3po", LAGS, SEEDS, {}, rng, quality=1.0)
+    with pytest.raises(plots.NoData):
+        plots.plot_probability_of_improvement(run)
+    with pytest.raises(plots.NoData):
+        plots.plot_performance_profiles(run)
+    with pytest.raises(plots.NoData):
+        plots.plot_iqm_curves(run)
+    with pytest.raises(plots.NoData):
+        plots.plot_staleness(run)

@@ -2,8 +2,16 @@
 
 ``summarise(run_dir)`` writes ``summary.csv`` (aggregate x method x lag depth, with stratified
 bootstrap CIs, on raw and on normalised scores) and ``diagnostics.csv`` (filtered/clipped
-fraction, TV estimates, staleness ... per method x lag depth). Diverged runs are dropped and
-counted (column ``n_diverged``), never averaged in.
+fraction, TV estimates, staleness ... per method x lag depth). Diverged runs (``diverged`` true)
+are dropped and counted (column ``n_diverged``), never averaged in. A run that did not diverge but
+has no value for a score (NaN: e.g. ``train_return_last5pct`` when no training episode ended in the
+window) is *missing* for that score only: dropped from that score's aggregates and counted in
+``n_missing``, never called diverged.
+
+Three normalisations (column ``normalization``): ``raw``; ``normalized`` to synchronous PPO-Clip,
+``(s − random) / (ref − random)`` with ``ref`` the mean over exactly the runs the aggregate of
+PPO-Clip at B = 1 keeps; and ``own_b1`` (lag robustness), ``(s − random) / (own − random)`` with
+``own`` the same method's own B = 1 mean, computed the same way.
 
 Both take one run directory or several (``summarise([A, B], out=A)``): the score rows of all of
 them are merged (a sweep split into shards that wrote into separate directories; shards written into
@@ -27,33 +35,98 @@ DIAGNOSTICS = ("mean_filtered_fraction", "mean_clip_fraction", "mean_tv_behaviou
 REFERENCE_METHOD = "ppo_clip"
 
 
+NORMALIZATIONS = ("raw", "normalized", "own_b1")
+
+
+def is_diverged(row: dict) -> bool:
+    """Only the ``diverged`` column says a run diverged (a NaN score alone is *missing*)."""
+    return row.get("diverged") in (True, "True", "true", 1, "1")
+
+
+def _cell_rows(rows, method, lag_depth, task, extra=None, where=None) -> list[dict]:
+    sel = [r for r in rows if r["method"] == method and int(r["lag_depth"]) == lag_depth and r["env"] == task
+           and all(r.get(k) == v for k, v in (extra or {}).items()) and (where is None or where(r))]
+    sel.sort(key=lambda r: r["seed"])
+    return sel
+
+
+def _value(row: dict, score: str) -> float:
+    try:
+        return float(row.get(score, np.nan))
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def cell_matrices(rows: list[dict], method: str, lag_depth: int, tasks: list[str], score: str,
+                  extra: dict | None = None, where=None) -> tuple[np.ndarray, np.ndarray]:
+    """``(values, diverged)``, both (runs x tasks), of one cell: seeds aligned by sorted order, ragged ->
+    truncated. ``values`` is the score (NaN where missing or diverged), ``diverged`` the run's flag.
+    ``where``: an optional predicate on the score row (e.g. a tag column's value)."""
+    vals, divs = [], []
+    for task in tasks:
+        sel = _cell_rows(rows, method, lag_depth, task, extra, where)
+        divs.append(np.array([is_diverged(r) for r in sel], bool))
+        vals.append(np.array([np.nan if is_diverged(r) else _value(r, score) for r in sel], float))
+    n = min(len(v) for v in vals) if vals else 0
+    if not n:
+        return np.zeros((0, len(tasks))), np.zeros((0, len(tasks)), bool)
+    return np.stack([v[:n] for v in vals], axis=1), np.stack([d[:n] for d in divs], axis=1)
+
+
 def score_matrix(rows: list[dict], method: str, lag_depth: int, tasks: list[str], score: str,
                  extra: dict | None = None) -> np.ndarray:
-    """(runs x tasks) array of one cell of the sweep; seeds aligned by sorted order, ragged -> truncated."""
-    per_task = []
-    for task in tasks:
-        sel = [r for r in rows if r["method"] == method and int(r["lag_depth"]) == lag_depth and r["env"] == task
-               and all(r.get(k) == v for k, v in (extra or {}).items())]
-        sel.sort(key=lambda r: r["seed"])
-        vals = [np.nan if r["diverged"] in (True, "True", 1) else float(r[score]) for r in sel]
-        per_task.append(np.array(vals, float))
-    n = min(len(v) for v in per_task) if per_task else 0
-    return np.stack([v[:n] for v in per_task], axis=1) if n else np.zeros((0, len(tasks)))
+    """(runs x tasks) array of one cell of the sweep; seeds aligned by sorted order, ragged -> truncated.
+    NaN marks both diverged and missing values: use :func:`clean_cell` to tell them apart."""
+    return cell_matrices(rows, method, lag_depth, tasks, score, extra)[0]
 
 
-def reference_scores(rows, tasks, score, random: dict | None):
-    """Per-task random and synchronous-PPO (PPO-Clip at B=1) reference scores, or None when absent."""
-    if random is None:
+def split_runs(values: np.ndarray, diverged: np.ndarray) -> tuple[np.ndarray, int, int]:
+    """``(kept, n_diverged, n_missing)``: a run (row) with a diverged flag in any task is diverged; of
+    the others, one with a non-finite score in any task is missing; the rest are kept."""
+    div = diverged.any(axis=1) if diverged.size else np.zeros(values.shape[0], bool)
+    miss = ~div & ~np.all(np.isfinite(values), axis=1)
+    keep = ~div & ~miss
+    return values[keep], int(div.sum()), int(miss.sum())
+
+
+def clean_cell(rows: list[dict], method: str, lag_depth: int, tasks: list[str], score: str,
+               extra: dict | None = None, where=None) -> tuple[np.ndarray, int, int]:
+    """``(kept runs x tasks, n_diverged, n_missing)`` of one cell, the runs every aggregate uses."""
+    return split_runs(*cell_matrices(rows, method, lag_depth, tasks, score, extra, where))
+
+
+def _reference_from(kept: np.ndarray, tasks, random: dict | None):
+    if random is None or kept.shape[0] == 0:
         return None
-    ref = score_matrix(rows, REFERENCE_METHOD, 1, tasks, score)
-    if ref.shape[0] == 0:
-        return None
-    finite = np.isfinite(ref)
-    ref_mean = np.where(finite.any(axis=0), np.where(finite, ref, 0).sum(0) / np.maximum(finite.sum(0), 1), np.nan)
+    ref_mean = kept.mean(axis=0)
     rnd = np.array([random.get(t, np.nan) for t in tasks], float)
-    if np.any(~np.isfinite(ref_mean)) or np.any(~np.isfinite(rnd)) or np.any(np.abs(ref_mean - rnd) < 1e-6 * np.maximum(1, np.abs(rnd))):
+    if np.any(~np.isfinite(ref_mean)) or np.any(~np.isfinite(rnd)) or np.any(
+            np.abs(ref_mean - rnd) < 1e-6 * np.maximum(1, np.abs(rnd))):
         return None
     return rnd, ref_mean
+
+
+def reference_scores(rows, tasks, score, random: dict | None, method: str = REFERENCE_METHOD, where=None):
+    """Per-task random and reference scores, or None when absent: the reference is the mean of
+    ``method`` (default PPO-Clip, i.e. synchronous PPO) at B = 1 over exactly the runs its aggregate
+    keeps (diverged and missing runs dropped the same way)."""
+    if random is None:
+        return None
+    kept, _, _ = clean_cell(rows, method, 1, tasks, score, where=where)
+    return _reference_from(kept, tasks, random)
+
+
+def own_b1_reference(rows, method, tasks, score, random: dict | None, where=None):
+    """Per-task random score and ``method``'s own B = 1 mean (lag-robustness normalisation), or None."""
+    return reference_scores(rows, tasks, score, random, method=method, where=where)
+
+
+def empty_aggregate(n_diverged: int, n_missing: int) -> str:
+    """The ``aggregate`` label of a cell with no run left: ``all_diverged``, ``all_missing`` (no score:
+    e.g. no episode ended in the window) or ``none_left`` (some of each)."""
+    if n_missing == 0:
+        return "all_diverged"
+    return "all_missing" if n_diverged == 0 else "none_left"
 
 
 def _out_dir(run_dirs, out: str | None) -> str:
@@ -85,19 +158,23 @@ def summarise(run_dirs, reps: int = 2000, seed: int = 0, out: str | None = None)
     for score in SCORES:
         refs = reference_scores(rows, tasks, score, random)
         for method in methods:
+            own = own_b1_reference(rows, method, tasks, score, random)
             for b in lags:
-                raw = score_matrix(rows, method, b, tasks, score)
-                if raw.shape[0] == 0:
+                values, div = cell_matrices(rows, method, b, tasks, score)
+                if values.shape[0] == 0:
                     continue
-                clean, n_div = stats.drop_diverged(raw)
-                variants = [("raw", clean, 1.0)]
+                clean, n_div, n_miss = split_runs(values, div)
+                variants = [("raw", clean)]
                 if refs is not None:
-                    variants.append(("normalized", stats.normalize_scores(clean, refs[0], refs[1]), 1.0))
-                for norm, mat, gamma in variants:
+                    variants.append(("normalized", stats.normalize_scores(clean, refs[0], refs[1])))
+                if own is not None:
+                    variants.append(("own_b1", stats.normalize_scores(clean, own[0], own[1])))
+                for norm, mat in variants:
                     base = {"score": score, "normalization": norm, "method": method, "lag_depth": b,
-                            "n_runs": int(mat.shape[0]), "n_tasks": len(tasks), "n_diverged": int(n_div)}
+                            "n_runs": int(mat.shape[0]), "n_tasks": len(tasks), "n_diverged": int(n_div),
+                            "n_missing": int(n_miss)}
                     if mat.shape[0] == 0:
-                        summary.append({**base, "aggregate": "all_diverged"})
+                        summary.append({**base, "aggregate": empty_aggregate(n_div, n_miss)})
                         continue
                     names = ["median", "iqm", "mean"] + (["optimality_gap"] if norm == "normalized" else [])
                     cis = stats.aggregate_with_cis({method: mat}, metrics=names, reps=reps, seed=seed)[method]
@@ -107,8 +184,7 @@ def summarise(run_dirs, reps: int = 2000, seed: int = 0, out: str | None = None)
     diag_rows = []
     for method in methods:
         for b in lags:
-            sel = [r for r in rows if r["method"] == method and int(r["lag_depth"]) == b
-                   and r["diverged"] not in (True, "True", 1)]
+            sel = [r for r in rows if r["method"] == method and int(r["lag_depth"]) == b and not is_diverged(r)]
             if not sel:
                 continue
             row = {"method": method, "lag_depth": b, "n_runs": len(sel)}
@@ -131,7 +207,8 @@ def summarise_by(run_dirs, keys: tuple[str, ...], score: str = "final_eval_retur
     """Raw-score IQM and mean with stratified bootstrap CIs for every combination of ``keys``.
 
     For studies whose cells differ in more than method x lag depth (δ sweep, forward lag, mismatch):
-    runs are the seeds, tasks the strata. Diverged runs are dropped and counted.
+    runs are the seeds, tasks the strata. Diverged runs are dropped and counted (``n_diverged``); runs
+    with no value for ``score`` are dropped and counted apart (``n_missing``).
     """
     rows = load_scores(run_dirs)
     if not rows:
@@ -140,18 +217,20 @@ def summarise_by(run_dirs, keys: tuple[str, ...], score: str = "final_eval_retur
     combos = sorted({tuple(r.get(k) for k in keys) for r in rows}, key=lambda c: tuple(map(str, c)))
     table = []
     for combo in combos:
-        per_task = []
+        vals, divs = [], []
         for task in tasks:
             sel = sorted((r for r in rows if r["env"] == task and tuple(r.get(k) for k in keys) == combo),
                          key=lambda r: r["seed"])
-            per_task.append(np.array([np.nan if r["diverged"] in (True, "True", 1) else float(r[score])
-                                      for r in sel], float))
-        n = min(len(v) for v in per_task)
+            divs.append(np.array([is_diverged(r) for r in sel], bool))
+            vals.append(np.array([np.nan if is_diverged(r) else _value(r, score) for r in sel], float))
+        n = min(len(v) for v in vals)
         if n == 0:
             continue
-        clean, n_div = stats.drop_diverged(np.stack([v[:n] for v in per_task], axis=1))
+        clean, n_div, n_miss = split_runs(np.stack([v[:n] for v in vals], axis=1),
+                                          np.stack([d[:n] for d in divs], axis=1))
         row = dict(zip(keys, combo))
-        row.update(score=score, n_runs=int(clean.shape[0]), n_tasks=len(tasks), n_diverged=int(n_div))
+        row.update(score=score, n_runs=int(clean.shape[0]), n_tasks=len(tasks), n_diverged=int(n_div),
+                   n_missing=int(n_miss))
         if clean.shape[0]:
             cis = stats.aggregate_with_cis({"x": clean}, metrics=["iqm", "mean"], reps=reps, seed=seed)["x"]
             for name, (point, low, high) in cis.items():

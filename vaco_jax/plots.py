@@ -12,6 +12,11 @@ its aggregate, what its bands are and how many runs (and diverged runs) stand be
     plot_filtering_vs_lag   (3) filtered fraction (VACO family) and clip fraction vs lag depth
     plot_tv_vs_lag          (4) TV estimates to beta and to pi_T vs lag depth
     plot_forward_lag        (5) forward lag: score over epochs x minibatches at fixed backward lag
+    plot_interval_estimates (6) median / IQM / mean / optimality gap with CIs per method, per lag depth
+    plot_probability_of_improvement (7) P(VACO > each method) with CIs, per lag depth
+    plot_performance_profiles (8) fraction of runs above tau with CI bands, per lag depth
+    plot_iqm_curves         (9) IQM of the normalised eval return vs env steps with CI bands, per lag depth
+    plot_staleness          (10) realised staleness: share of samples by age, per lag model and lag depth
     make_all                every figure whose data exists
 
 Figures are built with ``matplotlib.figure.Figure`` (no pyplot state), so they never pop up and
@@ -97,6 +102,23 @@ CI_TEXT = "95% stratified bootstrap CI"
 _SCORE_FIXED = {"env", "method", "lag_depth", "seed", "diverged", "final_eval_return", "auc_eval_return",
                 "train_return_last5pct"}
 _HPARAMS = tuple(KNOBS)  # traced knobs a cell may carry as columns
+
+
+MISSING_TEXT = {
+    "train_return_last5pct": "no training episode ended in the last 5% of the run",
+    "final_eval_return": "no evaluation score",
+    "auc_eval_return": "no evaluation score",
+}
+
+
+def _empty_reason(summary_rows: Sequence[dict]) -> str:
+    """Why a score has no point at all: every run diverged, has no score, or a mix."""
+    kinds = {r["aggregate"] for r in summary_rows}
+    if kinds <= {"all_diverged"}:
+        return "every run diverged"
+    score = next(iter({r["score"] for r in summary_rows}), "")
+    text = f"no score ({MISSING_TEXT.get(score, 'not computable')})"
+    return text if kinds <= {"all_missing"} else f"each run either diverged or has no score ({text[10:-1]})"
 
 
 class NoData(LookupError):
@@ -320,12 +342,13 @@ def plot_aggregate_vs_lag(run_dir: str, score: str = "final_eval_return",
         raise NoData(f"summary.csv has no {normalization!r} rows for {score!r} (has: {sorted(norms)})")
     rows = [r for r in rows if r["normalization"] == normalization]
     normalized = normalization == "normalized"
+    own = normalization == "own_b1"
     aggs = [a for a in AGGREGATE_ORDER if any(r["aggregate"] == a for r in rows)]
     methods = sort_methods({r["method"] for r in rows})
     lags = sorted({int(r["lag_depth"]) for r in rows})
     n_tasks = max(int(r["n_tasks"]) for r in rows)
     if not aggs:
-        raise NoData(f"every cell of {score!r} diverged: nothing to plot")
+        raise NoData(f"no cell of {score!r} has a run left: {_empty_reason(rows)}")
 
     fig, axes = _new_figure(len(aggs), panel=(4.2, 3.6))
     for ax, agg in zip(axes[0], aggs):
@@ -346,32 +369,50 @@ def plot_aggregate_vs_lag(run_dir: str, score: str = "final_eval_return",
                     va="bottom")
         if normalized and agg == "optimality_gap":
             ax.axhline(0.0, color="0.3", ls=":", lw=1)
+        if own:
+            ax.axhline(1.0, color="0.3", ls=":", lw=1)
+            ax.text(0.02, 1.0, "own B = 1", transform=ax.get_yaxis_transform(), fontsize=7, color="0.3",
+                    va="bottom")
         set_lag_axis(ax, lags)
-        unit = "normalised score" if normalized else f"{SCORE_SHORT.get(score, score)} (episode return)"
+        unit = ("normalised score" if normalized else "score / own B=1 score" if own
+                else f"{SCORE_SHORT.get(score, score)} (episode return)")
         ax.set_ylabel(f"{agg.upper() if agg == 'iqm' else agg.replace('_', ' ')} of {unit}")
         ax.set_title(AGGREGATE_LABELS[agg], fontsize=10)
         ax.grid(alpha=0.3)
     _legend(fig, axes)
 
     title = (f"{SCORE_LABELS.get(score, score)} vs lag depth — "
-             f"{'normalised' if normalized else 'raw'} scores, {n_tasks} task{'s' if n_tasks > 1 else ''}")
+             f"{'normalised' if normalized else 'lag-robustness' if own else 'raw'} scores, "
+             f"{n_tasks} task{'s' if n_tasks > 1 else ''}")
     if normalized:
         title += "\n1.0 = synchronous PPO-Clip (lag depth 1); 0.0 = uniform-random policy"
+    if own:
+        title += "\n1.0 = the same method at lag depth 1; 0.0 = uniform-random policy"
     title += f"\nlines: point estimates; bands: {CI_TEXT}"
     _title(fig, title[0].upper() + title[1:])
     reps = _bootstrap_reps([run_dir] + list(sources or []))
     diverged = sorted({(m, int(r["lag_depth"]), int(r["n_diverged"])) for m in methods for r in rows
                        if r["method"] == m and _finite(r.get("n_diverged")) and int(r["n_diverged"]) > 0})
     all_div = sorted({(r["method"], int(r["lag_depth"])) for r in rows if r["aggregate"] == "all_diverged"})
+    missing = sorted({(m, int(r["lag_depth"]), int(r["n_missing"])) for m in methods for r in rows
+                      if r["method"] == m and _finite(r.get("n_missing")) and int(r["n_missing"]) > 0})
+    no_score = sorted({(r["method"], int(r["lag_depth"])) for r in rows
+                       if r["aggregate"] in ("all_missing", "none_left")})
     lines = [f"Lines: point estimates; bands: {CI_TEXT} (seeds resampled within each task"
              + (f", {reps} replicates)." if reps else ").")
-             + f" A run = one seed across all {n_tasks} task(s); n = runs per point after excluding diverged runs."]
+             + f" A run = one seed across all {n_tasks} task(s); n = runs per point after excluding diverged runs"
+             " and runs with no score."]
     if diverged:
         lines.append("Diverged runs excluded: " + "; ".join(f"{method_label(m)} B={b}: {d}" for m, b, d in diverged)
                      + ".")
     if all_div:
         lines.append("Every run diverged (no point): " + "; ".join(f"{method_label(m)} B={b}" for m, b in all_div)
                      + ".")
+    if missing:
+        lines.append(f"Runs with no score ({MISSING_TEXT.get(score, 'not computable')}; not diverged), excluded: "
+                     + "; ".join(f"{method_label(m)} B={b}: {k}" for m, b, k in missing) + ".")
+    if no_score:
+        lines.append("No run left (no point): " + "; ".join(f"{method_label(m)} B={b}" for m, b in no_score) + ".")
     try:
         lines.append(_pooled_note(load_scores(_data(run_dir, sources))))
     except OSError:
@@ -579,11 +620,13 @@ def plot_forward_lag(run_dir: str, score: str = "final_eval_return", sources=Non
         epochs = sorted({int(r["num_epochs"]) for r in trows})
         minibatches = sorted({int(r["num_minibatches"]) for r in trows})
         cell = defaultdict(list)
-        n_div = defaultdict(int)
+        n_div, n_miss = defaultdict(int), defaultdict(int)
         for r in trows:
             key = (r["method"], int(r["lag_depth"]), int(r["num_epochs"]), int(r["num_minibatches"]))
-            if _is_diverged(r.get("diverged")) or not _finite(r.get(score)):
+            if _is_diverged(r.get("diverged")):
                 n_div[key] += 1
+            elif not _finite(r.get(score)):
+                n_miss[key] += 1
             else:
                 cell[key].append(float(r[score]))
         heat = len(epochs) > 1 and len(minibatches) > 1
@@ -602,10 +645,14 @@ def plot_forward_lag(run_dir: str, score: str = "final_eval_return", sources=Non
                             key = (m, lag, e, mb)
                             mean, _ = _mean_se(cell[key])
                             grid[ei, ji] = mean
-                            if cell[key] or n_div[key]:
-                                text = (f"{mean:.4g}\nn={len(cell[key])}" if cell[key] else "all\ndiverged")
+                            if cell[key] or n_div[key] or n_miss[key]:
+                                text = (f"{mean:.4g}\nn={len(cell[key])}" if cell[key] else
+                                        "all\ndiverged" if not n_miss[key] else "no score" if not n_div[key]
+                                        else "diverged /\nno score")
                                 if n_div[key] and cell[key]:
                                     text += f", {n_div[key]} div."
+                                if n_miss[key] and cell[key]:
+                                    text += f", {n_miss[key]} no score"
                                 ax.text(ji, ei, text, ha="center", va="center", fontsize=7,
                                         color="white" if np.isfinite(mean) and
                                         (mean - vmin) < 0.5 * (vmax - vmin + 1e-12) else "black")
@@ -619,7 +666,8 @@ def plot_forward_lag(run_dir: str, score: str = "final_eval_return", sources=Non
                     ax.set_title(f"{method_label(m)}, lag depth B = {lag}", fontsize=9)
             if image is not None:
                 fig.colorbar(image, ax=axes, label=f"mean {unit}", shrink=0.8)
-            cap = ["Cells: mean over non-diverged seeds (n runs; 'div.' = diverged runs, excluded). Grey: no runs. "
+            cap = ["Cells: mean over non-diverged seeds with a score (n runs; 'div.' = diverged runs, 'no score' = "
+                   "runs without this score, e.g. no episode ended; both excluded). Grey: no runs. "
                    "Gradient steps per phase = E × M."]
         else:
             axis, values, xlabel = (("num_epochs", epochs, "epochs per phase E") if len(epochs) > 1 else
@@ -637,6 +685,9 @@ def plot_forward_lag(run_dir: str, score: str = "final_eval_return", sources=Non
                                v if axis == "num_minibatches" else minibatches[0])
                         if n_div[key]:
                             divs.append(f"{method_label(m)} {axis.split('_')[1][0].upper()}={v}: {n_div[key]}")
+                        if n_miss[key]:
+                            divs.append(f"{method_label(m)} {axis.split('_')[1][0].upper()}={v}: "
+                                        f"{n_miss[key]} no score")
                         if cell[key]:
                             mean, se = _mean_se(cell[key])
                             xs.append(v), ys.append(mean), ses.append(se)
@@ -652,8 +703,8 @@ def plot_forward_lag(run_dir: str, score: str = "final_eval_return", sources=Non
                 ax.set_title(f"lag depth B = {lag}", fontsize=10)
                 ax.grid(alpha=0.3)
                 if divs:
-                    ax.text(0.98, 0.02, "diverged (excluded):\n" + "\n".join(divs), transform=ax.transAxes,
-                            ha="right", va="bottom", fontsize=7, color="#b00000")
+                    ax.text(0.98, 0.02, "diverged or no score (excluded):\n" + "\n".join(divs),
+                            transform=ax.transAxes, ha="right", va="bottom", fontsize=7, color="#b00000")
             axes[0][0].set_ylabel(f"mean {unit}")
             _legend(fig, axes)
             cap = ["Points: mean over non-diverged seeds; bars: ± 1 standard error."]
@@ -663,6 +714,315 @@ def plot_forward_lag(run_dir: str, score: str = "final_eval_return", sources=Non
         _caption(fig, cap)
         paths += save_figure(fig, run_dir, f"forward_lag_{score}_{task}")
     return paths
+
+
+# ----------------------------------------------------------------------------- (6)-(10) reviewer figures
+# Each at most MAX_WIDTH inches wide: one column of a two-column paper page pair, or a full single column.
+
+MAX_WIDTH = 7.0
+
+
+def _narrow_figure(nrows: int, ncols: int, row_height: float, sharex=False, sharey=False):
+    fig = Figure(figsize=(MAX_WIDTH, row_height * nrows + 1.6), layout="constrained")
+    return fig, fig.subplots(nrows, ncols, squeeze=False, sharex=sharex, sharey=sharey)
+
+
+def _grid(n: int, ncols: int = 2) -> tuple[int, int]:
+    ncols = max(1, min(ncols, n))
+    return math.ceil(n / ncols), ncols
+
+
+def _reps(run_dir, sources) -> int:
+    return _bootstrap_reps([run_dir] + list(sources or [])) or 2000
+
+
+def _normalised_cells(data, score: str):
+    """``(rows, tasks, lags, methods, transform, unit)``: ``transform(kept)`` maps a cell's kept runs to
+    scores normalised to synchronous PPO-Clip, or leaves them raw with one task and no reference."""
+    from vaco_jax import analysis, stats
+
+    rows = _score_rows(data)
+    tasks = sorted({r["env"] for r in rows})
+    refs = analysis.reference_scores(rows, tasks, score, results.load_random_scores(data))
+    if refs is not None:
+        return rows, tasks, (lambda m: stats.normalize_scores(m, *refs)), "normalised score (1 = sync PPO-Clip)"
+    if len(tasks) == 1:
+        return rows, tasks, (lambda m: m), f"{SCORE_SHORT.get(score, score)} (raw: no reference)"
+    raise NoData("several tasks and no reference (random_scores.json or ppo_clip at B = 1): cannot pool them")
+
+
+def plot_interval_estimates(run_dir: str, score: str = "final_eval_return", normalization: str | None = None,
+                            sources=None) -> list[str]:
+    """Median / IQM / mean / optimality gap with 95% CIs per method, one row of panels per lag depth."""
+    rows = [r for r in read_summary(run_dir) if r["score"] == score and _finite(r.get("point"))]
+    norms = {r["normalization"] for r in rows}
+    normalization = normalization or ("normalized" if "normalized" in norms else "raw")
+    rows = [r for r in rows if r["normalization"] == normalization]
+    if not rows:
+        raise NoData(f"summary.csv has no {normalization!r} points for {score!r}")
+    n_tasks = max(int(r["n_tasks"]) for r in rows)
+    aggs = [a for a in ("median", "iqm", "mean", "optimality_gap") if any(r["aggregate"] == a for r in rows)]
+    if n_tasks == 1 and "median" in aggs:
+        aggs.remove("median")  # the median of one per-task mean is that mean
+    lags = sorted({int(r["lag_depth"]) for r in rows})
+    methods = sort_methods({r["method"] for r in rows})
+    fig, axes = _narrow_figure(len(lags), len(aggs), 0.28 * len(methods) + 0.7, sharey=True)
+    for li, lag in enumerate(lags):
+        for ai, agg in enumerate(aggs):
+            ax = axes[li][ai]
+            for i, m in enumerate(methods):
+                pt = [r for r in rows if (r["method"], int(r["lag_depth"]), r["aggregate"]) == (m, lag, agg)]
+                if pt:
+                    colour, _ = method_style(m, i)
+                    p, lo, hi = (float(pt[0][k]) for k in ("point", "low", "high"))
+                    ax.plot([lo, hi], [i, i], color=colour, lw=5, alpha=0.45, solid_capstyle="butt")
+                    ax.plot([p], [i], "|", color="k", ms=9)
+            ax.set_yticks(range(len(methods)), [method_label(m) for m in methods], fontsize=7)
+            ax.set_ylim(-0.7, len(methods) - 0.3)
+            ax.invert_yaxis()
+            ax.tick_params(axis="x", labelsize=7)
+            ax.grid(axis="x", alpha=0.3)
+            if li == 0:
+                ax.set_title("IQM" if agg == "iqm" else agg.replace("_", " "), fontsize=9)
+            if ai == 0:
+                ax.set_ylabel(f"B = {lag}", fontsize=9)
+    unit = {"normalized": "normalised scores (1 = sync PPO-Clip)", "own_b1": "scores / own B = 1 score",
+            "raw": "raw episode returns"}.get(normalization, normalization)
+    _title(fig, f"Interval estimates of {SCORE_SHORT.get(score, score)}, {unit}, per lag depth", fontsize=10)
+    lines = [f"Bars: {CI_TEXT}; ticks: point estimates. Diverged runs and runs with no score are excluded."]
+    if n_tasks == 1:
+        lines.append("One task: median and mean of the per-task mean coincide, so the median is not shown; IQM and "
+                     "mean are over the runs of that task.")
+    _caption(fig, lines)
+    return save_figure(fig, run_dir, f"interval_estimates_{score}_{normalization}")
+
+
+def plot_probability_of_improvement(run_dir: str, score: str = "final_eval_return", method: str = "vaco",
+                                    sources=None) -> list[str]:
+    """P(``method`` > each other method) with 95% CIs, one panel per lag depth."""
+    from vaco_jax import analysis, stats
+
+    rows = _score_rows(_data(run_dir, sources))
+    tasks = sorted({r["env"] for r in rows})
+    lags = sorted({int(r["lag_depth"]) for r in rows if r["method"] == method})
+    if not lags:
+        raise NoData(f"no {method} runs")
+    reps = _reps(run_dir, sources)
+    results_by_lag = {}
+    for lag in lags:
+        x = analysis.clean_cell(rows, method, lag, tasks, score)[0]
+        others = sort_methods({r["method"] for r in rows if r["method"] != method and int(r["lag_depth"]) == lag})
+        res = []
+        for o in others:
+            y = analysis.clean_cell(rows, o, lag, tasks, score)[0]
+            if x.shape[0] and y.shape[0]:
+                res.append((o, *stats.probability_of_improvement_ci(x, y, reps=reps)))
+        if res:
+            results_by_lag[lag] = res
+    if not results_by_lag:
+        raise NoData(f"no lag depth with both {method} and another method")
+    nrows, ncols = _grid(len(results_by_lag))
+    n_max = max(len(v) for v in results_by_lag.values())
+    fig, axes = _narrow_figure(nrows, ncols, 0.3 * n_max + 0.9, sharex=True)
+    for ax, (lag, res) in zip(np.ravel(axes), results_by_lag.items()):
+        for i, (o, p, lo, hi) in enumerate(res):
+            colour, _ = method_style(o, i)
+            ax.plot([lo, hi], [i, i], color=colour, lw=5, alpha=0.5, solid_capstyle="butt")
+            ax.plot([p], [i], "|", color="k", ms=9)
+        ax.axvline(0.5, color="0.3", ls=":", lw=1)
+        ax.set_yticks(range(len(res)), [method_label(o) for o, *_ in res], fontsize=7)
+        ax.set_ylim(-0.7, len(res) - 0.3)
+        ax.invert_yaxis()
+        ax.set_xlim(0, 1)
+        ax.set_title(f"lag depth B = {lag}", fontsize=9)
+        ax.set_xlabel(f"P({method_label(method)} > Y)", fontsize=8)
+        ax.grid(axis="x", alpha=0.3)
+    for ax in np.ravel(axes)[len(results_by_lag):]:
+        ax.set_visible(False)
+    _title(fig, f"Probability of improvement of {method_label(method)} over each method Y "
+                f"({SCORE_SHORT.get(score, score)}, {len(tasks)} task{'s' if len(tasks) > 1 else ''})", fontsize=10)
+    _caption(fig, [f"Bars: 95% bootstrap CI (each method's runs resampled independently within each task, {reps} "
+                   "replicates); ticks: point estimates. P is computed per task (Mann-Whitney) and averaged over "
+                   "tasks, so it is the same on raw and normalised scores. 0.5 = no difference."])
+    return save_figure(fig, run_dir, f"probability_of_improvement_{score}")
+
+
+def plot_performance_profiles(run_dir: str, score: str = "final_eval_return", sources=None) -> list[str]:
+    """Fraction of runs x tasks with score > tau per method, with 95% CI bands, one panel per lag depth."""
+    from vaco_jax import analysis, stats
+
+    rows, tasks, transform, unit = _normalised_cells(_data(run_dir, sources), score)
+    lags = sorted({int(r["lag_depth"]) for r in rows})
+    methods = sort_methods({r["method"] for r in rows})
+    cells = {}
+    for lag in lags:
+        for m in methods:
+            kept = analysis.clean_cell(rows, m, lag, tasks, score)[0]
+            if kept.shape[0]:
+                cells[(m, lag)] = transform(kept)
+    if not cells:
+        raise NoData(f"no run of {score!r} is left after excluding diverged / no-score runs")
+    values = np.concatenate([v.ravel() for v in cells.values()])
+    lo_v, hi_v = float(values.min()), float(values.max())
+    pad = 0.05 * (hi_v - lo_v or 1.0)
+    taus = np.linspace(lo_v - pad, hi_v + pad, 80)
+    reps = _reps(run_dir, sources)
+    lags = [b for b in lags if any(k[1] == b for k in cells)]
+    nrows, ncols = _grid(len(lags))
+    fig, axes = _narrow_figure(nrows, ncols, 2.4, sharey=True)
+    for ax, lag in zip(np.ravel(axes), lags):
+        for i, m in enumerate(methods):
+            if (m, lag) not in cells:
+                continue
+            prof, low, high = stats.performance_profile_ci(cells[(m, lag)], taus, reps=reps)
+            colour, _ = method_style(m, i)
+            ax.plot(taus, prof, color=colour, lw=1.5, label=method_label(m))
+            ax.fill_between(taus, low, high, color=colour, alpha=0.18, lw=0)
+        ax.set_title(f"lag depth B = {lag}", fontsize=9)
+        ax.set_xlabel(f"τ ({unit})", fontsize=8)
+        ax.set_ylim(0, 1.02)
+        ax.grid(alpha=0.3)
+        ax.tick_params(labelsize=7)
+    for row in axes:
+        row[0].set_ylabel("fraction of runs > τ", fontsize=8)
+    for ax in np.ravel(axes)[len(lags):]:
+        ax.set_visible(False)
+    handles, labels = [], []
+    for ax in np.ravel(axes):
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab not in labels:
+                handles.append(h), labels.append(lab)
+    axes[0][0].legend(handles, labels, fontsize=7, framealpha=0.8)
+    _title(fig, f"Performance profiles of {SCORE_SHORT.get(score, score)} per lag depth", fontsize=10)
+    _caption(fig, [f"Lines: fraction of runs × tasks scoring above τ; bands: pointwise {CI_TEXT} ({reps} "
+                   "replicates). Diverged runs and runs with no score are excluded."])
+    return save_figure(fig, run_dir, f"performance_profiles_{score}")
+
+
+def _curve_cells(curves: Sequence[dict]):
+    """{(method, lag, task): {seed-ish cell key: {chunk: row}}} of non-diverged runs."""
+    cells: dict = defaultdict(lambda: defaultdict(dict))
+    for r in curves:
+        key = (r.get("seed"), *(r.get(h) for h in _HPARAMS), r.get("lag_model"))
+        cells[(r["method"], int(r["lag_depth"]), r["env"])][key][int(r["chunk"])] = r
+    for cell in cells.values():
+        for key in [k for k, ch in cell.items() if any(_is_diverged(r.get("diverged")) for r in ch.values())]:
+            del cell[key]
+    return cells
+
+
+def plot_iqm_curves(run_dir: str, sources=None) -> list[str]:
+    """Sample efficiency: IQM of the normalised eval return vs env steps with 95% CI bands, per lag depth."""
+    from vaco_jax import analysis, stats
+
+    data = _data(run_dir, sources)
+    curves = [r for r in load_curves(data) if _finite(r.get("eval_return"))]
+    if not curves:
+        raise NoData("no curves.csv rows with an eval_return")
+    rows = _score_rows(data)
+    tasks = sorted({r["env"] for r in rows})
+    refs = analysis.reference_scores(rows, tasks, "final_eval_return", results.load_random_scores(data))
+    if refs is None and len(tasks) > 1:
+        raise NoData("several tasks and no reference: cannot pool eval returns across tasks")
+    cells = _curve_cells(curves)
+    lags = sorted({k[1] for k in cells})
+    methods = sort_methods({k[0] for k in cells})
+    reps = _reps(run_dir, sources)
+    nrows, ncols = _grid(len(lags))
+    fig, axes = _narrow_figure(nrows, ncols, 2.4, sharey=True)
+    for ax, lag in zip(np.ravel(axes), lags):
+        for i, m in enumerate(methods):
+            per_task = [cells.get((m, lag, t), {}) for t in tasks]
+            if not all(per_task):
+                continue
+            chunks = sorted(set.intersection(*[{c for run in pt.values() for c in run} for pt in per_task]))
+            xs, pts, los, his = [], [], [], []
+            for c in chunks:
+                cols = [np.array([float(run[c]["eval_return"]) for _, run in sorted(pt.items(), key=lambda kv: str(kv[0])) if c in run])
+                        for pt in per_task]
+                n = min(len(v) for v in cols)
+                mat = np.stack([v[:n] for v in cols], axis=1)
+                mat = mat[np.all(np.isfinite(mat), axis=1)]
+                if not mat.shape[0]:
+                    continue
+                if refs is not None:
+                    mat = stats.normalize_scores(mat, *refs)
+                p, lo, hi = stats.stratified_bootstrap_ci(mat, stats.aggregate_iqm, reps=reps)
+                xs.append(np.mean([float(run[c]["env_steps"]) for pt in per_task for run in pt.values() if c in run]))
+                pts.append(p), los.append(lo), his.append(hi)
+            if xs:
+                colour, marker = method_style(m, i)
+                ax.plot(xs, pts, color=colour, marker=marker, ms=3, lw=1.5, label=method_label(m))
+                ax.fill_between(xs, los, his, color=colour, alpha=0.18, lw=0)
+        ax.set_title(f"lag depth B = {lag}", fontsize=9)
+        ax.set_xlabel("environment steps", fontsize=8)
+        ax.xaxis.set_major_formatter(EngFormatter(sep=""))
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    unit = "normalised eval return" if refs is not None else "eval return (raw: no reference)"
+    for row in axes:
+        row[0].set_ylabel(f"IQM of {unit}", fontsize=8)
+    for ax in np.ravel(axes)[len(lags):]:
+        ax.set_visible(False)
+    handles, labels = [], []
+    for ax in np.ravel(axes):
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab not in labels:
+                handles.append(h), labels.append(lab)
+    axes[0][0].legend(handles, labels, fontsize=7, framealpha=0.8)
+    _title(fig, "Sample efficiency: IQM of the evaluation return vs environment steps", fontsize=10)
+    _caption(fig, [f"Lines: IQM over runs × tasks at each evaluation; bands: {CI_TEXT} ({reps} replicates). "
+                   + ("Normalised per task with the final-score reference (1 = mean final eval return of sync "
+                      "PPO-Clip). " if refs is not None else "")
+                   + "Diverged runs are excluded."])
+    return save_figure(fig, run_dir, "iqm_sample_efficiency")
+
+
+def _lag_model(run_dir: str, cell: dict) -> str:
+    if cell.get("lag_model"):
+        return str(cell["lag_model"])
+    cmd = _run_json(run_dir).get("command", {}) if os.path.isdir(run_dir) else {}
+    return str(cmd.get("lag_model") or "lag model not recorded")
+
+
+def plot_staleness(run_dir: str, sources=None) -> list[str]:
+    """Realised staleness: share of samples by age, one panel per lag model, one line per lag depth."""
+    hist: dict = defaultdict(lambda: defaultdict(lambda: 0))
+    for src in ([run_dir] if sources is None else list(sources)):
+        for group in results.load_staleness(src).values():
+            counts = np.asarray(group["counts"], np.float64).sum(axis=0)  # [cells, ages]
+            for cell, row in zip(group["cells"], counts):
+                key = (_lag_model(src, cell), int(cell.get("lag_depth", 0)))
+                hist[key[0]][key[1]] = hist[key[0]][key[1]] + row
+    if not hist:
+        raise NoData("no staleness.npz under the run directory")
+    models = sorted(hist)
+    nrows, ncols = _grid(len(models))
+    fig, axes = _narrow_figure(nrows, ncols, 2.4, sharey=True)
+    cmap = matplotlib.colormaps["viridis"]
+    for ax, model in zip(np.ravel(axes), models):
+        depths = sorted(hist[model])
+        for j, b in enumerate(depths):
+            counts = np.asarray(hist[model][b], float)
+            if counts.sum() <= 0:
+                continue
+            share = counts / counts.sum()
+            last = int(np.flatnonzero(share)[-1]) + 1
+            ax.step(np.arange(last), share[:last], where="mid", color=cmap(j / max(1, len(depths) - 1)), lw=1.5,
+                    label=f"B = {b}")
+        ax.set_title(f"lag model: {model}", fontsize=9)
+        ax.set_xlabel("realised age d = T − v (policy versions)", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, frameon=False)
+    for row in axes:
+        row[0].set_ylabel("share of samples", fontsize=8)
+    for ax in np.ravel(axes)[len(models):]:
+        ax.set_visible(False)
+    _title(fig, "Realised staleness: share of training samples by age", fontsize=10)
+    _caption(fig, ["Summed over every chunk, cell (seed), method and task of each lag depth; ages are clipped to the "
+                   "phase index, so early phases hold no sample older than their index."])
+    return save_figure(fig, run_dir, "staleness_histograms")
 
 
 # ----------------------------------------------------------------------------- everything
@@ -726,4 +1086,11 @@ def make_all(run_dirs, summarise: bool | None = None, reps: int | None = None, o
         scores = []
     if any("num_epochs" in r and "num_minibatches" in r for r in scores):
         attempt("forward lag", plot_forward_lag)
+    if summary:
+        attempt("interval estimates", plot_interval_estimates)
+    if scores:
+        attempt("probability of improvement", plot_probability_of_improvement)
+        attempt("performance profiles", plot_performance_profiles)
+        attempt("IQM sample efficiency", plot_iqm_curves)
+    attempt("staleness histograms", plot_staleness)
     return paths

@@ -1,0 +1,52 @@
+"""The evidence issue's decision rule: a verdict per claim from a run directory's scores (vaco_jax/claims.py).
+
+Reads the score rows (and curves, for the per-phase cost) of one run directory or several (merged) and
+writes ``claims.csv``: one row per claim and per part of a claim, with its statistic, point estimate,
+95% bootstrap CI, the runs and tasks it rests on, the verdict (holds / fails / inconclusive / no data)
+and why. No training, no jax.
+
+    python experiments/claims.py runs/lag_sweep_paper
+    python experiments/claims.py runs/part0 runs/part1 --out results/claims.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    from vaco_jax import claims
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("run_dirs", nargs="+", metavar="run_dir", help="run directory; several are merged")
+    parser.add_argument("--out", default=None, help="CSV to write (default: RUN_DIR/claims.csv of the first)")
+    parser.add_argument("--bootstrap-reps", type=int, default=claims.REPS, help="bootstrap replicates per CI")
+    parser.add_argument("--seed", type=int, default=0, help="bootstrap RNG seed")
+    args = parser.parse_args(argv)
+    for run_dir in args.run_dirs:
+        if not os.path.isdir(run_dir):
+            parser.error(f"{run_dir} is not a directory")
+    if len(set(map(os.path.realpath, args.run_dirs))) != len(args.run_dirs):
+        parser.error("a run directory is given twice (its cells would count twice)")
+    if args.bootstrap_reps < 1:
+        parser.error("--bootstrap-reps must be >= 1")
+    out = args.out or os.path.join(args.run_dirs[0], "claims.csv")
+    table = claims.evaluate(args.run_dirs, reps=args.bootstrap_reps, seed=args.seed, out=out)
+    for row in table:
+        print(f"{row['claim']:>3}  {row['verdict']:<12}  {row['statement']}")
+    print(f"wrote {out}")
+    return table
+
+
+if __name__ == "__main__":
+    from vaco_jax.results import EXIT_DAMAGED, ResultsError
+
+    try:
+        main()
+    except ResultsError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(EXIT_DAMAGED)

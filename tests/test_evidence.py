@@ -1,0 +1,193 @@
+"""Missing vs diverged scores, the normalisation references and the claims file, on synthetic score
+tables in the on-disk format (no training, no compilation)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from vaco_jax import analysis, claims, plots, results
+from vaco_jax.results import atomic_write_text, read_csv, rows_to_csv
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCALE = {"a": 100.0, "b": 1000.0}
+RANDOM = {"a": 0.0, "b": 0.0}
+SEEDS = tuple(range(10))
+
+
+def write_group(run_dir, task, method, levels, tags=None, diag=None, seconds=None, rng=None, noise=0.01,
+                nan_seeds=(), diverged_seeds=(), sub=""):
+    """One group: ``levels[B]`` = the mean normalised score at lag depth B (score = level x task scale x
+    (1 + noise)); ``diag[B]`` = {column: value}; ``seconds`` writes curves.csv with that cost per chunk."""
+    rng = rng or np.random.default_rng(0)
+    group = os.path.join(run_dir, task, method, sub)
+    os.makedirs(group, exist_ok=True)
+    cells = [{"lag_depth": b, "seed": s} for b in sorted(levels) for s in SEEDS]
+    rows, curves = [], []
+    for c in cells:
+        b, s = c["lag_depth"], c["seed"]
+        score = levels[b] * SCALE[task] * (1 + noise * rng.standard_normal())
+        div = (b, s) in diverged_seeds
+        row = {"env": task, "method": method, **(tags or {}), **c,
+               "final_eval_return": float("nan") if div else score, "auc_eval_return": score,
+               "train_return_last5pct": float("nan") if (b, s) in nan_seeds else 0.8 * score, "diverged": div}
+        for k, v in (diag or {}).get(b, {}).items():
+            row[k] = v * (1 + 0.05 * rng.standard_normal())
+        rows.append(row)
+        if seconds is not None:
+            for chunk in range(3):
+                curves.append({"env": task, "method": method, **(tags or {}), **c, "chunk": chunk,
+                               "env_steps": 1000.0 * (chunk + 1), "eval_return": score, "diverged": False,
+                               "seconds": (5.0 if chunk == 0 else seconds) * (1 + 0.02 * rng.standard_normal())})
+    if seconds is not None:  # one program per group: every cell of a chunk shares the chunk's seconds
+        by_chunk = {}
+        for r in curves:
+            r["seconds"] = by_chunk.setdefault(r["chunk"], r["seconds"])
+        atomic_write_text(os.path.join(group, "curves.csv"), rows_to_csv(curves))
+    results.write_cells(group, cells)
+    atomic_write_text(os.path.join(group, "scores.csv"), rows_to_csv(rows))
+
+
+def make_claims_run(run_dir):
+    rng = np.random.default_rng(1)
+    results.write_json(os.path.join(run_dir, "random_scores.json"), RANDOM)
+    for t in SCALE:
+        w = lambda m, lv, **kw: write_group(run_dir, t, m, lv, rng=rng, **kw)  # noqa: E731
+        w("ppo_clip", {1: 1.0, 16: 0.5}, diag={1: {"mean_clip_fraction": 0.05}, 16: {"mean_clip_fraction": 0.2}})
+        w("vaco", {1: 1.2, 16: 1.15},
+          diag={1: {"mean_filtered_fraction": 0.02}, 16: {"mean_filtered_fraction": 0.17}})
+        w("ppo_kl", {1: 1.0, 16: 1.1})
+        w("a3po", {16: 0.8}, seconds=1.0, noise=0.05)
+        w("decoupled_recompute", {16: 0.8}, seconds=1.5, noise=0.05)
+        w("ppo_ewma_revised", {1: 1.0, 16: 0.9})
+        w("ppo_ewma_revised", {1: 1.0, 16: 0.3}, tags={claims.EWMA_RESET_COLUMN: False}, sub="no_reset")
+        w("ppo_ewma", {1: 1.0, 16: 0.6})
+        w("vaco_filter_only", {16: 1.3})
+    return run_dir
+
+
+# ----------------------------------------------------------------------------- missing vs diverged
+
+def test_missing_score_is_not_diverged(tmp_path):
+    run = str(tmp_path)
+    results.write_json(os.path.join(run, "random_scores.json"), RANDOM)
+    write_group(run, "a", "ppo_clip", {1: 1.0, 4: 0.8}, nan_seeds={(4, 0), (4, 1)}, diverged_seeds={(4, 2)})
+    write_group(run, "a", "vaco", {1: 1.0}, nan_seeds={(1, s) for s in SEEDS})
+    summary, _ = analysis.summarise(run, reps=100)
+    pick = lambda score, m, b, norm="raw": [r for r in summary if (r["score"], r["method"], r["lag_depth"],  # noqa
+                                                                     r["normalization"]) == (score, m, b, norm)]
+    last5 = pick("train_return_last5pct", "ppo_clip", 4)
+    assert all((r["n_missing"], r["n_diverged"], r["n_runs"]) == (2, 1, 7) for r in last5)
+    final = pick("final_eval_return", "ppo_clip", 4)
+    assert all((r["n_missing"], r["n_diverged"], r["n_runs"]) == (0, 1, 9) for r in final)
+    assert [r["aggregate"] for r in pick("train_return_last5pct", "vaco", 1)] == ["all_missing"]
+    on_disk = read_csv(os.path.join(run, "summary.csv"))
+    assert "n_missing" in on_disk[0]
+    by = analysis.summarise_by(run, ("method", "lag_depth"), score="train_return_last5pct", reps=50)
+    row = [r for r in by if r["method"] == "ppo_clip" and r["lag_depth"] == 4][0]
+    assert (row["n_missing"], row["n_diverged"], row["n_runs"]) == (2, 1, 7)
+    values, div = analysis.cell_matrices(analysis.load_scores(run), "ppo_clip", 4, ["a"], "train_return_last5pct")
+    kept, n_div, n_miss = analysis.split_runs(values, div)
+    assert (kept.shape, n_div, n_miss) == ((7, 1), 1, 2)
+
+
+def test_plots_say_no_score_not_diverged(tmp_path):
+    run = str(tmp_path)
+    write_group(run, "a", "vaco", {1: 1.0, 2: 1.0}, nan_seeds={(b, s) for b in (1, 2) for s in SEEDS})
+    analysis.summarise(run, reps=50)
+    with pytest.raises(plots.NoData, match="no score") as err:
+        plots.plot_aggregate_vs_lag(run, score="train_return_last5pct")
+    assert "diverged" not in str(err.value)
+
+
+# ----------------------------------------------------------------------------- references
+
+def test_reference_uses_the_aggregates_runs(tmp_path):
+    run = str(tmp_path)
+    results.write_json(os.path.join(run, "random_scores.json"), {"a": 10.0, "b": -5.0})
+    rng = np.random.default_rng(3)
+    for t in ("a", "b"):
+        write_group(run, t, "ppo_clip", {1: 1.0, 4: 0.7}, rng=rng, noise=0.2, diverged_seeds={(1, 3)} if t == "a"
+                    else set())
+        write_group(run, t, "vaco", {1: 1.4, 4: 1.3}, rng=rng, noise=0.2)
+    summary, _ = analysis.summarise(run, reps=100)
+    ref = [r for r in summary if r["score"] == "final_eval_return" and r["method"] == "ppo_clip"
+           and r["lag_depth"] == 1 and r["normalization"] == "normalized"]
+    mean = [r for r in ref if r["aggregate"] == "mean"][0]
+    assert mean["n_diverged"] == 1 and mean["n_runs"] == 9
+    assert mean["point"] == pytest.approx(1.0, abs=1e-12)
+    # per task: the normalised kept runs average exactly 1
+    rows = analysis.load_scores(run)
+    kept, _, _ = analysis.clean_cell(rows, "ppo_clip", 1, ["a", "b"], "final_eval_return")
+    rnd, ref_mean = analysis.reference_scores(rows, ["a", "b"], "final_eval_return", {"a": 10.0, "b": -5.0})
+    np.testing.assert_allclose(ref_mean, kept.mean(axis=0))
+    np.testing.assert_allclose(analysis.stats.normalize_scores(kept, rnd, ref_mean).mean(axis=0), 1.0, atol=1e-12)
+    # own_b1: every method's own B=1 cell is 1 on average
+    for m in ("ppo_clip", "vaco"):
+        own = [r for r in summary if (r["score"], r["method"], r["lag_depth"], r["normalization"], r["aggregate"])
+               == ("final_eval_return", m, 1, "own_b1", "mean")]
+        assert own and own[0]["point"] == pytest.approx(1.0, abs=1e-12)
+    own4 = [r for r in summary if (r["score"], r["method"], r["lag_depth"], r["normalization"], r["aggregate"])
+            == ("final_eval_return", "vaco", 4, "own_b1", "mean")][0]
+    norm4 = [r for r in summary if (r["score"], r["method"], r["lag_depth"], r["normalization"], r["aggregate"])
+             == ("final_eval_return", "vaco", 4, "normalized", "mean")][0]
+    assert own4["point"] < norm4["point"]  # VACO's own B=1 level is above PPO-Clip's
+
+
+def test_contrast_ci():
+    from vaco_jax import stats
+
+    x = np.array([[2.0], [2.0], [2.0]])
+    y = np.array([[1.0], [1.0]])
+    assert stats.contrast_ci(x, y, "iqm", "difference", reps=50) == (1.0, 1.0, 1.0)
+    assert stats.contrast_ci(x, y, "mean", "ratio", reps=50) == (2.0, 2.0, 2.0)
+    with pytest.raises(ValueError, match="op"):
+        stats.contrast_ci(x, y, op="sum")
+
+
+# ----------------------------------------------------------------------------- claims
+
+@pytest.fixture(scope="module")
+def claims_table(tmp_path_factory):
+    run = make_claims_run(str(tmp_path_factory.mktemp("claims")))
+    out = os.path.join(run, "results", "claims.csv")
+    return run, out, claims.evaluate(run, reps=300, out=out)
+
+
+def test_claims_verdicts(claims_table):
+    _, out, table = claims_table
+    v = {r["claim"]: r["verdict"] for r in table}
+    assert v["1a"] == "holds" and v["1b"] == "holds" and v["1c"] == "fails" and v["1d"] == "no data"
+    assert v["1"] == "fails"
+    assert v["2a"] == v["2b"] == v["2"] == "holds"
+    assert v["3a"] == "inconclusive" and v["3b"] == "holds" and v["3"] == "inconclusive"
+    assert v["4a"] == v["4b"] == v["4"] == "holds"
+    assert v["5a"] == "no data" and v["5b"] == "fails" and v["5"] == "fails"
+    assert v["6"] == "holds"
+    assert set(v.values()) == set(claims.VERDICTS)
+    disk = read_csv(out)
+    assert [r["claim"] for r in disk] == [r["claim"] for r in table]
+    assert list(disk[0]) == list(claims.COLUMNS)
+    r1a = [r for r in table if r["claim"] == "1a"][0]
+    assert r1a["ci_low"] <= r1a["point"] <= r1a["ci_high"] and "vaco B=16: 10 runs" in r1a["rests_on"]
+
+
+def test_claims_no_data_without_methods(tmp_path):
+    run = str(tmp_path)
+    write_group(run, "a", "impala", {1: 1.0, 4: 0.5})
+    table = claims.evaluate(run, reps=50)
+    assert {r["verdict"] for r in table} == {"no data"}
+    assert {r["verdict"] for r in claims.evaluate(str(tmp_path / "empty"), reps=50)} == {"no data"}
+
+
+def test_claims_script(claims_table, tmp_path):
+    run, _, _ = claims_table
+    out = str(tmp_path / "c.csv")
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "experiments", "claims.py"), run, "--out", out,
+                           "--bootstrap-reps", "100"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert os.path.exists(out) and "holds" in proc.stdout

@@ -1,0 +1,402 @@
+"""The evidence issue's decision rule in code: each claim, its statistic and its verdict (``claims.csv``).
+
+Scores are ``final_eval_return``; ``B`` is the lag depth. Runs are cleaned as everywhere else
+(:func:`vaco_jax.analysis.clean_cell`: diverged runs and runs without a score are dropped, whole seeds
+across tasks). Every interval is a 95% percentile bootstrap that resamples runs with replacement
+within each task, independently for the two samples compared (``REPS`` replicates, fixed seed).
+
+Verdicts: ``holds``, ``fails``, ``inconclusive`` or ``no data`` (a method, lag depth, column or
+reference the claim needs is absent; never an error). A claim with several parts gets one row per
+part (ids ``1a``, ``1b`` ...) and one row for the whole claim (``1``): it fails if a part fails,
+holds if every part holds, is ``no data`` if every part is, and is inconclusive otherwise.
+
+1. PPO-Clip, PPO-KL and SPO lose IQM as lag grows while VACO keeps >= 0.9 of its own B = 1 score
+   at B = 16. ``1a`` VACO: ratio of IQMs, IQM(B=16) / IQM(B=1), of scores normalised to synchronous
+   PPO-Clip (so the random score is subtracted); holds if its CI low >= ``KEEP_FRACTION``, fails if
+   its CI high < ``KEEP_FRACTION``. ``1b``-``1d``: difference of IQMs, IQM(B=16) − IQM(B=1), of the
+   same normalised scores (raw scores when the run has one task and no reference); holds if the CI
+   high < 0, fails if the CI low > 0.
+2. VACO's filtered fraction (``2a``) and PPO-Clip's clip fraction (``2b``) grow with lag:
+   probability of improvement P(fraction at B=16 > fraction at B=1) over the per-run diagnostic
+   columns ``mean_filtered_fraction`` / ``mean_clip_fraction``; holds if CI low > 0.5, fails if
+   CI high < 0.5.
+3. A-3PO is within CI of decoupled PPO (recompute) at lower per-phase cost. ``3a``: P(A-3PO >
+   decoupled) at the largest lag depth both have; holds if its CI contains 0.5 and is narrower
+   than ``EQUIVALENCE_WIDTH``, fails if the CI excludes 0.5, else inconclusive (too wide to call).
+   ``3b``: ratio of mean seconds per cell-chunk (curves' ``seconds`` of a group's chunk divided by
+   the group's cells; the first chunk, which includes compilation, left out when there are others),
+   A-3PO / decoupled, CI over the (task, chunk) samples; holds if CI high < 1, fails if CI low >= 1.
+4. Revised PPO-EWMA >= plain PPO-EWMA under mismatch (``4a``: P(revised > plain) at the largest
+   lag depth > 1 both have; non-inferiority: holds if CI low >= 0.5 − ``NONINFERIORITY_MARGIN``,
+   fails if CI high < 0.5); without its reset it degrades (``4b``: P(no reset > reset) for revised
+   PPO-EWMA at that lag depth, the variant without reset being the rows whose ``EWMA_RESET_COLUMN``
+   is false; holds if CI high < 0.5, fails if CI low > 0.5; ``no data`` without such rows).
+5. Realign-only (``5a``) and filter-only (``5b``) VACO are each worse than full VACO at B = 16:
+   P(VACO > variant); holds if CI low > 0.5, fails if CI high < 0.5.
+6. VACO's edge over PPO-Clip at B = 16 is lag robustness, not only a larger step: P(VACO > PPO-Clip)
+   at B = 16 on scores normalised to each method's *own* B = 1 score (``own_b1``); holds if CI low >
+   0.5, fails if CI high < 0.5. The "why" text also gives P(VACO > PPO-Clip) at B = 1 and at B = 16
+   (probability of improvement is computed per task, so it is the same on raw and on
+   synchronous-PPO-normalised scores) to say whether the edge is a faster learner.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from typing import Callable
+
+import numpy as np
+
+from vaco_jax import analysis, stats
+from vaco_jax.results import atomic_write_text, load_curves, load_random_scores, load_scores, rows_to_csv
+
+SCORE = "final_eval_return"
+LOW_LAG, HIGH_LAG = 1, 16
+KEEP_FRACTION = 0.9
+EQUIVALENCE_WIDTH = 0.3
+NONINFERIORITY_MARGIN = 0.1
+EWMA_RESET_COLUMN = "ewma_reset"
+REPS = 2000
+CONFIDENCE = 0.95
+VERDICTS = ("holds", "fails", "inconclusive", "no data")
+COLUMNS = ("claim", "statement", "verdict", "statistic", "point", "ci_low", "ci_high", "rests_on", "why")
+
+
+def _reset_off(row: dict) -> bool:
+    return row.get(EWMA_RESET_COLUMN) in (False, "False", "false", 0, "0")
+
+
+def _reset_on(row: dict) -> bool:
+    return not _reset_off(row)
+
+
+class Data:
+    """Score rows, tasks, references and curves of the run directories, with cleaned cells."""
+
+    def __init__(self, rows: list[dict], random: dict | None, curves: list[dict] | None = None,
+                 reps: int = REPS, seed: int = 0):
+        self.rows, self.random, self.curves = rows, random, curves or []
+        self.tasks = sorted({r["env"] for r in rows})
+        self.reps, self.seed = reps, seed
+        self.ref = analysis.reference_scores(rows, self.tasks, SCORE, random) if rows else None
+
+    def has(self, method: str, lag: int, where: Callable | None = None) -> bool:
+        return any(r["method"] == method and int(r["lag_depth"]) == lag and (where is None or where(r))
+                   for r in self.rows)
+
+    def lags(self, method: str, where: Callable | None = None) -> set[int]:
+        return {int(r["lag_depth"]) for r in self.rows if r["method"] == method and (where is None or where(r))}
+
+    def cell(self, method: str, lag: int, column: str = SCORE, where: Callable | None = None):
+        """(kept runs x tasks, n_diverged, n_missing)."""
+        return analysis.clean_cell(self.rows, method, lag, self.tasks, column, where=where)
+
+    def normalised(self, method: str, lag: int, where: Callable | None = None):
+        """Scores normalised to synchronous PPO-Clip; raw with one task and no reference; else None."""
+        kept, n_div, n_miss = self.cell(method, lag, where=where)
+        if self.ref is not None:
+            return stats.normalize_scores(kept, *self.ref), n_div, n_miss, "normalised to sync PPO-Clip"
+        if len(self.tasks) == 1:
+            return kept, n_div, n_miss, "raw (one task, no reference)"
+        return None, n_div, n_miss, ""
+
+    def own_b1(self, method: str, lag: int):
+        ref = analysis.own_b1_reference(self.rows, method, self.tasks, SCORE, self.random)
+        kept, n_div, n_miss = self.cell(method, lag)
+        if ref is None:
+            return None, n_div, n_miss
+        return stats.normalize_scores(kept, *ref), n_div, n_miss
+
+    def describe(self, parts: list[tuple[str, int, int, int]]) -> str:
+        """'vaco B=16: 10 runs (1 diverged); ...; 5 tasks (a, b)'."""
+        out = []
+        for label, n, n_div, n_miss in parts:
+            extra = ([f"{n_div} diverged"] if n_div else []) + ([f"{n_miss} no score"] if n_miss else [])
+            out.append(f"{label}: {n} runs" + (f" ({', '.join(extra)} dropped)" if extra else ""))
+        return "; ".join(out) + f"; {len(self.tasks)} task(s) ({', '.join(self.tasks)})"
+
+
+def _row(claim, statement, verdict, statistic="", point=np.nan, low=np.nan, high=np.nan, rests_on="", why=""):
+    assert verdict in VERDICTS, verdict
+    return {"claim": claim, "statement": statement, "verdict": verdict, "statistic": statistic,
+            "point": float(point), "ci_low": float(low), "ci_high": float(high), "rests_on": rests_on, "why": why}
+
+
+def _no_data(claim, statement, statistic, why):
+    return _row(claim, statement, "no data", statistic, why=why)
+
+
+def _call(low, high, holds: Callable, fails: Callable) -> str:
+    if not (np.isfinite(low) and np.isfinite(high)):
+        return "inconclusive"
+    if holds(low, high):
+        return "holds"
+    return "fails" if fails(low, high) else "inconclusive"
+
+
+def _ci(x: float, lo: float, hi: float) -> str:
+    return f"{x:.3g} [{lo:.3g}, {hi:.3g}]"
+
+
+def combine(claim: str, statement: str, parts: list[dict]) -> dict:
+    verdicts = [p["verdict"] for p in parts]
+    if "fails" in verdicts:
+        verdict = "fails"
+    elif all(v == "holds" for v in verdicts):
+        verdict = "holds"
+    elif all(v == "no data" for v in verdicts):
+        verdict = "no data"
+    else:
+        verdict = "inconclusive"
+    why = "; ".join(f"{p['claim']}: {p['verdict']}" for p in parts)
+    return _row(claim, statement, verdict, "parts " + ", ".join(p["claim"] for p in parts),
+                rests_on="see the parts", why=why)
+
+
+# ----------------------------------------------------------------------------- the claims
+
+def _poi(d: Data, claim, statement, x_label, y_label, x, y, holds, fails, explain, stat_note=""):
+    """A probability-of-improvement part: x = (matrix, n_div, n_miss) of the first sample, y of the second."""
+    statistic = f"P({x_label} > {y_label}), {CONFIDENCE:.0%} CI{stat_note}"
+    (xm, xd, xmi), (ym, yd, ymi) = x, y
+    if xm.shape[0] == 0 or ym.shape[0] == 0:
+        return _no_data(claim, statement, statistic, "no run left after dropping diverged runs and runs without "
+                        "a score")
+    p, lo, hi = stats.probability_of_improvement_ci(xm, ym, reps=d.reps, seed=d.seed)
+    verdict = _call(lo, hi, holds, fails)
+    return _row(claim, statement, verdict, statistic, p, lo, hi,
+                d.describe([(x_label, xm.shape[0], xd, xmi), (y_label, ym.shape[0], yd, ymi)]),
+                f"P = {_ci(p, lo, hi)}; {explain(verdict)}")
+
+
+def claim_1(d: Data) -> list[dict]:
+    parts = []
+    st = (f"VACO keeps >= {KEEP_FRACTION} of its own B={LOW_LAG} IQM at B={HIGH_LAG}")
+    stat = f"IQM(B={HIGH_LAG}) / IQM(B={LOW_LAG}), normalised scores, {CONFIDENCE:.0%} CI"
+    if not (d.has("vaco", LOW_LAG) and d.has("vaco", HIGH_LAG)):
+        parts.append(_no_data("1a", st, stat, f"vaco lacks B={LOW_LAG} or B={HIGH_LAG}"))
+    elif d.ref is None:
+        parts.append(_no_data("1a", st, stat, "no reference (random_scores.json or ppo_clip at B=1 missing), so "
+                              "the random score cannot be subtracted"))
+    else:
+        hi_m, hd, hm, _ = d.normalised("vaco", HIGH_LAG)
+        lo_m, ld, lm, _ = d.normalised("vaco", LOW_LAG)
+        if hi_m.shape[0] == 0 or lo_m.shape[0] == 0:
+            parts.append(_no_data("1a", st, stat, "no run left after dropping diverged / no-score runs"))
+        else:
+            r, lo, hi = stats.contrast_ci(hi_m, lo_m, "iqm", "ratio", reps=d.reps, seed=d.seed)
+            v = _call(lo, hi, lambda a, b: a >= KEEP_FRACTION, lambda a, b: b < KEEP_FRACTION)
+            why = {"holds": f"the whole CI is at or above {KEEP_FRACTION}",
+                   "fails": f"the whole CI is below {KEEP_FRACTION}",
+                   "inconclusive": f"the CI straddles {KEEP_FRACTION} (or the B=1 IQM is 0)"}[v]
+            parts.append(_row("1a", st, v, stat, r, lo, hi,
+                              d.describe([(f"vaco B={HIGH_LAG}", hi_m.shape[0], hd, hm),
+                                          (f"vaco B={LOW_LAG}", lo_m.shape[0], ld, lm)]),
+                              f"ratio = {_ci(r, lo, hi)}; {why}"))
+    for cid, m in (("1b", "ppo_clip"), ("1c", "ppo_kl"), ("1d", "spo")):
+        st = f"{m} loses IQM from B={LOW_LAG} to B={HIGH_LAG}"
+        stat = f"IQM(B={HIGH_LAG}) − IQM(B={LOW_LAG}), {CONFIDENCE:.0%} CI"
+        if not (d.has(m, LOW_LAG) and d.has(m, HIGH_LAG)):
+            parts.append(_no_data(cid, st, stat, f"{m} lacks B={LOW_LAG} or B={HIGH_LAG}"))
+            continue
+        hi_m, hd, hm, kind = d.normalised(m, HIGH_LAG)
+        lo_m, ld, lm, _ = d.normalised(m, LOW_LAG)
+        if hi_m is None:
+            parts.append(_no_data(cid, st, stat, "several tasks but no reference to normalise them"))
+            continue
+        if hi_m.shape[0] == 0 or lo_m.shape[0] == 0:
+            parts.append(_no_data(cid, st, stat, "no run left after dropping diverged / no-score runs"))
+            continue
+        diff, lo, hi = stats.contrast_ci(hi_m, lo_m, "iqm", "difference", reps=d.reps, seed=d.seed)
+        v = _call(lo, hi, lambda a, b: b < 0, lambda a, b: a > 0)
+        why = {"holds": "the whole CI is below 0", "fails": "the whole CI is above 0 (it gains with lag)",
+               "inconclusive": "the CI contains 0"}[v]
+        parts.append(_row(cid, st, v, stat + f", scores {kind}", diff, lo, hi,
+                          d.describe([(f"{m} B={HIGH_LAG}", hi_m.shape[0], hd, hm),
+                                      (f"{m} B={LOW_LAG}", lo_m.shape[0], ld, lm)]),
+                          f"difference = {_ci(diff, lo, hi)}; {why}"))
+    return [combine("1", "PPO-Clip, PPO-KL and SPO lose IQM as lag grows (B=16 vs B=1), while VACO keeps "
+                         f">= {KEEP_FRACTION} of its own B=1 score at B=16", parts)] + parts
+
+
+def _grows(claim, method, column, d: Data) -> dict:
+    st = f"{method}'s {column} grows with lag (B={HIGH_LAG} > B={LOW_LAG})"
+    stat = f"P({column} at B={HIGH_LAG} > at B={LOW_LAG})"
+    if not (d.has(method, LOW_LAG) and d.has(method, HIGH_LAG)):
+        return _no_data(claim, st, stat, f"{method} lacks B={LOW_LAG} or B={HIGH_LAG}")
+    if not any(r["method"] == method and np.isfinite(analysis._value(r, column)) for r in d.rows):
+        return _no_data(claim, st, stat, f"scores.csv rows of {method} have no {column} column")
+    return _poi(d, claim, st, f"B={HIGH_LAG}", f"B={LOW_LAG}", d.cell(method, HIGH_LAG, column),
+                d.cell(method, LOW_LAG, column), lambda a, b: a > 0.5, lambda a, b: b < 0.5,
+                lambda v: {"holds": "the whole CI is above 0.5", "fails": "the whole CI is below 0.5 (it shrinks)",
+                           "inconclusive": "the CI contains 0.5"}[v], f" ({method})")
+
+
+def claim_2(d: Data) -> list[dict]:
+    parts = [_grows("2a", "vaco", "mean_filtered_fraction", d), _grows("2b", "ppo_clip", "mean_clip_fraction", d)]
+    return [combine("2", "VACO's filtered fraction and PPO-Clip's clip fraction grow with lag (B=16 > B=1)",
+                    parts)] + parts
+
+
+def _largest_common_lag(d: Data, a: str, b: str, above: int = 0, where_a=None, where_b=None) -> int | None:
+    common = sorted(x for x in d.lags(a, where_a) & d.lags(b, where_b) if x > above)
+    return common[-1] if common else None
+
+
+def seconds_per_cell_chunk(curves: list[dict], method: str) -> np.ndarray:
+    """Seconds of a group's chunk divided by the group's cells (rows sharing task, method, chunk and
+    seconds), the first chunk left out when there are later ones."""
+    groups = defaultdict(int)
+    for r in curves:
+        if r.get("method") == method and np.isfinite(analysis._value(r, "seconds")):
+            groups[(r["env"], int(r["chunk"]), float(r["seconds"]))] += 1
+    if not groups:
+        return np.zeros(0)
+    later = {k: n for k, n in groups.items() if k[1] > 0}
+    use = later or groups
+    return np.array([k[2] / n for k, n in sorted(use.items())], float)
+
+
+def claim_3(d: Data) -> list[dict]:
+    a, b = "a3po", "decoupled_recompute"
+    st = f"A-3PO is within CI of decoupled PPO (recompute) (CI width < {EQUIVALENCE_WIDTH})"
+    lag = _largest_common_lag(d, a, b)
+    if lag is None:
+        part_a = _no_data("3a", st, "P(a3po > decoupled_recompute)", "a3po and decoupled_recompute share no lag depth")
+    else:
+        part_a = _poi(d, "3a", st, f"a3po B={lag}", f"decoupled_recompute B={lag}", d.cell(a, lag), d.cell(b, lag),
+                      lambda lo, hi: lo <= 0.5 <= hi and hi - lo < EQUIVALENCE_WIDTH,
+                      lambda lo, hi: lo > 0.5 or hi < 0.5,
+                      lambda v: {"holds": f"the CI contains 0.5 and is narrower than {EQUIVALENCE_WIDTH}",
+                                 "fails": "the CI excludes 0.5: one is better",
+                                 "inconclusive": f"the CI contains 0.5 but is {EQUIVALENCE_WIDTH} or wider"}[v],
+                      f" at the largest common lag depth B={lag}")
+    st = "A-3PO costs less per phase than decoupled PPO (recompute)"
+    stat = "mean seconds per cell-chunk, a3po / decoupled_recompute, 95% CI"
+    xa, xb = seconds_per_cell_chunk(d.curves, a), seconds_per_cell_chunk(d.curves, b)
+    if not (len(xa) and len(xb)):
+        part_b = _no_data("3b", st, stat, "no curves.csv rows with a seconds column for both methods")
+    else:
+        r, lo, hi = stats.contrast_ci(xa[:, None], xb[:, None], "mean", "ratio", reps=d.reps, seed=d.seed)
+        v = _call(lo, hi, lambda p, q: q < 1, lambda p, q: p >= 1)
+        why = {"holds": "the whole CI is below 1", "fails": "the whole CI is at or above 1",
+               "inconclusive": "the CI contains 1"}[v]
+        part_b = _row("3b", st, v, stat, r, lo, hi,
+                      f"a3po: {len(xa)} group-chunks; decoupled_recompute: {len(xb)} group-chunks (curves.csv)",
+                      f"ratio = {_ci(r, lo, hi)}; {why}. A group runs its cells as one program, so this is the cost "
+                      "per cell only when the groups hold the same cells")
+    parts = [part_a, part_b]
+    return [combine("3", "A-3PO is within CI of decoupled PPO (recompute), at lower per-phase cost", parts)] + parts
+
+
+def claim_4(d: Data) -> list[dict]:
+    rev, plain = "ppo_ewma_revised", "ppo_ewma"
+    st = f"revised PPO-EWMA >= plain PPO-EWMA under mismatch (margin {NONINFERIORITY_MARGIN})"
+    lag = _largest_common_lag(d, rev, plain, above=1, where_a=_reset_on)
+    if lag is None:
+        part_a = _no_data("4a", st, "P(revised > plain)", "ppo_ewma_revised and ppo_ewma share no lag depth > 1")
+    else:
+        part_a = _poi(d, "4a", st, f"{rev} B={lag}", f"{plain} B={lag}", d.cell(rev, lag, where=_reset_on),
+                      d.cell(plain, lag), lambda lo, hi: lo >= 0.5 - NONINFERIORITY_MARGIN, lambda lo, hi: hi < 0.5,
+                      lambda v: {"holds": f"CI low >= {0.5 - NONINFERIORITY_MARGIN:g} (non-inferior)",
+                                 "fails": "the whole CI is below 0.5: plain is better",
+                                 "inconclusive": f"CI low < {0.5 - NONINFERIORITY_MARGIN:g}"}[v],
+                      f" at the largest common lag depth B={lag}")
+    st = "revised PPO-EWMA degrades without its reset"
+    stat = f"P(no reset > reset), rows whose {EWMA_RESET_COLUMN} is false vs the others"
+    lag = None
+    if any(r["method"] == rev and _reset_off(r) for r in d.rows):
+        common = sorted(d.lags(rev, _reset_off) & d.lags(rev, _reset_on))
+        lag = ([x for x in common if x > 1] or common or [None])[-1]
+    if lag is None:
+        part_b = _no_data("4b", st, stat, f"no ppo_ewma_revised rows with {EWMA_RESET_COLUMN} false (or none "
+                          "sharing a lag depth with the reset variant)")
+    else:
+        part_b = _poi(d, "4b", st, f"no reset B={lag}", f"reset B={lag}", d.cell(rev, lag, where=_reset_off),
+                      d.cell(rev, lag, where=_reset_on), lambda lo, hi: hi < 0.5, lambda lo, hi: lo > 0.5,
+                      lambda v: {"holds": "the whole CI is below 0.5", "fails": "the whole CI is above 0.5",
+                                 "inconclusive": "the CI contains 0.5"}[v])
+    parts = [part_a, part_b]
+    return [combine("4", "Revised PPO-EWMA >= plain PPO-EWMA under mismatch; without its reset it degrades",
+                    parts)] + parts
+
+
+def claim_5(d: Data) -> list[dict]:
+    parts = []
+    for cid, m in (("5a", "vaco_realign_only"), ("5b", "vaco_filter_only")):
+        st = f"{m} is worse than full VACO at B={HIGH_LAG}"
+        if not (d.has("vaco", HIGH_LAG) and d.has(m, HIGH_LAG)):
+            parts.append(_no_data(cid, st, f"P(vaco > {m})", f"vaco or {m} lacks B={HIGH_LAG}"))
+            continue
+        parts.append(_poi(d, cid, st, f"vaco B={HIGH_LAG}", f"{m} B={HIGH_LAG}", d.cell("vaco", HIGH_LAG),
+                          d.cell(m, HIGH_LAG), lambda lo, hi: lo > 0.5, lambda lo, hi: hi < 0.5,
+                          lambda v: {"holds": "the whole CI is above 0.5", "fails": "the whole CI is below 0.5",
+                                     "inconclusive": "the CI contains 0.5"}[v]))
+    return [combine("5", f"Realignment-only and filter-only VACO are each worse than full VACO at B={HIGH_LAG}",
+                    parts)] + parts
+
+
+def claim_6(d: Data) -> list[dict]:
+    st = (f"VACO's edge over PPO-Clip at B={HIGH_LAG} is lag robustness: it keeps more of its own B={LOW_LAG} "
+          "score")
+    stat = f"P(vaco > ppo_clip) at B={HIGH_LAG}, own-B={LOW_LAG} normalised scores"
+    need = [(m, b) for m in ("vaco", "ppo_clip") for b in (LOW_LAG, HIGH_LAG) if not d.has(m, b)]
+    if need:
+        return [_no_data("6", st, stat, "missing: " + ", ".join(f"{m} B={b}" for m, b in need))]
+    xv, yv = d.own_b1("vaco", HIGH_LAG), d.own_b1("ppo_clip", HIGH_LAG)
+    if xv[0] is None or yv[0] is None:
+        return [_no_data("6", st, stat, "no random score or no B=1 run left to normalise by")]
+    row = _poi(d, "6", st, f"vaco B={HIGH_LAG}", f"ppo_clip B={HIGH_LAG}", xv, yv,
+               lambda lo, hi: lo > 0.5, lambda lo, hi: hi < 0.5, lambda v: "",
+               f", scores normalised to each method's own B={LOW_LAG} mean")
+    if row["verdict"] == "no data":
+        return [row]
+    edge = {}
+    for b in (LOW_LAG, HIGH_LAG):
+        x, y = d.cell("vaco", b)[0], d.cell("ppo_clip", b)[0]
+        edge[b] = (stats.probability_of_improvement_ci(x, y, reps=d.reps, seed=d.seed)
+                   if x.shape[0] and y.shape[0] else None)
+
+    def txt(b):
+        return _ci(*edge[b]) if edge[b] else "no data"
+
+    low_edge = edge[LOW_LAG] is not None and edge[LOW_LAG][1] > 0.5
+    high_edge = edge[HIGH_LAG] is not None and edge[HIGH_LAG][1] > 0.5
+    v = row["verdict"]
+    if v == "holds":
+        why = "VACO keeps more of its own B=1 score than PPO-Clip does (own-B1 CI above 0.5): lag robustness"
+        if low_edge:
+            why += "; it is also ahead at B=1 (faster learner too)"
+    elif v == "fails":
+        why = "PPO-Clip keeps more of its own B=1 score than VACO does (own-B1 CI below 0.5)"
+        if high_edge:
+            why += "; VACO's edge at B=16 comes from a higher B=1 level (step size / faster learning), not robustness"
+    else:
+        why = "the own-B1 CI contains 0.5: robustness not shown either way"
+        if high_edge and low_edge:
+            why += "; VACO is ahead at both B=1 and B=16, consistent with a faster learner (step size)"
+    row["why"] = (f"own-B1 P = {_ci(row['point'], row['ci_low'], row['ci_high'])}; P(vaco > ppo_clip) on "
+                  f"synchronous-normalised scores: B={LOW_LAG} {txt(LOW_LAG)}, B={HIGH_LAG} {txt(HIGH_LAG)}; {why}")
+    return [row]
+
+
+CLAIMS = (claim_1, claim_2, claim_3, claim_4, claim_5, claim_6)
+
+
+def evaluate(run_dirs, reps: int = REPS, seed: int = 0, out: str | None = None) -> list[dict]:
+    """Every claim's rows for one run directory or several (merged); writes ``out`` (a CSV path) when given."""
+    rows = load_scores(run_dirs)
+    rows.sort(key=analysis._row_order)
+    try:
+        curves = load_curves(run_dirs)
+    except OSError:
+        curves = []
+    d = Data(rows, load_random_scores(run_dirs), curves, reps=reps, seed=seed)
+    table = []
+    for fn in CLAIMS:
+        table += fn(d) if rows else [_no_data(fn.__name__.split("_")[1], "", "", "no scores.csv rows")]
+    if out:
+        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+        atomic_write_text(out, rows_to_csv([{c: r.get(c, "") for c in COLUMNS} for r in table]))
+    return table
