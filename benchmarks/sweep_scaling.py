@@ -11,7 +11,8 @@ With ``--brax`` the largest grid is also compared with G separate runs of Brax's
 the same batch shape (benchmarks/throughput.py's ``bench_brax``): the grid's steady calls are timed
 between Brax's timed epochs (interleaved rounds), and the report gives, per round, the steady-state
 ratio (grid env steps/s over Brax's) and the ratio with compilation for a run of ``total_env_steps``
-per cell (G x (Brax compile + steps / Brax rate) over grid compile + G x steps / grid rate). A target
+per cell (``run_env_steps``: G x (Brax compile + steps / Brax rate) over grid compile + G x steps /
+grid rate). A target
 is met only when every round clears it.
 """
 
@@ -46,6 +47,7 @@ class Args:
     brax: bool = False  # also compare the largest grid with G separate runs of Brax's PPO trainer
     repeats: int = 5  # interleaved rounds for --brax
     brax_phases: int = 4  # training steps (our phases) per timed Brax epoch
+    run_env_steps: int = 300_000  # --brax: run length per cell for the ratio with compilation (the cpu preset's)
 
 
 def _cells(config, g):
@@ -81,10 +83,7 @@ def time_single(config, seed, depth):
     return total, time.perf_counter() - t0
 
 
-def main(args: Args) -> dict:
-    config = Config(env=args.env, method=args.method, num_envs=args.num_envs, unroll_length=args.unroll_length,
-                    total_env_steps=args.total_env_steps, num_evals=1, eval_episodes=0, buffer_capacity=16)
-    steps = config.num_evals * config.env_steps_per_chunk
+def _grid_vs_own_runs(args: Args, config, steps: int, cmd: str) -> list[dict]:
     singles = [time_single(config, s, b) for s, b in _cells(config, args.separate_runs)]
     single_total = sum(t for t, _ in singles) / len(singles)
     single_steady = sum(t for _, t in singles) / len(singles)
@@ -95,7 +94,6 @@ def main(args: Args) -> dict:
                      "separate_seconds_incl_compile": g * single_total, "separate_seconds_steady": g * single_steady,
                      "speedup_incl_compile": g * single_total / total, "speedup_steady": g * single_steady / steady,
                      "grid_env_steps_per_second": g * steps / steady})
-    cmd = "python " + " ".join(sys.argv)
     print(f"{cmd}\n{time.strftime('%Y-%m-%d')}, {platform.node()}, jax {jax.__version__}, {jax.devices()[0]}, "
           f"{os.cpu_count()} CPUs; {args.env}/{args.method}, {args.num_envs} envs x {args.unroll_length} steps, "
           f"{steps} env steps per cell; one separate run: {single_total:.1f} s incl. compile, "
@@ -106,8 +104,20 @@ def main(args: Args) -> dict:
         print(f"| {r['grid_size']} | {r['grid_seconds_incl_compile']:.1f} | {r['separate_seconds_incl_compile']:.1f} | "
               f"{r['speedup_incl_compile']:.2f}x | {r['grid_seconds_steady']:.2f} | {r['separate_seconds_steady']:.2f} | "
               f"{r['speedup_steady']:.2f}x | {r['grid_env_steps_per_second']:.0f} |")
-    if args.brax:
-        rows.append(compare_brax(args, config, max(args.grid_sizes)))
+    return rows
+
+
+def main(args: Args) -> dict:
+    config = Config(env=args.env, method=args.method, num_envs=args.num_envs, unroll_length=args.unroll_length,
+                    total_env_steps=args.total_env_steps, num_evals=1, eval_episodes=0, buffer_capacity=16)
+    steps = config.num_evals * config.env_steps_per_chunk
+    cmd = "python " + " ".join(sys.argv)
+    if args.brax:  # only the comparison with Brax's trainer (the grid's own separate runs: without --brax)
+        print(f"{cmd}\n{time.strftime('%Y-%m-%d %H:%M')}, {platform.node()}, jax {jax.__version__}, "
+              f"{jax.devices()[0]}, {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.2f}")
+        rows = [compare_brax(args, config, max(args.grid_sizes))]
+    else:
+        rows = _grid_vs_own_runs(args, config, steps, cmd)
     result = {"command": cmd, "date": time.strftime("%Y-%m-%d"), "jax": jax.__version__,
               "device": str(jax.devices()[0]), "args": dataclasses.asdict(args), "rows": rows}
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
@@ -148,7 +158,7 @@ def compare_brax(args: Args, config, g: int) -> dict:
                            phases=args.brax_phases, repeats=args.repeats, warmup=1, seed=0)
     brax = bench_brax(targs, CompileLog(), grid_round)
     grid_compile = first - g * steps / float(np.median(grid_sps))
-    total = args.total_env_steps
+    total = args.run_env_steps
     steady = [a / b for a, b in zip(grid_sps, brax["steps_per_second_each"])]
     with_compile = [g * (brax["compile_seconds"] + total / b) / (grid_compile + g * total / a)
                     for a, b in zip(grid_sps, brax["steps_per_second_each"])]

@@ -138,20 +138,23 @@ def _free_port():
         return s.getsockname()[1]
 
 
-@pytest.mark.slow
+@pytest.mark.multiprocess  # passed in 3 of 4 runs here; once, under a loaded CI run, it failed (docs/scale.md)
 def test_one_sweep_over_two_jax_distributed_processes_equals_the_plain_run(tmp_path, whole):
     out = str(tmp_path / "distributed")
     port = _free_port()
     procs = []
     for pid in range(2):
         env = {**os.environ, "JAX_PLATFORMS": "cpu", "VACO_JAX_COORDINATOR": f"127.0.0.1:{port}",
-               "VACO_JAX_NUM_PROCESSES": "2", "VACO_JAX_PROCESS_ID": str(pid), "PYTHONPATH": ROOT}
+               "VACO_JAX_NUM_PROCESSES": "2", "VACO_JAX_PROCESS_ID": str(pid), "PYTHONPATH": ROOT,
+               "VACO_JAX_DEBUG": "1"}
         env.pop("XLA_FLAGS", None)
         procs.append(subprocess.Popen(
             [sys.executable, os.path.join(ROOT, "experiments", "lag_sweep.py"), *TINY_FLAGS, "--out", out,
              "--distributed"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     outputs = [p.communicate(timeout=600)[0] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], outputs
+    for pid, text in enumerate(outputs):
+        print(f"----- process {pid} (exit {procs[pid].returncode})\n{text[-4000:]}")
+    assert [p.returncode for p in procs] == [0, 0]
     assert "process 0 of 2" in outputs[0] and "process 1 of 2" in outputs[1]
     group = os.path.join(out, "point_mass", "ppo_clip")
     assert sorted(os.listdir(group)) == ["shard-0-of-2", "shard-1-of-2"]
