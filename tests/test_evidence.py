@@ -64,7 +64,7 @@ def make_claims_run(run_dir):
         w("a3po", {16: 0.8}, seconds=1.0, noise=0.05)
         w("decoupled_recompute", {16: 0.8}, seconds=1.5, noise=0.05)
         w("ppo_ewma_revised", {1: 1.0, 16: 0.9})
-        w("ppo_ewma_revised", {1: 1.0, 16: 0.3}, tags={claims.EWMA_RESET_COLUMN: False}, sub="no_reset")
+        w("ppo_ewma_revised", {1: 1.0, 16: 0.3}, tags={claims.EWMA_RESET_COLUMN: 0.0}, sub="no_reset")
         w("ppo_ewma", {1: 1.0, 16: 0.6})
         w("vaco_filter_only", {16: 1.3})
     return run_dir

@@ -30,7 +30,9 @@ holds if every part holds, is ``no data`` if every part is, and is inconclusive 
    lag depth > 1 both have; non-inferiority: holds if CI low >= 0.5 − ``NONINFERIORITY_MARGIN``,
    fails if CI high < 0.5); without its reset it degrades (``4b``: P(no reset > reset) for revised
    PPO-EWMA at that lag depth, the variant without reset being the rows whose ``EWMA_RESET_COLUMN``
-   is false; holds if CI high < 0.5, fails if CI low > 0.5; ``no data`` without such rows).
+   (the traced knob ``ewma_reset_threshold``, e.g. ``--sweep ewma_reset_threshold=0,0.5``) is 0: a
+   threshold of 0 never resets; holds if CI high < 0.5, fails if CI low > 0.5; ``no data`` without
+   such rows). The mismatch itself is the traced knob ``mismatch_strength`` (docs/lag.md).
 5. Realign-only (``5a``) and filter-only (``5b``) VACO are each worse than full VACO at B = 16:
    P(VACO > variant); holds if CI low > 0.5, fails if CI high < 0.5.
 6. VACO's edge over PPO-Clip at B = 16 is lag robustness, not only a larger step: P(VACO > PPO-Clip)
@@ -56,7 +58,7 @@ LOW_LAG, HIGH_LAG = 1, 16
 KEEP_FRACTION = 0.9
 EQUIVALENCE_WIDTH = 0.3
 NONINFERIORITY_MARGIN = 0.1
-EWMA_RESET_COLUMN = "ewma_reset"
+EWMA_RESET_COLUMN = "ewma_reset_threshold"
 REPS = 2000
 CONFIDENCE = 0.95
 VERDICTS = ("holds", "fails", "inconclusive", "no data")
@@ -64,7 +66,12 @@ COLUMNS = ("claim", "statement", "verdict", "statistic", "point", "ci_low", "ci_
 
 
 def _reset_off(row: dict) -> bool:
-    return row.get(EWMA_RESET_COLUMN) in (False, "False", "false", 0, "0")
+    """A row of revised PPO-EWMA run with its reset switched off (a threshold of 0 never fires)."""
+    value = row.get(EWMA_RESET_COLUMN)
+    try:
+        return value is not None and value != "" and float(value) == 0.0
+    except (TypeError, ValueError):
+        return False
 
 
 def _reset_on(row: dict) -> bool:

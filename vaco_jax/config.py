@@ -124,6 +124,7 @@ class Config:
     entropy_coef: float = 0.0
     init_log_std: float = -0.5
     value_clip_epsilon: Optional[float] = None
+    mismatch_strength: float = 0.0  # actors' controlled training-inference mismatch (docs/lag.md)
     gae_lambda: Optional[float] = None
     rho_bar: Optional[float] = None
     c_bar: Optional[float] = None
@@ -290,6 +291,7 @@ class TracedParams:
     entropy_coef: Any
     init_log_std: Any
     value_clip_epsilon: Any = None
+    mismatch_strength: Any = 0.0
 
     @property
     def lag_depth(self):

@@ -63,6 +63,10 @@ KNOBS: dict[str, Knob] = {
     "init_log_std": Knob("common", "initial log standard deviation of the Gaussian policy", low=-20, high=5),
     "value_clip_epsilon": Knob("common", "PPO value clipping range (None: no value clipping)",
                                low=0, low_open=True),
+    "mismatch_strength": Knob("common", "training-inference mismatch: each actor samples from its policy's "
+                              "mean shifted by this many standard deviations x a fresh standard normal draw "
+                              "per sample and action dimension, and records that density (0: none)",
+                              low=0, high=10),
     # --- method pieces (docs/methods.md); None in Config = the piece's default
     "gae_lambda": Knob("method", "lambda of GAE and of V-trace's trace (every estimator)", low=0, high=1),
     "rho_bar": Knob("method", "V-trace: truncation of rho in the TD term", low=0, low_open=True, allow_inf=True),

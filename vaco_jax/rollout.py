@@ -16,6 +16,8 @@ from vaco_jax import lag as lag_lib
 from vaco_jax.envs import Env, EnvState
 from vaco_jax.networks import gaussian_logp, normalize
 
+MISMATCH_STREAM = 0x3A7C  # the mismatch shift's key stream (fold_in of the phase's action key)
+
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 
 
@@ -59,8 +61,15 @@ def rollout(
     actor_dtype: str,
     normalize_observations: bool,
     phase,
+    mismatch_strength=0.0,
 ) -> tuple[EnvState, Transition]:
-    """Return the final env state and a time-major ``Transition`` batch [U, N, ...]."""
+    """Return the final env state and a time-major ``Transition`` batch [U, N, ...].
+
+    ``mismatch_strength`` m (traced): a controlled training-inference mismatch. The actor's mean is
+    shifted by m x its standard deviation x a standard normal draw per sample and action dimension
+    (from a stream of its own, so the action noise is the same at every m), and the actor samples
+    from and records that shifted distribution; a learner recomputing the snapshot's density gets the
+    unshifted one. m = 0 leaves every number unchanged."""
 
     num_actors = start_ages.shape[0]
 
@@ -104,6 +113,9 @@ def rollout(
         else:
             snaps, same, versions = fixed if fixed is not None else gathered(lag.ages_at_step(start_ages, t))
             mean, log_std = actors_distribution(snaps, same, obs)
+        shift = jax.random.normal(jax.random.fold_in(jax.random.fold_in(action_key, MISMATCH_STREAM), t), mean.shape,
+                                  jnp.float32)
+        mean = mean + jnp.asarray(mismatch_strength, jnp.float32) * jnp.exp(log_std) * shift
         noise = jax.random.normal(jax.random.fold_in(action_key, t), mean.shape, jnp.float32)
         action = mean + jnp.exp(log_std) * noise
         logp = gaussian_logp(action, mean, log_std)

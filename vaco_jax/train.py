@@ -136,7 +136,8 @@ class Trainer:
             learner_snapshot=self.snapshot(learner.policy_params, state.normalizer),
             env_state=state.env_state, start_ages=start_ages, action_key=action_key,
             unroll_length=cfg.unroll_length, lag=lag, envs_per_actor=cfg.envs_per_actor,
-            actor_dtype=cfg.actor_dtype, normalize_observations=cfg.normalize_observations, phase=T)
+            actor_dtype=cfg.actor_dtype, normalize_observations=cfg.normalize_observations, phase=T,
+            mismatch_strength=traced.mismatch_strength)
         reward_scaler = state.reward_scaler
         if cfg.normalize_rewards:  # learner-side only: actors never see rewards
             dones = jnp.maximum(traj.termination, traj.truncation)
