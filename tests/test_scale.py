@@ -138,7 +138,7 @@ def _free_port():
         return s.getsockname()[1]
 
 
-@pytest.mark.multiprocess  # passed in 3 of 4 runs here; once, under a loaded CI run, it failed (docs/scale.md)
+@pytest.mark.multiprocess  # not in the default run: docs/scale.md, "Several processes or hosts"
 def test_one_sweep_over_two_jax_distributed_processes_equals_the_plain_run(tmp_path, whole):
     out = str(tmp_path / "distributed")
     port = _free_port()

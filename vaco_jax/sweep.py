@@ -1061,7 +1061,7 @@ def run_study(run_dir: str, groups: Sequence[Group], args, spec: dict, prepare=N
         if count > 1:
             print(f"process {index} of {count} (jax.distributed): shard {index}/{count} on this host's "
                   f"{len(jax.local_devices())} device(s)")
-            _run_shard(run_dir, groups, index, count, info, args, prepare, max_cells)
+            _run_shard(run_dir, groups, index, count, info, args, prepare, max_cells, distributed=True)
             barrier("vaco_jax.study.shards_done")
             if index != 0:  # one process writes the summaries
                 return False
@@ -1082,7 +1082,7 @@ def run_study(run_dir: str, groups: Sequence[Group], args, spec: dict, prepare=N
 
 
 
-def _run_shard(run_dir, groups, index, count, info, args, prepare, max_cells) -> bool:
+def _run_shard(run_dir, groups, index, count, info, args, prepare, max_cells, distributed: bool = False) -> bool:
     """Run shard ``index`` of ``count``: its cells into ``GROUP/shard-I-of-N/``, its record in
     ``run.shard-I-of-N.json``; prints how to merge. Returns whether it finished."""
     shard = f"{index}/{count}"
@@ -1105,7 +1105,8 @@ def _run_shard(run_dir, groups, index, count, info, args, prepare, max_cells) ->
     finished = run_groups(run_dir, part, progress=args.progress, max_chunks=args.max_chunks,
                           tensorboard=getattr(args, "tensorboard", False), max_cells_per_program=max_cells)
     if finished:
-        print(f"shard {index}/{count} finished -> {run_dir}; {_merge_text(run_dir, count)}")
+        print(f"shard {index}/{count} finished -> {run_dir}; " + (
+            "waiting for the other processes; process 0 then merges" if distributed else _merge_text(run_dir, count)))
     return finished
 
 
@@ -1132,12 +1133,14 @@ def init_distributed() -> tuple[int, int]:
     return jax.process_index(), jax.process_count()
 
 
-def barrier(name: str) -> None:
-    """Wait until every process of a ``jax.distributed`` run reaches this point."""
-    from jax.experimental import multihost_utils
+def barrier(name: str, timeout_s: int = 7 * 24 * 3600) -> None:
+    """Wait until every process of a ``jax.distributed`` run reaches this point: a barrier of the
+    coordination service (no device collective, so a process that finishes its shard hours before
+    the others just waits). The timeout is a week: a shard may run for days."""
+    from orbax.checkpoint import multihost
 
-    multihost_utils.sync_global_devices(name)
-
+    fn = multihost.get_barrier_sync_fn(processes=set(range(jax.process_count())))
+    fn(key=name, timeout_ms=timeout_s * 1000)
 
 def merge_shards(run_dir: str, groups: Sequence[Group], info: dict, prepare=None) -> bool:
     """The study run without ``--shard`` in a directory its shards wrote: check every shard of the

@@ -1,0 +1,118 @@
+"""Screens before the study (docs/evaluation.md, "Choosing tasks"): which tasks are learnable and
+lag-sensitive on the CPU budget.
+
+For every candidate task, synchronous-budget PPO-Clip runs at lag depths 1 and 16 on seeds the
+study does not use (100, 101), through the lag sweep (one compiled program per task). Then, per task
+(scores = final evaluation return, means over the seeds; 0 = the uniform-random policy, 1 = the
+task's reachable score ``REACHABLE``):
+
+- *learnable*: PPO-Clip at B = 1 reaches >= ``LEARN_FRACTION`` of the reachable score within the
+  budget, and is *not saturated* before half of it: its evaluation return at the middle of the run
+  is below ``SATURATION`` x its final one (so the budget still tells fast and slow learners apart);
+- *lag-sensitive*: PPO-Clip at B = 16 loses >= ``LAG_LOSS`` of its B = 1 score (normalised).
+
+    python experiments/screen.py                                  # every candidate, ~300k steps per run
+    python experiments/screen.py --tasks CartpoleSwingup inverted_double_pendulum --out runs/screen
+
+Writes ``OUT/screens.csv`` (and prints it): one row per task with the numbers and both verdicts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+
+# Highest return an episode of 1000 steps can reach: DM Control rewards are in [0, 1] per step;
+# Brax's inverted_pendulum pays 1 per step alive; inverted_double_pendulum pays 10 per step minus a
+# distance penalty of at least ~0.64 upright (its tip stands ~1.2 below the target height 2).
+REACHABLE = {
+    "inverted_pendulum": 1000.0, "inverted_double_pendulum": 9360.0, "CartpoleBalance": 1000.0,
+    "CartpoleSwingup": 1000.0, "AcrobotSwingup": 1000.0, "PendulumSwingup": 1000.0, "FingerSpin": 1000.0,
+}
+CANDIDATES = ("inverted_pendulum", "inverted_double_pendulum", "CartpoleBalance", "CartpoleSwingup",
+              "AcrobotSwingup", "PendulumSwingup")
+LEARN_FRACTION, SATURATION, LAG_LOSS = 0.5, 0.95, 0.10
+SEEDS = (100, 101)
+
+
+@dataclasses.dataclass
+class Args:
+    """Screens: learnability and lag sensitivity of candidate tasks for the study."""
+
+    tasks: tuple[str, ...] = CANDIDATES
+    out: str = "runs/screen"
+    total_env_steps: int = 300_000
+    num_envs: int = 64
+    num_evals: int = 10
+    eval_episodes: int = 8
+    progress: bool = True
+
+
+def screen_rows(run_dir: str, tasks) -> list[dict]:
+    from vaco_jax import results
+
+    scores = results.load_scores(run_dir)
+    curves = results.load_curves(run_dir)
+    random = results.load_random_scores(run_dir) or {}
+    out = []
+    for task in tasks:
+        rnd, top = random.get(task, np.nan), REACHABLE.get(task, np.nan)
+
+        def final(b):
+            vals = [float(r["final_eval_return"]) for r in scores if r["env"] == task and int(r["lag_depth"]) == b
+                    and str(r["diverged"]) not in ("True", "1")]
+            return float(np.mean(vals)) if vals else np.nan
+
+        sync, lagged = final(1), final(16)
+        chunks = sorted({int(r["chunk"]) for r in curves if r["env"] == task})
+        mid = chunks[len(chunks) // 2 - 1] if len(chunks) >= 2 else None
+        half = np.mean([float(r["eval_return"]) for r in curves if r["env"] == task and int(r["lag_depth"]) == 1
+                        and int(r["chunk"]) == mid]) if mid is not None else np.nan
+        learned = (sync - rnd) / (top - rnd)
+        half_share = (half - rnd) / (sync - rnd) if sync != rnd else np.nan
+        loss = 1 - (lagged - rnd) / (sync - rnd) if sync != rnd else np.nan
+        learnable = bool(learned >= LEARN_FRACTION and half_share < SATURATION)
+        out.append({"env": task, "random": rnd, "reachable": top, "ppo_clip_b1": sync, "ppo_clip_b1_half": half,
+                    "ppo_clip_b16": lagged, "learned_fraction": learned, "half_over_final": half_share,
+                    "lag_loss_b16": loss, "learnable": learnable, "lag_sensitive": bool(loss >= LAG_LOSS),
+                    "chosen": bool(learnable and loss >= LAG_LOSS), "seeds": len(SEEDS)})
+    return out
+
+
+def main(args: Args) -> list[dict]:
+    from vaco_jax import results
+    from vaco_jax.knobs import ConfigError
+
+    unknown = [t for t in args.tasks if t not in REACHABLE]
+    if unknown:
+        raise ConfigError(f"tasks: {unknown} have no reachable score here; allowed values: {', '.join(REACHABLE)}")
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_lag_sweep", os.path.join(os.path.dirname(__file__), "lag_sweep.py"))
+    lag_sweep = importlib.util.module_from_spec(spec)
+    sys.modules["_lag_sweep"] = lag_sweep
+    spec.loader.exec_module(lag_sweep)
+    lag_sweep.main(lag_sweep.Args(preset="cpu", out=args.out, tasks=tuple(args.tasks), methods=("ppo_clip",),
+                                  lag_depths=(1, 16), seeds=SEEDS, total_env_steps=args.total_env_steps,
+                                  num_envs=args.num_envs, num_evals=args.num_evals, eval_episodes=args.eval_episodes,
+                                  figures=False, progress=args.progress, bootstrap_reps=200))
+    rows = screen_rows(args.out, args.tasks)
+    results.atomic_write_text(os.path.join(args.out, "screens.csv"), results.rows_to_csv(rows))
+    print(f"\n{'task':<26}{'B=1':>9}{'learned':>9}{'half/fin':>9}{'B=16':>9}{'lag loss':>9}  learnable  sensitive")
+    for r in rows:
+        print(f"{r['env']:<26}{r['ppo_clip_b1']:>9.1f}{r['learned_fraction']:>9.2f}{r['half_over_final']:>9.2f}"
+              f"{r['ppo_clip_b16']:>9.1f}{r['lag_loss_b16']:>9.2f}  {str(r['learnable']):<10} {r['lag_sensitive']}")
+    return rows
+
+
+if __name__ == "__main__":
+    import tyro
+
+    from vaco_jax.sweep import cli_main
+
+    cli_main(main, tyro.cli(Args))
