@@ -22,6 +22,7 @@ def _screen():
     (800.0, 790.0, 300.0, False, True),    # saturated before half of the budget
     (400.0, 100.0, 100.0, False, True),    # below half of the reachable score
     (800.0, 500.0, 760.0, True, False),    # loses 5% only
+    (50.0, 40.0, 10.0, False, False),      # "loses" 80% of almost nothing: not a lag effect
 ])
 def test_learnable_and_lag_sensitive_verdicts(monkeypatch, b1, half, b16, learnable, sensitive):
     screen = _screen()
