@@ -27,11 +27,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--bootstrap-reps", type=int, default=claims.REPS, help="bootstrap replicates per CI")
     parser.add_argument("--seed", type=int, default=0, help="bootstrap RNG seed")
     args = parser.parse_args(argv)
-    for run_dir in args.run_dirs:
-        if not os.path.isdir(run_dir):
-            parser.error(f"{run_dir} is not a directory")
-    if len(set(map(os.path.realpath, args.run_dirs))) != len(args.run_dirs):
-        parser.error("a run directory is given twice (its cells would count twice)")
+    from vaco_jax.results import run_dirs_problem
+
+    problem = run_dirs_problem(args.run_dirs)
+    if problem:
+        parser.error(problem)
     if args.bootstrap_reps < 1:
         parser.error("--bootstrap-reps must be >= 1")
     out = args.out or os.path.join(args.run_dirs[0], "claims.csv")

@@ -32,11 +32,11 @@ def main(argv: list[str] | None = None) -> list[str]:
     parser.add_argument("--bootstrap-reps", type=int, default=None,
                         help="bootstrap replicates for the CIs (default: the run's own setting, else 2000)")
     args = parser.parse_args(argv)
-    for run_dir in args.run_dirs:
-        if not os.path.isdir(run_dir):
-            parser.error(f"{run_dir} is not a directory")
-    if len(set(map(os.path.realpath, args.run_dirs))) != len(args.run_dirs):
-        parser.error("a run directory is given twice (its cells would count twice)")
+    from vaco_jax.results import run_dirs_problem
+
+    problem = run_dirs_problem(args.run_dirs)
+    if problem:
+        parser.error(problem)
     if not args.summarise and (len(args.run_dirs) > 1 or args.out):
         parser.error("--no-summarise draws from one existing summary.csv: give one run_dir and no --out")
     out = args.out or args.run_dirs[0]

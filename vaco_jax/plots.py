@@ -230,14 +230,28 @@ def _title(fig: Figure, text: str, fontsize: float = 11) -> None:
     fig.suptitle("\n".join(_wrap(text, width)), fontsize=fontsize)
 
 
+def _unique_handles(axes) -> tuple[list, list]:
+    """Every labelled artist of the panels, each label once (first panel that has it wins)."""
+    handles, labels = [], []
+    for ax in np.ravel(axes):
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    return handles, labels
+
+
+def _panel_grid_legend(axes, used: int) -> None:
+    """Hide the grid's panels after the first ``used`` and put one legend into the first panel."""
+    for ax in np.ravel(axes)[used:]:
+        ax.set_visible(False)
+    handles, labels = _unique_handles(axes)
+    axes[0][0].legend(handles, labels, fontsize=7, framealpha=0.8)
+
+
 def _legend(fig: Figure, axes, handles=None, labels=None) -> None:
     if handles is None:
-        handles, labels = [], []
-        for ax in np.ravel(axes):
-            for h, lab in zip(*ax.get_legend_handles_labels()):
-                if lab not in labels:
-                    handles.append(h)
-                    labels.append(lab)
+        handles, labels = _unique_handles(axes)
     if handles:
         fig.legend(handles, labels, loc="outside right center", fontsize=8, frameon=False)
 
@@ -885,14 +899,7 @@ def plot_performance_profiles(run_dir: str, score: str = "final_eval_return", so
         ax.tick_params(labelsize=7)
     for row in axes:
         row[0].set_ylabel("fraction of runs > τ", fontsize=8)
-    for ax in np.ravel(axes)[len(lags):]:
-        ax.set_visible(False)
-    handles, labels = [], []
-    for ax in np.ravel(axes):
-        for h, lab in zip(*ax.get_legend_handles_labels()):
-            if lab not in labels:
-                handles.append(h), labels.append(lab)
-    axes[0][0].legend(handles, labels, fontsize=7, framealpha=0.8)
+    _panel_grid_legend(axes, len(lags))
     _title(fig, f"Performance profiles of {SCORE_SHORT.get(score, score)} per lag depth", fontsize=10)
     _caption(fig, [f"Lines: fraction of runs × tasks scoring above τ; bands: pointwise {CI_TEXT} ({reps} "
                    "replicates). Diverged runs and runs with no score are excluded."])
@@ -962,14 +969,7 @@ def plot_iqm_curves(run_dir: str, sources=None) -> list[str]:
     unit = "normalised eval return" if refs is not None else "eval return (raw: no reference)"
     for row in axes:
         row[0].set_ylabel(f"IQM of {unit}", fontsize=8)
-    for ax in np.ravel(axes)[len(lags):]:
-        ax.set_visible(False)
-    handles, labels = [], []
-    for ax in np.ravel(axes):
-        for h, lab in zip(*ax.get_legend_handles_labels()):
-            if lab not in labels:
-                handles.append(h), labels.append(lab)
-    axes[0][0].legend(handles, labels, fontsize=7, framealpha=0.8)
+    _panel_grid_legend(axes, len(lags))
     _title(fig, "Sample efficiency: IQM of the evaluation return vs environment steps", fontsize=10)
     _caption(fig, [f"Lines: IQM over runs × tasks at each evaluation; bands: {CI_TEXT} ({reps} replicates). "
                    + ("Normalised per task with the final-score reference (1 = mean final eval return of sync "

@@ -234,6 +234,16 @@ def load_npz(path: str) -> dict:
 RERUN = "rerun"  # RUN/rerun/: cells re-run alone, kept apart from the sweep's own results
 
 
+def run_dirs_problem(run_dirs) -> str | None:
+    """Why a list of run directories given on a command line cannot be merged, or None."""
+    for run_dir in run_dirs:
+        if not os.path.isdir(run_dir):
+            return f"{run_dir} is not a directory"
+    if len(set(map(os.path.realpath, run_dirs))) != len(run_dirs):
+        return "a run directory is given twice (its cells would count twice)"
+    return None
+
+
 def _dirs(run_dirs) -> list[str]:
     return [run_dirs] if isinstance(run_dirs, (str, os.PathLike)) else [str(d) for d in run_dirs]
 

@@ -255,6 +255,21 @@ def _stratified_resamples(
         done += c
 
 
+def _paired_resamples(xa: np.ndarray, ya: np.ndarray, reps: int, rng: np.random.Generator,
+                      chunk: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Yield ``(x, y)`` chunks shaped ``(c, runs, tasks)`` (total ``reps``): both samples resampled
+    within each task's own column, x's indices drawn before y's in every chunk."""
+    (mx, tasks), my = xa.shape, ya.shape[0]
+    cols = np.arange(tasks)
+    done = 0
+    while done < reps:
+        c = min(chunk, reps - done)
+        ix = rng.integers(0, mx, size=(c, mx, tasks))
+        iy = rng.integers(0, my, size=(c, my, tasks))
+        yield xa[ix, cols], ya[iy, cols]
+        done += c
+
+
 def _replicates(
     scores: np.ndarray,
     kernels: Sequence[Callable[[np.ndarray], np.ndarray] | None],
@@ -405,15 +420,7 @@ def probability_of_improvement_ci(
     rng = np.random.default_rng(seed)
     (mx, tasks), my = xa.shape, ya.shape[0]
     chunk = max(1, _CHUNK_ELEMS // (mx * my * tasks))
-    cols = np.arange(tasks)
-    vals = []
-    done = 0
-    while done < reps:
-        c = min(chunk, reps - done)
-        ix = rng.integers(0, mx, size=(c, mx, tasks))
-        iy = rng.integers(0, my, size=(c, my, tasks))
-        vals.append(_poi_b(xa[ix, cols], ya[iy, cols]))
-        done += c
+    vals = [_poi_b(x, y) for x, y in _paired_resamples(xa, ya, reps, rng, chunk)]
     lo, hi = _percentile_interval(np.concatenate(vals), confidence)
     return float(_poi_b(xa, ya)), float(lo), float(hi)
 
@@ -460,15 +467,7 @@ def contrast_ci(
     rng = np.random.default_rng(seed)
     (mx, tasks), my = xa.shape, ya.shape[0]
     chunk = max(1, _CHUNK_ELEMS // ((mx + my) * tasks))
-    cols = np.arange(tasks)
-    vals = []
-    done = 0
-    while done < reps:
-        c = min(chunk, reps - done)
-        ix = rng.integers(0, mx, size=(c, mx, tasks))
-        iy = rng.integers(0, my, size=(c, my, tasks))
-        vals.append(combine(kernel(xa[ix, cols]), kernel(ya[iy, cols])))
-        done += c
+    vals = [combine(kernel(x), kernel(y)) for x, y in _paired_resamples(xa, ya, reps, rng, chunk)]
     vals = np.concatenate(vals)
     vals = vals[np.isfinite(vals)]
     point = float(combine(kernel(xa), kernel(ya)))
