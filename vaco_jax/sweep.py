@@ -325,15 +325,6 @@ def _fail(line: str, code: int) -> None:
     os._exit(code)
 
 
-def start_study(run_dir: str, groups: Sequence[Group], args, spec: dict, show_plan: bool = True) -> None:
-    """What every study script does once its groups are planned and validated: print the plan,
-    check ``--max-chunks``, and write (or check) ``run.json`` — the first file it writes."""
-    if show_plan:
-        print(plan_text(groups))
-    check_max_chunks(args.max_chunks)
-    write_run_metadata(run_dir, groups, {**dataclasses.asdict(args), **spec})
-
-
 def check_max_chunks(max_chunks) -> None:
     if max_chunks is not None and (not isinstance(max_chunks, int) or isinstance(max_chunks, bool) or max_chunks < 1):
         raise ConfigError(f"max_chunks={max_chunks!r} must be a positive integer")
@@ -1030,7 +1021,8 @@ def run_study(run_dir: str, groups: Sequence[Group], args, spec: dict, prepare=N
     """What every study script does once its groups are planned and validated. Returns True when
     the whole study has finished and the script should write its summaries and figures.
 
-    - plain: :func:`start_study`, ``prepare()`` (e.g. the random scores), every group;
+    - plain: the plan, ``run.json`` (:func:`write_run_metadata`), ``prepare()`` (e.g. the random
+      scores), every group;
     - ``args.shard = "I/N"``: only that shard's cells (into ``GROUP/shard-I-of-N/``, its record in
       ``run.shard-I-of-N.json``), then prints how to merge (a shard writes no summary or figure);
     - plain in a directory holding shards: the merge; runs nothing, checks that every shard of the
@@ -1074,7 +1066,7 @@ def run_study(run_dir: str, groups: Sequence[Group], args, spec: dict, prepare=N
         return merge_shards(run_dir, groups, info, prepare)
     print(plan_text(groups))
     memory_plan(groups, max_cells)
-    start_study(run_dir, groups, args, spec, show_plan=False)
+    write_run_metadata(run_dir, groups, info)
     if prepare is not None:
         prepare()
     return run_groups(run_dir, groups, progress=args.progress, max_chunks=args.max_chunks,
