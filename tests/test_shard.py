@@ -128,7 +128,8 @@ def test_several_run_directories_merge_into_one_summary_and_a_cell_twice_is_an_e
                                out=merged_dir)
     assert by == analysis.summarise_by(whole, ("method", "lag_depth"), reps=100)
     drawn = []  # which figures go where (rendering them is test_plots' job, and slow)
-    monkeypatch.setattr(plots, "save_figure", lambda fig, run_dir, name: drawn.append((run_dir, name)) or [name])
+    monkeypatch.setattr(plots, "save_figure",
+                        lambda fig, run_dir, name, figures_dir=None: drawn.append((run_dir, name)) or [name])
     paths = plots.make_all([part_a, part_b], out=merged_dir, reps=100)
     assert {"learning_curves_hopper", "learning_curves_inverted_double_pendulum", "tv_vs_lag",
             "aggregate_vs_lag_final_eval_return_normalized"} <= set(paths)

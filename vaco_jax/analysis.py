@@ -16,7 +16,8 @@ PPO-Clip at B = 1 keeps; and ``own_b1`` (lag robustness), ``(s − random) / (ow
 Both take one run directory or several (``summarise([A, B], out=A)``): the score rows of all of
 them are merged (a sweep split into shards that wrote into separate directories; shards written into
 one directory are found in its ``GROUP/shard-I-of-N/`` subdirectories anyway) and the tables are
-written into ``out`` (default: the first directory).
+written into ``out`` (default: the first directory). ``summary_rows`` and ``diagnostic_rows`` compute
+the same rows from score rows already loaded, without writing (e.g. one task's rows alone).
 """
 
 from __future__ import annotations
@@ -144,18 +145,17 @@ def _row_order(row: dict) -> tuple:
             results.cell_key(row))
 
 
-def summarise(run_dirs, reps: int = 2000, seed: int = 0, out: str | None = None) -> tuple[list[dict], list[dict]]:
-    """``summary.csv`` and ``diagnostics.csv`` of one run directory or several (merged) into ``out``."""
-    rows = load_scores(run_dirs)
-    if not rows:
-        raise FileNotFoundError(f"no scores.csv under {_where(run_dirs)}: nothing has finished yet")
-    random = load_random_scores(run_dirs)
-    rows.sort(key=_row_order)  # the same numbers however the rows were split into groups, shards, directories
+def summary_rows(rows: list[dict], random: dict | None, reps: int = 2000, seed: int = 0,
+                 scores: tuple[str, ...] = SCORES) -> list[dict]:
+    """The rows of ``summary.csv`` (score x method x lag depth x normalisation x aggregate) for score
+    rows already loaded: all tasks pooled, or one task's rows alone for per-task aggregates (its
+    reference is then that task's PPO-Clip at B = 1)."""
+    rows = sorted(rows, key=_row_order)  # the same numbers however the rows were split into groups, shards, directories
     tasks = sorted({r["env"] for r in rows})
     methods = sorted({r["method"] for r in rows})
     lags = sorted({int(r["lag_depth"]) for r in rows})
     summary = []
-    for score in SCORES:
+    for score in scores:
         refs = reference_scores(rows, tasks, score, random)
         for method in methods:
             own = own_b1_reference(rows, method, tasks, score, random)
@@ -181,9 +181,15 @@ def summarise(run_dirs, reps: int = 2000, seed: int = 0, out: str | None = None)
                     for name in names:
                         point, low, high = cis[name]
                         summary.append({**base, "aggregate": name, "point": point, "low": low, "high": high})
+    return summary
+
+
+def diagnostic_rows(rows: list[dict]) -> list[dict]:
+    """The rows of ``diagnostics.csv``: each diagnostic's mean and standard error per method x lag depth."""
+    rows = sorted(rows, key=_row_order)
     diag_rows = []
-    for method in methods:
-        for b in lags:
+    for method in sorted({r["method"] for r in rows}):
+        for b in sorted({int(r["lag_depth"]) for r in rows}):
             sel = [r for r in rows if r["method"] == method and int(r["lag_depth"]) == b and not is_diverged(r)]
             if not sel:
                 continue
@@ -195,6 +201,16 @@ def summarise(run_dirs, reps: int = 2000, seed: int = 0, out: str | None = None)
                     row[d] = float(vals.mean())
                     row[d + "_se"] = float(vals.std(ddof=1) / np.sqrt(len(vals))) if len(vals) > 1 else 0.0
             diag_rows.append(row)
+    return diag_rows
+
+
+def summarise(run_dirs, reps: int = 2000, seed: int = 0, out: str | None = None) -> tuple[list[dict], list[dict]]:
+    """``summary.csv`` and ``diagnostics.csv`` of one run directory or several (merged) into ``out``."""
+    rows = load_scores(run_dirs)
+    if not rows:
+        raise FileNotFoundError(f"no scores.csv under {_where(run_dirs)}: nothing has finished yet")
+    summary = summary_rows(rows, load_random_scores(run_dirs), reps=reps, seed=seed)
+    diag_rows = diagnostic_rows(rows)
     out = _out_dir(run_dirs, out)
     os.makedirs(out, exist_ok=True)
     atomic_write_text(os.path.join(out, "summary.csv"), rows_to_csv(summary))

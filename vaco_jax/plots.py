@@ -1,11 +1,13 @@
 """Figures of a run directory (docs/evaluation.md): the lag-sweep figures, drawn from the files on disk.
 
 Every function reads a run directory written by :mod:`vaco_jax.sweep` and
-:func:`vaco_jax.analysis.summarise`, saves one figure as PNG *and* PDF under ``RUN/figures/`` and
-returns the paths it wrote. ``sources`` (a list of run directories) makes a function read the score
-and curve rows of all of them, merged (e.g. a sweep whose shards wrote into separate directories),
-while ``run_dir`` is where the summary is read and the figures go. Figures are meant to be read without the code: each names its score,
-its aggregate, what its bands are and how many runs (and diverged runs) stand behind each point.
+:func:`vaco_jax.analysis.summarise`, saves one figure as PNG *and* PDF under ``RUN/figures/`` (or
+under ``figures_dir`` when given) and returns the paths it wrote. ``sources`` (a list of run
+directories) makes a function read the score and curve rows of all of them, merged (e.g. a sweep
+whose shards wrote into separate directories), while ``run_dir`` is where the summary is read and
+the figures go. Figures are meant to be read without the code: each names its score, its
+aggregate, what its bands are and how many runs (and diverged runs) stand behind each point. The
+files carry no version string or date, so the same data give the same bytes.
 
     plot_aggregate_vs_lag   (1) aggregate score vs lag depth, one line per method, 95% CI bands
     plot_learning_curves    (2) eval return vs env steps, one panel per lag depth (per task)
@@ -181,20 +183,25 @@ def set_lag_axis(ax, lags: Sequence[int], label: bool = True) -> None:
         ax.set_xlabel(LAG_AXIS_LABEL)
 
 
-def _figures_dir(run_dir: str) -> str:
-    path = os.path.join(run_dir, FIGURES)
+def _figures_dir(run_dir: str, figures_dir: str | None = None) -> str:
+    path = figures_dir or os.path.join(run_dir, FIGURES)
     os.makedirs(path, exist_ok=True)
     return path
 
 
-def save_figure(fig: Figure, run_dir: str, name: str) -> list[str]:
-    """Write ``RUN/figures/<name>.png`` and ``.pdf`` (each to a temporary name, then renamed)."""
+# No version string or creation date in the files: the same figure gives the same bytes.
+_METADATA = {"png": {"Software": None}, "pdf": {"Creator": None, "Producer": None, "CreationDate": None}}
+
+
+def save_figure(fig: Figure, run_dir: str, name: str, figures_dir: str | None = None) -> list[str]:
+    """Write ``<name>.png`` and ``.pdf`` into ``figures_dir`` (default ``RUN/figures/``), each to a
+    temporary name, then renamed."""
     out = []
-    base = os.path.join(_figures_dir(run_dir), name)
+    base = os.path.join(_figures_dir(run_dir, figures_dir), name)
     for ext in ("png", "pdf"):
         path = f"{base}.{ext}"
         tmp = f"{base}.tmp.{os.getpid()}.{ext}"
-        fig.savefig(tmp, dpi=150 if ext == "png" else None, format=ext)
+        fig.savefig(tmp, dpi=150 if ext == "png" else None, format=ext, metadata=_METADATA[ext])
         os.replace(tmp, path)
         out.append(path)
     return out
@@ -261,7 +268,7 @@ def _run_json(run_dir: str) -> dict:
     return results.read_json(path) if os.path.exists(path) else {}
 
 
-def _bootstrap_reps(run_dirs) -> int | None:
+def bootstrap_reps(run_dirs) -> int | None:
     """The ``bootstrap_reps`` of the run's command (``run.json``, else a shard's record); the first
     directory of several that has one."""
     for run_dir in [run_dirs] if isinstance(run_dirs, (str, os.PathLike)) else run_dirs:
@@ -345,7 +352,7 @@ def read_summary(run_dir: str) -> list[dict]:
 
 
 def plot_aggregate_vs_lag(run_dir: str, score: str = "final_eval_return",
-                          normalization: str | None = None, sources=None) -> list[str]:
+                          normalization: str | None = None, sources=None, figures_dir: str | None = None) -> list[str]:
     """The main lag-sweep figure: one panel per aggregate, one line per method with 95% CI bands."""
     rows = [r for r in read_summary(run_dir) if r["score"] == score]
     if not rows:
@@ -404,7 +411,7 @@ def plot_aggregate_vs_lag(run_dir: str, score: str = "final_eval_return",
         title += "\n1.0 = the same method at lag depth 1; 0.0 = uniform-random policy"
     title += f"\nlines: point estimates; bands: {CI_TEXT}"
     _title(fig, title[0].upper() + title[1:])
-    reps = _bootstrap_reps([run_dir] + list(sources or []))
+    reps = bootstrap_reps([run_dir] + list(sources or []))
     diverged = sorted({(m, int(r["lag_depth"]), int(r["n_diverged"])) for m in methods for r in rows
                        if r["method"] == m and _finite(r.get("n_diverged")) and int(r["n_diverged"]) > 0})
     all_div = sorted({(r["method"], int(r["lag_depth"])) for r in rows if r["aggregate"] == "all_diverged"})
@@ -432,7 +439,7 @@ def plot_aggregate_vs_lag(run_dir: str, score: str = "final_eval_return",
     except OSError:
         pass
     _caption(fig, lines)
-    return save_figure(fig, run_dir, f"aggregate_vs_lag_{score}_{normalization}")
+    return save_figure(fig, run_dir, f"aggregate_vs_lag_{score}_{normalization}", figures_dir=figures_dir)
 
 
 # ----------------------------------------------------------------------------- (2) learning curves
@@ -466,7 +473,8 @@ def _curve_series(rows: Sequence[dict], metric: str, keys: Sequence[str]):
     return out
 
 
-def plot_learning_curves(run_dir: str, task: str | None = None, sources=None) -> list[str]:
+def plot_learning_curves(run_dir: str, task: str | None = None, sources=None,
+                         figures_dir: str | None = None) -> list[str]:
     """Per task: one panel per lag depth, eval return vs env steps, one line per method
     (mean over seeds, shaded ± standard error); diverged runs are excluded and counted."""
     curves = load_curves(_data(run_dir, sources))
@@ -528,7 +536,7 @@ def plot_learning_curves(run_dir: str, task: str | None = None, sources=None) ->
         if metric == "train_return":
             cap.append("Evaluation was disabled in this run (eval_episodes = 0): training return shown instead.")
         _caption(fig, cap)
-        paths += save_figure(fig, run_dir, f"learning_curves_{t}")
+        paths += save_figure(fig, run_dir, f"learning_curves_{t}", figures_dir=figures_dir)
     return paths
 
 
@@ -558,7 +566,7 @@ def _diag_panel(ax, rows: Sequence[dict], column: str, lags: Sequence[int]) -> l
 
 
 def _diagnostics_figure(run_dir: str, panels: Sequence[tuple[str, str, str]], title: str, name: str,
-                        extra_caption: str = "", sources=None) -> list[str]:
+                        extra_caption: str = "", sources=None, figures_dir: str | None = None) -> list[str]:
     rows = read_diagnostics(run_dir)
     panels = [p for p in panels if any(_finite(r.get(p[0])) for r in rows)]
     if not panels:
@@ -579,10 +587,10 @@ def _diagnostics_figure(run_dir: str, panels: Sequence[tuple[str, str, str]], ti
     except OSError:
         pass
     _caption(fig, lines)
-    return save_figure(fig, run_dir, name)
+    return save_figure(fig, run_dir, name, figures_dir=figures_dir)
 
 
-def plot_filtering_vs_lag(run_dir: str, sources=None) -> list[str]:
+def plot_filtering_vs_lag(run_dir: str, sources=None, figures_dir: str | None = None) -> list[str]:
     """Filtered fraction (VACO's TV filter) and clip fraction (PPO family, decoupled, SPO) vs lag depth."""
     panels = [("mean_filtered_fraction", "filtered fraction (TV filter: VACO family)",
                "fraction of samples filtered"),
@@ -592,10 +600,10 @@ def plot_filtering_vs_lag(run_dir: str, sources=None) -> list[str]:
         run_dir, panels, "Filtering behaviour vs lag depth: how much of each batch the objective discards",
         "filtering_vs_lag",
         "Fractions are per minibatch, averaged over all gradient steps of a run (0 = nothing filtered/clipped).",
-        sources=sources)
+        sources=sources, figures_dir=figures_dir)
 
 
-def plot_tv_vs_lag(run_dir: str, sources=None) -> list[str]:
+def plot_tv_vs_lag(run_dir: str, sources=None, figures_dir: str | None = None) -> list[str]:
     """TV estimates of the current policy to the behaviour policy β and to the phase's learner π_T."""
     panels = [("mean_tv_behaviour", r"$\widehat{\mathrm{TV}}(\pi_\theta, \beta)$: to the behaviour policy",
                "TV estimate (0 = identical policies)"),
@@ -606,7 +614,7 @@ def plot_tv_vs_lag(run_dir: str, sources=None) -> list[str]:
         run_dir, panels, r"Total-variation estimates vs lag depth: $\widehat{\mathrm{TV}} = \frac{1}{2}\,"
         r"\mathrm{mean}_i\,|r_i - 1|$ over each minibatch (docs/diagnostics.md)",
         "tv_vs_lag", r"$r_i = \pi_\theta/\beta$ resp. $\pi_\theta/\pi_T$; $\beta$ = the lagged actor's policy that "
-        r"produced the sample; $\pi_T$ = the learner when the phase began.", sources=sources)
+        r"produced the sample; $\pi_T$ = the learner when the phase began.", sources=sources, figures_dir=figures_dir)
 
 
 # ----------------------------------------------------------------------------- (5) forward lag
@@ -618,7 +626,8 @@ def _mean_se(vals: Sequence[float]) -> tuple[float, float]:
     return float(a.mean()), (float(a.std(ddof=1) / np.sqrt(len(a))) if len(a) > 1 else 0.0)
 
 
-def plot_forward_lag(run_dir: str, score: str = "final_eval_return", sources=None) -> list[str]:
+def plot_forward_lag(run_dir: str, score: str = "final_eval_return", sources=None,
+                     figures_dir: str | None = None) -> list[str]:
     """Forward-lag sweep (epochs E x minibatches M per phase) at fixed backward lag: per task, a heat map
     of the mean score per method (rows of panels: lag depths), or lines when only one of E, M varies."""
     rows = [r for r in _score_rows(_data(run_dir, sources)) if _finite(r.get("num_epochs")) and _finite(r.get("num_minibatches"))]
@@ -726,7 +735,7 @@ def plot_forward_lag(run_dir: str, score: str = "final_eval_return", sources=Non
                     f"per phase (backward lag depth B = {', '.join(map(str, lags))}; {len(methods)} "
                     f"method{'s' if len(methods) > 1 else ''})")
         _caption(fig, cap)
-        paths += save_figure(fig, run_dir, f"forward_lag_{score}_{task}")
+        paths += save_figure(fig, run_dir, f"forward_lag_{score}_{task}", figures_dir=figures_dir)
     return paths
 
 
@@ -747,7 +756,7 @@ def _grid(n: int, ncols: int = 2) -> tuple[int, int]:
 
 
 def _reps(run_dir, sources) -> int:
-    return _bootstrap_reps([run_dir] + list(sources or [])) or 2000
+    return bootstrap_reps([run_dir] + list(sources or [])) or 2000
 
 
 def _normalised_cells(data, score: str):
@@ -766,7 +775,7 @@ def _normalised_cells(data, score: str):
 
 
 def plot_interval_estimates(run_dir: str, score: str = "final_eval_return", normalization: str | None = None,
-                            sources=None) -> list[str]:
+                            sources=None, figures_dir: str | None = None) -> list[str]:
     """Median / IQM / mean / optimality gap with 95% CIs per method, one row of panels per lag depth."""
     rows = [r for r in read_summary(run_dir) if r["score"] == score and _finite(r.get("point"))]
     norms = {r["normalization"] for r in rows}
@@ -808,11 +817,11 @@ def plot_interval_estimates(run_dir: str, score: str = "final_eval_return", norm
         lines.append("One task: median and mean of the per-task mean coincide, so the median is not shown; IQM and "
                      "mean are over the runs of that task.")
     _caption(fig, lines)
-    return save_figure(fig, run_dir, f"interval_estimates_{score}_{normalization}")
+    return save_figure(fig, run_dir, f"interval_estimates_{score}_{normalization}", figures_dir=figures_dir)
 
 
 def plot_probability_of_improvement(run_dir: str, score: str = "final_eval_return", method: str = "vaco",
-                                    sources=None) -> list[str]:
+                                    sources=None, figures_dir: str | None = None) -> list[str]:
     """P(``method`` > each other method) with 95% CIs, one panel per lag depth."""
     from vaco_jax import analysis, stats
 
@@ -858,10 +867,11 @@ def plot_probability_of_improvement(run_dir: str, score: str = "final_eval_retur
     _caption(fig, [f"Bars: 95% bootstrap CI (each method's runs resampled independently within each task, {reps} "
                    "replicates); ticks: point estimates. P is computed per task (Mann-Whitney) and averaged over "
                    "tasks, so it is the same on raw and normalised scores. 0.5 = no difference."])
-    return save_figure(fig, run_dir, f"probability_of_improvement_{score}")
+    return save_figure(fig, run_dir, f"probability_of_improvement_{score}", figures_dir=figures_dir)
 
 
-def plot_performance_profiles(run_dir: str, score: str = "final_eval_return", sources=None) -> list[str]:
+def plot_performance_profiles(run_dir: str, score: str = "final_eval_return", sources=None,
+                              figures_dir: str | None = None) -> list[str]:
     """Fraction of runs x tasks with score > tau per method, with 95% CI bands, one panel per lag depth."""
     from vaco_jax import analysis, stats
 
@@ -903,7 +913,7 @@ def plot_performance_profiles(run_dir: str, score: str = "final_eval_return", so
     _title(fig, f"Performance profiles of {SCORE_SHORT.get(score, score)} per lag depth", fontsize=10)
     _caption(fig, [f"Lines: fraction of runs × tasks scoring above τ; bands: pointwise {CI_TEXT} ({reps} "
                    "replicates). Diverged runs and runs with no score are excluded."])
-    return save_figure(fig, run_dir, f"performance_profiles_{score}")
+    return save_figure(fig, run_dir, f"performance_profiles_{score}", figures_dir=figures_dir)
 
 
 def _curve_cells(curves: Sequence[dict]):
@@ -918,7 +928,7 @@ def _curve_cells(curves: Sequence[dict]):
     return cells
 
 
-def plot_iqm_curves(run_dir: str, sources=None) -> list[str]:
+def plot_iqm_curves(run_dir: str, sources=None, figures_dir: str | None = None) -> list[str]:
     """Sample efficiency: IQM of the normalised eval return vs env steps with 95% CI bands, per lag depth."""
     from vaco_jax import analysis, stats
 
@@ -975,7 +985,7 @@ def plot_iqm_curves(run_dir: str, sources=None) -> list[str]:
                    + ("Normalised per task with the final-score reference (1 = mean final eval return of sync "
                       "PPO-Clip). " if refs is not None else "")
                    + "Diverged runs are excluded."])
-    return save_figure(fig, run_dir, "iqm_sample_efficiency")
+    return save_figure(fig, run_dir, "iqm_sample_efficiency", figures_dir=figures_dir)
 
 
 def _lag_model(run_dir: str, cell: dict) -> str:
@@ -985,7 +995,7 @@ def _lag_model(run_dir: str, cell: dict) -> str:
     return str(cmd.get("lag_model") or "lag model not recorded")
 
 
-def plot_staleness(run_dir: str, sources=None) -> list[str]:
+def plot_staleness(run_dir: str, sources=None, figures_dir: str | None = None) -> list[str]:
     """Realised staleness: share of samples by age, one panel per lag model, one line per lag depth."""
     hist: dict = defaultdict(lambda: defaultdict(lambda: 0))
     for src in ([run_dir] if sources is None else list(sources)):
@@ -1022,12 +1032,13 @@ def plot_staleness(run_dir: str, sources=None) -> list[str]:
     _title(fig, "Realised staleness: share of training samples by age", fontsize=10)
     _caption(fig, ["Summed over every chunk, cell (seed), method and task of each lag depth; ages are clipped to the "
                    "phase index, so early phases hold no sample older than their index."])
-    return save_figure(fig, run_dir, "staleness_histograms")
+    return save_figure(fig, run_dir, "staleness_histograms", figures_dir=figures_dir)
 
 
 # ----------------------------------------------------------------------------- everything
 
-def make_all(run_dirs, summarise: bool | None = None, reps: int | None = None, out: str | None = None) -> list[str]:
+def make_all(run_dirs, summarise: bool | None = None, reps: int | None = None, out: str | None = None,
+             figures_dir: str | None = None) -> list[str]:
     """Draw every figure whose data exists; prints a note for each one skipped.
 
     ``run_dirs``: one run directory or several whose score and curve rows are merged (the shards of
@@ -1035,7 +1046,8 @@ def make_all(run_dirs, summarise: bool | None = None, reps: int | None = None, o
     ``figures/`` go into ``out`` (default: the first directory).
     ``summarise``: re-run :func:`vaco_jax.analysis.summarise` first (True), never (False), or only
     when ``summary.csv`` is missing (None, the default). ``reps``: bootstrap replicates for it
-    (default: the run's ``bootstrap_reps`` from ``run.json``, else 2000).
+    (default: the run's ``bootstrap_reps`` from ``run.json``, else 2000). ``figures_dir``: where the
+    figures go instead of ``out/figures/``.
     """
     from vaco_jax import analysis
 
@@ -1046,7 +1058,7 @@ def make_all(run_dirs, summarise: bool | None = None, reps: int | None = None, o
     summary_ok = True
     if summarise or (summarise is None and not have_summary):
         try:
-            analysis.summarise(data, reps=reps or _bootstrap_reps(sources) or 2000, out=run_dir)
+            analysis.summarise(data, reps=reps or bootstrap_reps(sources) or 2000, out=run_dir)
         except FileNotFoundError as e:
             print(f"[plots] no summary: {e}")
         except ValueError as e:  # e.g. a non-finite reference score: draw what does not need the summary
@@ -1058,7 +1070,7 @@ def make_all(run_dirs, summarise: bool | None = None, reps: int | None = None, o
 
     def attempt(name, fn, *args):
         try:
-            paths.extend(fn(run_dir, *args, sources=merged))
+            paths.extend(fn(run_dir, *args, sources=merged, figures_dir=figures_dir))
         except NoData as e:
             print(f"[plots] skipped {name}: {e}")
 

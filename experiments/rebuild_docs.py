@@ -1,0 +1,439 @@
+"""Rebuild the documents made from the committed results (docs/evaluation.md, "Docs rebuilt from results").
+
+Reads only ``results/`` (no training, no jax) and writes:
+
+- ``results/claims.csv``: ``vaco_jax.claims.evaluate`` on ``results/study/`` (when its ``run.json`` exists);
+- FINDINGS.md's generated tables: each block between the marker lines
+  ``<!-- generated: NAME (python experiments/rebuild_docs.py) -->`` and ``<!-- end generated: NAME -->``
+  is replaced by ``BLOCKS[NAME]``'s text; every byte outside the blocks is kept;
+- ``docs/figures/study_*.png``: the figures of ``FIGURES`` drawn by ``vaco_jax.plots`` from
+  ``results/study/`` (when it exists; a figure whose data are absent is skipped with a note).
+
+    python experiments/rebuild_docs.py            # rewrite them
+    python experiments/rebuild_docs.py --check    # build into a temporary folder, compare, exit 1 if any differs
+
+``--check`` prints each difference: a short unified diff for a text file (compared exactly), the
+number of differing pixels for a PNG (compared by decoded pixels: see ``PIXEL_TOLERANCE``), and
+outputs committed but no longer produced (``study_*.png`` of a figure that is now skipped,
+``claims.csv`` without a study), which a rebuild removes. ``tests/test_docs_rebuilt.py`` runs it on
+the committed tree. A block name missing from ``BLOCKS``, a block without its end marker or a
+malformed marker line is an error naming the line (exit code 2); a damaged result file is an
+error naming the file (exit code 3).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import glob
+import importlib.util
+import math
+import os
+import re
+import sys
+import tempfile
+from typing import Callable
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from vaco_jax import results  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+COMMAND = "python experiments/rebuild_docs.py"
+FINDINGS = "FINDINGS.md"
+STUDY = os.path.join("results", "study")
+CLAIMS = os.path.join("results", "claims.csv")
+FIGURE_DIR = os.path.join("docs", "figures")
+FIGURE_PREFIX = "study_"
+# docs/figures/study_<name>.png  <-  vaco_jax.plots.<function>(results/study, *args)
+FIGURES = (
+    ("final_normalized", "plot_aggregate_vs_lag", ("final_eval_return", "normalized")),
+    ("final_own_b1", "plot_aggregate_vs_lag", ("final_eval_return", "own_b1")),
+    ("probability_of_improvement", "plot_probability_of_improvement", ()),
+    ("performance_profiles", "plot_performance_profiles", ()),
+    ("iqm_curves", "plot_iqm_curves", ()),
+    ("filtering_vs_lag", "plot_filtering_vs_lag", ()),
+)
+# Two renderings of one figure "match" when no pixel channel differs by more than this (colours in
+# [0, 1]). Rendering noise (a coordinate that moved by a rounding error, e.g. a CI computed on
+# another CPU type) changes an edge pixel's antialiased coverage by a few hundredths at most; a
+# curve, band edge or glyph that moved by a pixel or more changes some pixel by far more (a line
+# pixel turning white is ~0.6-0.9, a light CI band ~0.15).
+PIXEL_TOLERANCE = 0.1
+DIFF_LINES = 40  # lines of unified diff printed per differing text file
+BEGIN = re.compile(r"<!-- generated: (\S+) \(python experiments/rebuild_docs\.py\) -->")
+END = re.compile(r"<!-- end generated: (\S+) -->")
+MARKER_START = ("<!-- generated:", "<!-- end generated:")
+
+
+class DocsError(ValueError):
+    """FINDINGS.md's generated blocks cannot be rebuilt (unknown name, missing end marker ...)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Build:
+    """Inputs are read under ``root``; every output is written under ``out`` (``root`` itself, or a
+    temporary folder for ``--check``)."""
+
+    root: str
+    out: str
+
+    def src(self, *parts: str) -> str:
+        return os.path.join(self.root, *parts)
+
+    def dst(self, *parts: str) -> str:
+        return os.path.join(self.out, *parts)
+
+    @property
+    def study(self) -> str:
+        return self.src(STUDY)
+
+    def has_study(self) -> bool:
+        return os.path.exists(os.path.join(self.study, "run.json"))
+
+
+# ----------------------------------------------------------------------------- formatting
+
+def _num(x, spec: str) -> str:
+    """``x`` formatted with ``spec``, a true minus sign, and "—" when it is not a finite number."""
+    try:
+        x = float(x)
+    except (TypeError, ValueError):
+        return "—"
+    return format(x, spec).replace("-", "−") if math.isfinite(x) else "—"
+
+
+def _cell(text) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _finite(x) -> bool:
+    try:
+        return math.isfinite(float(x))
+    except (TypeError, ValueError):
+        return False
+
+
+# ----------------------------------------------------------------------------- screens
+
+def _screen_module():
+    """experiments/screen.py, for its thresholds (LEARN_FRACTION, LAG_LOSS, MIN_PROGRESS)."""
+    name = "_rebuild_docs_screen"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "experiments", "screen.py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # its dataclass looks itself up there
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def _learnable_text(row: dict, screen) -> str:
+    if row["chosen"]:
+        return "**yes**"
+    if row["learnable"]:
+        just = _num(row["learned_fraction"], ".2f") == _num(screen.LEARN_FRACTION, ".2f")
+        return "yes (just)" if just else "yes"
+    return "no (saturated by half)" if row["learned_fraction"] >= screen.LEARN_FRACTION else "no"
+
+
+def _sensitive_text(row: dict, screen) -> str:
+    if row["chosen"]:
+        return "**yes**"
+    if row["lag_sensitive"]:
+        return "yes"
+    if not row["learnable"]:  # why it is not lag-sensitive only matters for a task the study could use
+        return "no"
+    return "no (B = 16 higher)" if row["lag_loss_b16"] < 0 else f"no (loses < {screen.LAG_LOSS:.0%})"
+
+
+def screens_table(path: str) -> str:
+    """The table of one ``screens.csv`` (``experiments/screen.py``). "—" marks a share of progress at
+    half time that is negative (below random then, or at the end) and a loss at B = 16 on a task where
+    B = 1 got less than ``MIN_PROGRESS`` of the way from random to reachable (not judged there)."""
+    screen = _screen_module()
+    rows = []
+    for r in results.read_table(path):
+        half = r["half_over_final"] if _finite(r["half_over_final"]) and r["half_over_final"] >= 0 else math.nan
+        loss = r["lag_loss_b16"] if r["learned_fraction"] >= screen.MIN_PROGRESS else math.nan
+        rows.append([r["env"], _num(r["random"], ".1f"), _num(r["ppo_clip_b1"], ".1f"),
+                     _num(r["learned_fraction"], ".2f"), _num(half, ".2f"), _num(r["ppo_clip_b16"], ".1f"),
+                     _num(loss, ".2f"), _learnable_text(r, screen), _sensitive_text(r, screen)])
+    return _table(["task", "random", "PPO-Clip B = 1", "learned", "B = 1 at half / final", "B = 16",
+                   "loss at B = 16", "learnable", "lag-sensitive"], rows)
+
+
+# ----------------------------------------------------------------------------- the study
+
+NO_STUDY = f"_Not built: `{STUDY}/run.json` does not exist yet._\n"
+
+
+def claims_table(build: Build) -> str:
+    """One row per claim and part of ``results/claims.csv`` (as just rebuilt)."""
+    if not build.has_study():
+        return NO_STUDY
+    rows = []
+    for r in results.read_table(build.dst(CLAIMS)):
+        ci = f"[{_num(r['ci_low'], '.3g')}, {_num(r['ci_high'], '.3g')}]" if _finite(r["ci_low"]) else "—"
+        claim = f"{r['claim']}: {r['statement']}" if isinstance(r["statement"], str) else str(r["claim"])
+        rows.append([claim, r["verdict"], r["statistic"] if isinstance(r["statistic"], str) else "",
+                     _num(r["point"], ".3g"), ci, r["rests_on"] if isinstance(r["rests_on"], str) else ""])
+    return _table(["claim", "verdict", "statistic", "point", "95% CI", "rests on"], rows)
+
+
+def _iqm_text(row: dict | None, spec: str) -> str:
+    if row is None:
+        return "—"
+    if row["aggregate"] != "iqm":
+        return {"all_diverged": "every run diverged", "all_missing": "no run has a score"}.get(
+            row["aggregate"], "no run left")
+    return f"{_num(row['point'], spec)} [{_num(row['low'], spec)}, {_num(row['high'], spec)}]"
+
+
+def _iqm_rows(label: str, summary: list[dict]) -> list[list[str]]:
+    """Table rows (one per method x lag depth) of ``analysis.summary_rows`` output for one task or all."""
+    from vaco_jax import plots
+
+    def pick(method, lag, norm):
+        return next((r for r in summary if (r["method"], r["lag_depth"], r["normalization"]) == (method, lag, norm)
+                     and r["aggregate"] in ("iqm", "all_diverged", "all_missing", "none_left")), None)
+
+    out = []
+    for method in plots.sort_methods({r["method"] for r in summary}):
+        for lag in sorted({r["lag_depth"] for r in summary if r["method"] == method}):
+            raw = pick(method, lag, "raw")
+            runs = str(raw["n_runs"]) + (f" ({raw['n_missing']} no score)" if raw["n_missing"] else "")
+            out.append([label, plots.method_label(method), str(lag), _iqm_text(raw, ",.1f"),
+                        _iqm_text(pick(method, lag, "normalized"), ".2f"), runs, str(raw["n_diverged"])])
+    return out
+
+
+def study_iqm_table(build: Build) -> str:
+    """IQM of the final evaluation return per task x method x lag depth, raw and normalised to the
+    task's synchronous PPO-Clip, then pooled over all tasks (the study's own ``summary.csv`` rows),
+    computed with ``analysis.summary_rows`` at the study's bootstrap replicates."""
+    if not build.has_study():
+        return NO_STUDY
+    from vaco_jax import analysis, plots
+
+    scores = results.load_scores(build.study)
+    random = results.load_random_scores(build.study)
+    reps = plots.bootstrap_reps(build.study) or 2000
+    tasks = sorted({r["env"] for r in scores})
+    parts = [(t, [r for r in scores if r["env"] == t]) for t in tasks] + [(f"all {len(tasks)} tasks", scores)]
+    rows = []
+    for label, subset in parts:
+        rows += _iqm_rows(label, analysis.summary_rows(subset, random, reps=reps, scores=("final_eval_return",)))
+    return _table(["task", "method", "B", "IQM, raw [95% CI]", "IQM, normalised [95% CI]", "runs", "diverged"],
+                  rows)
+
+
+# name -> markdown text of FINDINGS.md's block <!-- generated: name (...) -->; add a block by adding an entry
+BLOCKS: dict[str, Callable[[Build], str]] = {
+    "screens": lambda b: screens_table(b.src("results", "screens", "screens.csv")),
+    "screens_2m": lambda b: screens_table(b.src("results", "screens_2m", "screens.csv")),
+    "study_claims": claims_table,
+    "study_iqm": study_iqm_table,
+}
+
+
+# ----------------------------------------------------------------------------- FINDINGS.md
+
+def _lines(text: str) -> list[str]:
+    """Lines with their ends (only "\\n" ends a line: FINDINGS.md holds other Unicode separators verbatim)."""
+    return re.findall(r"[^\n]*\n|[^\n]+\Z", text)
+
+
+def blocks(text: str, where: str = FINDINGS) -> list[tuple[str, int, int]]:
+    """``(name, begin line index, end line index)`` of every generated block, checked."""
+    found, open_block = [], None
+    for i, line in enumerate(_lines(text)):
+        bare = line.rstrip("\r\n")
+        if not bare.startswith(MARKER_START):
+            continue
+        begin, end = BEGIN.fullmatch(bare), END.fullmatch(bare)
+        if begin and open_block:
+            raise DocsError(f"{where}:{open_block[1] + 1}: generated block {open_block[0]!r} has no end marker "
+                            f"'<!-- end generated: {open_block[0]} -->' before line {i + 1}")
+        if begin:
+            if begin.group(1) not in BLOCKS:
+                raise DocsError(f"{where}:{i + 1}: unknown generated block {begin.group(1)!r} "
+                                f"(known: {', '.join(BLOCKS)})")
+            open_block = (begin.group(1), i)
+        elif end and open_block and end.group(1) == open_block[0]:
+            found.append((open_block[0], open_block[1], i))
+            open_block = None
+        elif end:
+            raise DocsError(f"{where}:{i + 1}: end marker of {end.group(1)!r} without its "
+                            f"'<!-- generated: {end.group(1)} ({COMMAND}) -->' line"
+                            + (f" (block {open_block[0]!r} of line {open_block[1] + 1} is open)" if open_block else ""))
+        else:
+            raise DocsError(f"{where}:{i + 1}: malformed marker line {bare!r}; the markers are "
+                            f"'<!-- generated: NAME ({COMMAND}) -->' and '<!-- end generated: NAME -->'")
+    if open_block:
+        raise DocsError(f"{where}:{open_block[1] + 1}: generated block {open_block[0]!r} has no end marker "
+                        f"'<!-- end generated: {open_block[0]} -->'")
+    return found
+
+
+def render(text: str, build: Build, where: str = FINDINGS) -> str:
+    """``text`` with every generated block's content replaced; the rest kept byte for byte."""
+    lines = _lines(text)
+    spans = blocks(text, where)
+    out, pos = [], 0
+    for name, begin, end in spans:
+        body = BLOCKS[name](build)
+        out += lines[pos:begin + 1] + [body if body.endswith("\n") else body + "\n"]
+        pos = end
+    return "".join(out + lines[pos:])
+
+
+# ----------------------------------------------------------------------------- outputs
+
+def write_claims(build: Build) -> list[str]:
+    if not build.has_study():
+        print(f"[rebuild_docs] no {STUDY}/run.json: {CLAIMS} not built")
+        return []
+    from vaco_jax import claims
+
+    claims.evaluate([build.study], out=build.dst(CLAIMS))
+    return [CLAIMS]
+
+
+def _findings_text(build: Build) -> str:
+    with open(build.src(FINDINGS), encoding="utf-8", newline="") as f:
+        return f.read()
+
+
+def write_findings(build: Build) -> list[str]:
+    results.atomic_write_text(build.dst(FINDINGS), render(_findings_text(build), build))
+    return [FINDINGS]
+
+
+def write_figures(build: Build) -> list[str]:
+    if not build.has_study():
+        print(f"[rebuild_docs] no {STUDY}/run.json: no {FIGURE_DIR}/{FIGURE_PREFIX}*.png")
+        return []
+    from matplotlib import style
+
+    from vaco_jax import plots
+
+    written = []
+    os.makedirs(build.dst(FIGURE_DIR), exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp, style.context("default"):  # no local matplotlibrc
+        for name, function, args in FIGURES:
+            try:
+                paths = getattr(plots, function)(build.study, *args, figures_dir=tmp)
+            except plots.NoData as e:
+                print(f"[rebuild_docs] skipped {FIGURE_PREFIX}{name}.png: {e}")
+                continue
+            with open(next(p for p in paths if p.endswith(".png")), "rb") as f:
+                rel = os.path.join(FIGURE_DIR, f"{FIGURE_PREFIX}{name}.png")
+                results.atomic_write_bytes(build.dst(rel), f.read())
+            written.append(rel)
+    return written
+
+
+def build_all(build: Build) -> list[str]:
+    """Every output under ``build.out``; returns their paths relative to it. FINDINGS.md's markers are
+    checked before anything is written; claims.csv comes first: FINDINGS.md's claims table reads it."""
+    blocks(_findings_text(build))
+    return write_claims(build) + write_findings(build) + write_figures(build)
+
+
+def owned(root: str) -> list[str]:
+    """The outputs of this script that exist under ``root`` (whether or not they would be produced now)."""
+    found = [CLAIMS] if os.path.exists(os.path.join(root, CLAIMS)) else []
+    pattern = os.path.join(root, FIGURE_DIR, f"{FIGURE_PREFIX}*.png")
+    return found + sorted(os.path.relpath(p, root) for p in glob.glob(pattern))
+
+
+# ----------------------------------------------------------------------------- --check
+
+def _text_difference(rel: str, old: bytes, new: bytes) -> str | None:
+    if old == new:
+        return None
+    a, b = (_lines(x.decode(errors="replace")) for x in (old, new))
+    diff = [d.rstrip("\n") for d in difflib.unified_diff(a, b, f"{rel} (committed)", f"{rel} (rebuilt)", n=1)]
+    more = f"\n  ... {len(diff) - DIFF_LINES} more diff lines" if len(diff) > DIFF_LINES else ""
+    return f"differs: {rel}\n" + "\n".join("  " + d for d in diff[:DIFF_LINES]) + more
+
+
+def _png_difference(rel: str, old_path: str, new_path: str) -> str | None:
+    from matplotlib import image
+
+    a, b = image.imread(old_path), image.imread(new_path)
+    if a.shape != b.shape:
+        return f"differs: {rel} (image of {a.shape[1]}x{a.shape[0]} pixels, rebuilt {b.shape[1]}x{b.shape[0]})"
+    delta = abs(a.astype(float) - b.astype(float))
+    worst = delta.max(axis=-1) if delta.ndim == 3 else delta
+    n = int((worst > PIXEL_TOLERANCE).sum())
+    if not n:
+        return None
+    return (f"differs: {rel} ({n} pixels differ by more than {PIXEL_TOLERANCE} in a colour channel, "
+            f"at most by {worst.max():.2f})")
+
+
+def compare(root: str, out: str, produced: list[str]) -> list[str]:
+    """One message per output that differs between ``root`` (committed) and ``out`` (rebuilt)."""
+    problems = []
+    for rel in produced:
+        committed, rebuilt = os.path.join(root, rel), os.path.join(out, rel)
+        if not os.path.exists(committed):
+            problems.append(f"missing: {rel} (produced, not committed)")
+        elif rel.endswith(".png"):
+            problems.append(_png_difference(rel, committed, rebuilt))
+        else:
+            with open(committed, "rb") as f, open(rebuilt, "rb") as g:
+                problems.append(_text_difference(rel, f.read(), g.read()))
+    problems += [f"stale: {rel} (committed, no longer produced)" for rel in owned(root) if rel not in produced]
+    return [p for p in problems if p]
+
+
+def check(root: str) -> int:
+    with tempfile.TemporaryDirectory() as out:
+        produced = build_all(Build(root, out))
+        problems = compare(root, out, produced)
+    for p in problems:
+        print(p)
+    if problems:
+        print(f"{len(problems)} file(s) differ from what `{COMMAND}` produces from results/: run it and commit")
+        return 1
+    print(f"up to date: {', '.join(produced)}")
+    return 0
+
+
+def rebuild(root: str) -> int:
+    produced = build_all(Build(root, root))
+    for rel in owned(root):
+        if rel not in produced:
+            os.remove(os.path.join(root, rel))
+            print(f"removed {rel} (no longer produced)")
+    print(f"wrote {', '.join(produced)}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true",
+                        help="build into a temporary folder, compare with the committed files, exit 1 if any differs")
+    parser.add_argument("--root", default=ROOT, help="repository whose results/ are read and whose docs are written")
+    args = parser.parse_args(argv)
+    try:
+        return check(args.root) if args.check else rebuild(args.root)
+    except DocsError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return results.EXIT_BAD_INPUT
+    except results.ResultsError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return results.EXIT_DAMAGED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

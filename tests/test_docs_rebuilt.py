@@ -1,0 +1,236 @@
+"""experiments/rebuild_docs.py: the committed docs are what the committed results give, and its
+--check / marker handling on tiny synthetic results trees (no training)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from vaco_jax import analysis, results
+from vaco_jax.results import rows_to_csv
+
+from test_plots import RANDOM, TASKS, _write_group
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BEGIN = "<!-- generated: {} (python experiments/rebuild_docs.py) -->\n"
+END = "<!-- end generated: {} -->\n"
+
+
+def _rebuild_docs():
+    name = "_rebuild_docs_test"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, "experiments", "rebuild_docs.py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def test_committed_docs_are_what_the_committed_results_give(capsys):
+    """FINDINGS.md's generated tables, results/claims.csv and docs/figures/study_*.png: rebuilt from
+    results/ they must equal the committed files (else run `python experiments/rebuild_docs.py`)."""
+    code = _rebuild_docs().main(["--check"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+
+
+# ----------------------------------------------------------------------------- a synthetic tree
+
+def _screen_row(env: str, b1: float, b16: float) -> dict:
+    rnd, top = 10.0, 1000.0
+    learned = (b1 - rnd) / (top - rnd)
+    loss = 1 - (b16 - rnd) / (b1 - rnd)
+    return {"env": env, "random": rnd, "reachable": top, "ppo_clip_b1": b1, "ppo_clip_b1_half": 0.5 * b1,
+            "ppo_clip_b16": b16, "learned_fraction": learned, "half_over_final": (0.5 * b1 - rnd) / (b1 - rnd),
+            "lag_loss_b16": loss, "learnable": learned >= 0.5, "lag_sensitive": loss >= 0.1,
+            "chosen": learned >= 0.5 and loss >= 0.1, "seeds": 2}
+
+
+def _write_screens(root, b1: float = 800.0) -> None:
+    for name in ("screens", "screens_2m"):
+        os.makedirs(root / "results" / name, exist_ok=True)
+        rows = [_screen_row("taskA", b1, 300.0), _screen_row("taskB", 900.0, 880.0)]
+        results.atomic_write_text(str(root / "results" / name / "screens.csv"), rows_to_csv(rows))
+
+
+HEAD = "# Findings\n\nKept as is: tabs\t, trailing spaces   , Unicode − × ≥, a line separator \u2028 inside.\n\n"
+TAIL = "\nAfter the table: kept too.\r\nno final newline"
+
+
+def _tree(tmp_path, findings: str | None = None):
+    _write_screens(tmp_path)
+    text = findings if findings is not None else (HEAD + BEGIN.format("screens") + "| old | hand table |\n"
+                                                  + END.format("screens") + TAIL)
+    (tmp_path / "FINDINGS.md").write_bytes(text.encode())
+    return tmp_path
+
+
+def test_check_fails_on_a_changed_screen_number_and_names_the_file(tmp_path, capsys):
+    rd = _rebuild_docs()
+    root = _tree(tmp_path)
+    assert rd.main(["--root", str(root)]) == 0
+    assert rd.main(["--root", str(root), "--check"]) == 0
+    assert "up to date: FINDINGS.md" in capsys.readouterr().out
+    findings = (root / "FINDINGS.md").read_bytes()
+    assert "| taskA | 10.0 | 800.0 | 0.80 |" in findings.decode()
+
+    _write_screens(root, b1=812.0)  # a new screen result, written with its checksum
+    assert rd.main(["--root", str(root), "--check"]) == 1
+    out = capsys.readouterr().out
+    assert "differs: FINDINGS.md" in out
+    assert "-| taskA | 10.0 | 800.0 |" in out and "+| taskA | 10.0 | 812.0 |" in out
+    assert (root / "FINDINGS.md").read_bytes() == findings  # --check writes nothing into the tree
+
+
+def test_text_outside_the_markers_is_kept_byte_for_byte(tmp_path):
+    rd = _rebuild_docs()
+    root = _tree(tmp_path)
+    assert rd.main(["--root", str(root)]) == 0
+    new = (root / "FINDINGS.md").read_bytes().decode()
+    assert new.startswith(HEAD + BEGIN.format("screens") + "| task | random | PPO-Clip B = 1 |")
+    assert new.endswith(END.format("screens") + TAIL)
+    assert "hand table" not in new
+    assert rd.main(["--root", str(root)]) == 0
+    assert (root / "FINDINGS.md").read_bytes().decode() == new  # a second rebuild changes nothing
+
+
+@pytest.mark.parametrize("findings, message", [
+    (HEAD + BEGIN.format("screens") + "| a |\n" + TAIL, r"FINDINGS\.md:5: generated block 'screens' has no end marker"),
+    (BEGIN.format("screens") + "x\n" + BEGIN.format("screens_2m") + END.format("screens_2m"),
+     r"FINDINGS\.md:1: generated block 'screens' has no end marker .* before line 3"),
+    (HEAD + BEGIN.format("no_such_table") + END.format("no_such_table"),
+     r"FINDINGS\.md:5: unknown generated block 'no_such_table' \(known: screens, screens_2m"),
+    ("text\n" + END.format("screens"), r"FINDINGS\.md:2: end marker of 'screens' without its"),
+    ("<!-- generated: screens -->\n", r"FINDINGS\.md:1: malformed marker line"),
+])
+def test_bad_markers_are_errors_naming_the_line(tmp_path, capsys, findings, message):
+    rd = _rebuild_docs()
+    root = _tree(tmp_path, findings)
+    with pytest.raises(rd.DocsError, match=message):
+        rd.blocks(findings)
+    assert rd.main(["--root", str(root)]) == 2
+    assert "error: FINDINGS.md:" in capsys.readouterr().err
+    assert (root / "FINDINGS.md").read_bytes() == findings.encode()  # nothing written
+
+
+def test_an_edited_results_table_is_refused_not_read(tmp_path, capsys):
+    rd = _rebuild_docs()
+    root = _tree(tmp_path)
+    path = root / "results" / "screens" / "screens.csv"
+    path.write_text(path.read_text().replace("800.0", "812.0"))  # edited by hand: its checksum no longer fits
+    assert rd.main(["--root", str(root), "--check"]) == 3
+    assert "screens.csv: checksum mismatch" in capsys.readouterr().err
+
+
+def test_the_screen_tables_follow_the_screen_rules():
+    rd = _rebuild_docs()
+    text = rd.screens_table(os.path.join(REPO, "results", "screens_2m", "screens.csv"))
+    assert ("| CartpoleSwingup | 20.0 | 510.1 | 0.50 | 0.66 | 605.6 | −0.19 | yes (just) | no (B = 16 higher) |"
+            in text)
+    # B = 1 got 3% of the way: its "loss" at B = 16 is not judged (MIN_PROGRESS), so not shown
+    assert "| AcrobotSwingup | 7.5 | 39.2 | 0.03 | 0.31 | 25.8 | — | no | no |" in text
+
+
+# ----------------------------------------------------------------------------- PNG comparison
+
+def _png(path, image) -> str:
+    from matplotlib import image as mpl_image
+
+    mpl_image.imsave(str(path), image)
+    return str(path)
+
+
+def test_png_comparison_tolerates_rendering_noise_not_a_changed_curve(tmp_path):
+    rd = _rebuild_docs()
+    rng = np.random.default_rng(0)
+    base = np.ones((60, 80, 3))
+    base[30, 10:70] = (0.84, 0.15, 0.16)  # a red line
+    committed = _png(tmp_path / "a.png", base)
+    noisy = np.clip(base + rng.uniform(-0.04, 0.04, base.shape), 0, 1)  # antialiasing-sized differences
+    assert rd._png_difference("f.png", committed, _png(tmp_path / "b.png", noisy)) is None
+    moved = np.ones((60, 80, 3))
+    moved[31, 10:70] = (0.84, 0.15, 0.16)  # the same line one pixel lower
+    message = rd._png_difference("f.png", committed, _png(tmp_path / "c.png", moved))
+    assert message.startswith("differs: f.png (120 pixels differ by more than 0.1")
+    assert "image of 80x60 pixels, rebuilt 80x61" in rd._png_difference(
+        "f.png", committed, _png(tmp_path / "d.png", np.ones((61, 80, 3))))
+
+
+# ----------------------------------------------------------------------------- a synthetic study
+
+STUDY_BLOCKS = (HEAD + BEGIN.format("study_claims") + END.format("study_claims") + "\n"
+                + BEGIN.format("study_iqm") + END.format("study_iqm") + TAIL)
+
+
+def _study(run_dir: str, reps: int = 200) -> None:
+    """2 tasks x PPO-Clip and VACO x lag depths 1, 4, 16 x 3 seeds, with its summary.csv."""
+    rng = np.random.default_rng(0)
+    os.makedirs(run_dir)
+    results.write_json(os.path.join(run_dir, "run.json"), {"command": {"bootstrap_reps": reps}, "versions": {}})
+    results.write_json(os.path.join(run_dir, "random_scores.json"), RANDOM)
+    for task in TASKS:
+        for method in ("ppo_clip", "vaco"):
+            _write_group(os.path.join(run_dir, task, method), task, method, (1, 4, 16), (0, 1, 2), {}, rng, 1.0)
+    analysis.summarise(run_dir, reps=reps)
+
+
+@pytest.fixture(scope="module")
+def study_tree(tmp_path_factory):
+    root = _tree(tmp_path_factory.mktemp("study"), STUDY_BLOCKS)
+    _study(str(root / "results" / "study"))
+    (root / "docs" / "figures").mkdir(parents=True)
+    (root / "docs" / "figures" / "study_dropped_figure.png").write_bytes(b"from an older list")
+    assert _rebuild_docs().main(["--root", str(root)]) == 0
+    return root
+
+
+def test_the_study_builds_claims_tables_and_figures(study_tree, tmp_path):
+    rd = _rebuild_docs()
+    names = sorted(f"study_{name}.png" for name, _, _ in rd.FIGURES)
+    assert sorted(os.listdir(study_tree / "docs" / "figures")) == names  # the stale figure was removed
+    findings = (study_tree / "FINDINGS.md").read_text()
+    assert "| 1a: VACO keeps >= 0.9 of its own B=1 IQM at B=16 |" in findings
+    assert "| hopper | VACO | 16 |" in findings
+    # the pooled rows are the study's summary.csv rows (same function, replicates and seed)
+    summary = results.read_table(str(study_tree / "results" / "study" / "summary.csv"))
+
+    def iqm(norm, spec):
+        r = next(r for r in summary if (r["score"], r["normalization"], r["aggregate"], r["method"], r["lag_depth"])
+                 == ("final_eval_return", norm, "iqm", "vaco", 4))
+        return f"{r['point']:{spec}} [{r['low']:{spec}}, {r['high']:{spec}}]", r
+
+    (raw, row), (norm, _) = iqm("raw", ",.1f"), iqm("normalized", ".2f")
+    assert row["n_diverged"] == 1  # test_plots' diverged run: hopper, vaco, B = 4, seed 2
+    assert f"| all 2 tasks | VACO | 4 | {raw} | {norm} | 2 | 1 |" in findings
+    # a second build gives the same bytes (no date or version in the PNGs), so --check has nothing to say
+    produced = rd.build_all(rd.Build(str(study_tree), str(tmp_path)))
+    assert rd.compare(str(study_tree), str(tmp_path), produced) == []
+    for rel in produced:
+        assert (study_tree / rel).read_bytes() == (tmp_path / rel).read_bytes(), rel
+
+
+def test_check_names_a_changed_study_figure_and_table(tmp_path, monkeypatch, capsys):
+    rd = _rebuild_docs()
+    monkeypatch.setattr(rd, "FIGURES", rd.FIGURES[:1])  # one figure is enough here, and faster
+    root = _tree(tmp_path, STUDY_BLOCKS)
+    run = str(root / "results" / "study")
+    _study(run, reps=50)
+    assert rd.main(["--root", str(root)]) == 0
+    summary = results.read_table(os.path.join(run, "summary.csv"))
+    for r in summary:
+        if (r["method"], r["lag_depth"], r["normalization"], r["aggregate"]) == ("vaco", 16, "normalized", "iqm"):
+            r.update(point=0.2, low=0.1, high=0.3)  # the figure's VACO line drops at B = 16
+    results.atomic_write_text(os.path.join(run, "summary.csv"), rows_to_csv(summary))
+    group = os.path.join(run, "hopper", "vaco")
+    scores = results.read_table(os.path.join(group, "scores.csv"))
+    scores[-1]["final_eval_return"] = 1.0  # a vaco run at B = 16 now ends near random
+    results.atomic_write_text(os.path.join(group, "scores.csv"), rows_to_csv(scores))
+    capsys.readouterr()
+    assert rd.main(["--root", str(root), "--check"]) == 1
+    out = capsys.readouterr().out
+    assert "differs: docs/figures/study_final_normalized.png (" in out
+    assert "differs: FINDINGS.md" in out and "| hopper | VACO | 16 |" in out
