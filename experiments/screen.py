@@ -32,9 +32,10 @@ import numpy as np  # noqa: E402
 # Highest return an episode of 1000 steps can reach: DM Control rewards are in [0, 1] per step;
 # Brax's inverted_pendulum pays 1 per step alive; inverted_double_pendulum pays 10 per step minus a
 # distance penalty of at least ~0.64 upright (its tip stands ~1.2 below the target height 2).
-REACHABLE = {
+# Brax's reacher and pusher pay minus distances and control costs: 0 bounds them (never reached).
+REACHABLE = {"reacher": 0.0, "pusher": 0.0,
     "inverted_pendulum": 1000.0, "inverted_double_pendulum": 9360.0, "CartpoleBalance": 1000.0,
-    "CartpoleSwingup": 1000.0, "AcrobotSwingup": 1000.0, "PendulumSwingup": 1000.0, "FingerSpin": 1000.0,
+    "CartpoleSwingup": 1000.0, "AcrobotSwingup": 1000.0, "PendulumSwingup": 1000.0, "FingerSpin": 1000.0, "PointMass": 1000.0,
 }
 CANDIDATES = ("inverted_pendulum", "inverted_double_pendulum", "CartpoleBalance", "CartpoleSwingup",
               "AcrobotSwingup", "PendulumSwingup")

@@ -68,3 +68,18 @@ def test_termination_with_auto_reset():
     env = make_env("inverted_double_pendulum", "mjx", episode_length=1000)
     saw = _run_and_check(env, jnp.array([[1.0], [-1.0]]), steps=60)  # full pushes topple the pendulum
     assert saw["term"] and not saw["trunc"], saw
+
+
+def test_step_keeps_the_state_types_of_reset_so_a_chunk_compiles_once():
+    """inverted_pendulum's raw step returns a weakly typed info['time_out'] where its reset returns a
+    strong one: a state whose types change between calls made jit compile the training program
+    twice (~40 s more per group). The wrapper keeps every leaf's dtype and strong type."""
+    env = make_env("inverted_pendulum")
+    first = jax.eval_shape(env.reset, jax.random.PRNGKey(0))
+    after, _ = jax.eval_shape(env.step, first, jnp.zeros((env.action_size,)))
+    types = lambda tree: jax.tree.map(lambda x: (x.shape, x.dtype, x.weak_type), tree)  # noqa: E731
+    assert jax.tree.structure(after) == jax.tree.structure(first)
+    assert types(after) == types(first)
+    raw_after = jax.eval_shape(env.raw.step, jax.eval_shape(env.raw.reset, jax.random.PRNGKey(0)),
+                               jnp.zeros((env.action_size,)))
+    assert any(jax.tree.leaves(jax.tree.map(lambda x: x.weak_type, raw_after))), "the raw env no longer needs this"

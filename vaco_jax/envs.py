@@ -196,6 +196,12 @@ def _raw_env(name: str, backend: str):
         return brax_envs.get_environment(name, backend=backend)
 
 
+def _strong(x):
+    """``x`` with the same dtype, never weakly typed."""
+    x = jnp.asarray(x)
+    return jax.lax.convert_element_type(x, x.dtype) if getattr(x, "weak_type", False) else x
+
+
 def make_env(name: str, backend: str = "mjx", episode_length: int = 1000) -> Env:
     """Pure single-env ``reset(key)`` and ``step(state, action)``; vmap them for a batch.
 
@@ -216,7 +222,7 @@ def make_env(name: str, backend: str = "mjx", episode_length: int = 1000) -> Env
         raise ConfigError(f"env={name!r}: action bounds must be finite with low < high, got {low}, {high}")
 
     def reset(key: jax.Array) -> EnvState:
-        core = env.reset(key)
+        core = jax.tree.map(_strong, env.reset(key))
         return EnvState(core=core, initial=core, episode_step=jnp.zeros((), jnp.int32),
                         episode_return=jnp.zeros((), jnp.float32))
 
@@ -229,7 +235,10 @@ def make_env(name: str, backend: str = "mjx", episode_length: int = 1000) -> Env
         done = jnp.maximum(termination, truncation)
         # Auto-reset: swap in the initial state; the brax env itself never resets.
         fresh = state.initial.replace(metrics=nxt.metrics, info=nxt.info)
-        core = jax.tree.map(lambda a, b: jnp.where(done > 0, a, b), fresh, nxt)
+        # Every leaf strongly typed: some tasks' steps return weakly typed leaves (inverted_pendulum's
+        # info['time_out']) where reset returned strong ones, and a state whose types change between
+        # calls makes jit compile the whole training program a second time.
+        core = jax.tree.map(lambda a, b: _strong(jnp.where(done > 0, a, b)), fresh, nxt)
         new_state = EnvState(
             core=core,
             initial=state.initial,
