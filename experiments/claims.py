@@ -7,6 +7,10 @@ and why. No training, no jax.
 
     python experiments/claims.py runs/lag_sweep_paper
     python experiments/claims.py runs/part0 runs/part1 --out results/claims.csv
+    python experiments/claims.py --study results/study --out results/claims.csv   # experiments/study.py's layout
+
+``--study DIR``: the study's run directories (one per design); each claim reads only the designs
+that hold its methods (``vaco_jax.claims.STUDY_SOURCES``).
 """
 
 from __future__ import annotations
@@ -22,18 +26,32 @@ def main(argv: list[str] | None = None) -> list[dict]:
     from vaco_jax import claims
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("run_dirs", nargs="+", metavar="run_dir", help="run directory; several are merged")
+    parser.add_argument("run_dirs", nargs="*", metavar="run_dir", help="run directory; several are merged")
+    parser.add_argument("--study", default=None, help="the study's directory (experiments/study.py), instead")
     parser.add_argument("--out", default=None, help="CSV to write (default: RUN_DIR/claims.csv of the first)")
     parser.add_argument("--bootstrap-reps", type=int, default=claims.REPS, help="bootstrap replicates per CI")
     parser.add_argument("--seed", type=int, default=0, help="bootstrap RNG seed")
     args = parser.parse_args(argv)
     from vaco_jax.results import run_dirs_problem
 
+    if args.bootstrap_reps < 1:
+        parser.error("--bootstrap-reps must be >= 1")
+    if args.study is not None:
+        if args.run_dirs:
+            parser.error("give run directories or --study, not both")
+        if not os.path.isdir(args.study):
+            parser.error(f"--study {args.study}: no such directory")
+        out = args.out or os.path.join(args.study, "claims.csv")
+        table = claims.evaluate_study(args.study, reps=args.bootstrap_reps, seed=args.seed, out=out)
+        for row in table:
+            print(f"{row['claim']:>3}  {row['verdict']:<12}  {row['statement']}")
+        print(f"wrote {out}")
+        return table
+    if not args.run_dirs:
+        parser.error("give at least one run directory, or --study DIR")
     problem = run_dirs_problem(args.run_dirs)
     if problem:
         parser.error(problem)
-    if args.bootstrap_reps < 1:
-        parser.error("--bootstrap-reps must be >= 1")
     out = args.out or os.path.join(args.run_dirs[0], "claims.csv")
     table = claims.evaluate(args.run_dirs, reps=args.bootstrap_reps, seed=args.seed, out=out)
     for row in table:

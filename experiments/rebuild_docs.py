@@ -42,7 +42,9 @@ from vaco_jax import results  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMAND = "python experiments/rebuild_docs.py"
 FINDINGS = "FINDINGS.md"
-STUDY = os.path.join("results", "study")
+STUDY = os.path.join("results", "study")  # one run directory per design (experiments/study.py)
+MAIN_DESIGN = "lag"
+TUNED = os.path.join(STUDY, "tuned.json")
 CLAIMS = os.path.join("results", "claims.csv")
 FIGURE_DIR = os.path.join("docs", "figures")
 FIGURE_PREFIX = "study_"
@@ -87,10 +89,17 @@ class Build:
 
     @property
     def study(self) -> str:
-        return self.src(STUDY)
+        """The study's main design (claims 1, 2, 6: every task, B in {1, 4, 16}): tables and figures."""
+        return self.src(STUDY, MAIN_DESIGN)
 
     def has_study(self) -> bool:
         return os.path.exists(os.path.join(self.study, "run.json"))
+
+    def has_any_design(self) -> bool:
+        from vaco_jax import claims
+
+        designs = {d for ds in claims.STUDY_SOURCES.values() for d in ds}
+        return any(os.path.exists(self.src(STUDY, d, "run.json")) for d in designs)
 
 
 # ----------------------------------------------------------------------------- formatting
@@ -171,12 +180,12 @@ def screens_table(path: str) -> str:
 
 # ----------------------------------------------------------------------------- the study
 
-NO_STUDY = f"_Not built: `{STUDY}/run.json` does not exist yet._\n"
+NO_STUDY = f"_Not built: `{STUDY}/{MAIN_DESIGN}/run.json` does not exist yet._\n"
 
 
 def claims_table(build: Build) -> str:
     """One row per claim and part of ``results/claims.csv`` (as just rebuilt)."""
-    if not build.has_study():
+    if not build.has_any_design():
         return NO_STUDY
     rows = []
     for r in results.read_table(build.dst(CLAIMS)):
@@ -185,6 +194,26 @@ def claims_table(build: Build) -> str:
         rows.append([claim, r["verdict"], r["statistic"] if isinstance(r["statistic"], str) else "",
                      _num(r["point"], ".3g"), ci, r["rests_on"] if isinstance(r["rests_on"], str) else ""])
     return _table(["claim", "verdict", "statistic", "point", "95% CI", "rests on"], rows)
+
+
+def tuned_table(build: Build) -> str:
+    """The frozen step sizes (``results/study/tuned.json``): per task and method, the chosen values and
+    the best pair's mean AUC / final return over the tuning seeds."""
+    path = build.src(TUNED)
+    if not os.path.exists(path):
+        return f"_Not built: `{TUNED}` does not exist yet._\n"
+    from vaco_jax import plots
+
+    chosen = results.read_json(path)["chosen"]
+    rows = []
+    for task in sorted(chosen):
+        for method in plots.sort_methods(chosen[task]):
+            pick = chosen[task][method]
+            best = next(g for g in pick["grid"] if all(g[k] == v for k, v in pick["chosen"].items()))
+            knobs = ", ".join(f"{k} = {v:.3g}" for k, v in pick["chosen"].items())
+            rows.append([task, plots.method_label(method), knobs, _num(best["mean_auc"], ",.1f"),
+                         _num(best["mean_final"], ",.1f"), str(len(pick["grid"]))])
+    return _table(["task", "method", "chosen", "mean AUC", "mean final", "pairs tried"], rows)
 
 
 def _iqm_text(row: dict | None, spec: str) -> str:
@@ -238,6 +267,7 @@ def study_iqm_table(build: Build) -> str:
 BLOCKS: dict[str, Callable[[Build], str]] = {
     "screens": lambda b: screens_table(b.src("results", "screens", "screens.csv")),
     "screens_2m": lambda b: screens_table(b.src("results", "screens_2m", "screens.csv")),
+    "study_tuned": lambda b: tuned_table(b),
     "study_claims": claims_table,
     "study_iqm": study_iqm_table,
 }
@@ -297,12 +327,12 @@ def render(text: str, build: Build, where: str = FINDINGS) -> str:
 # ----------------------------------------------------------------------------- outputs
 
 def write_claims(build: Build) -> list[str]:
-    if not build.has_study():
-        print(f"[rebuild_docs] no {STUDY}/run.json: {CLAIMS} not built")
+    if not build.has_any_design():
+        print(f"[rebuild_docs] no design of the study under {STUDY}: {CLAIMS} not built")
         return []
     from vaco_jax import claims
 
-    claims.evaluate([build.study], out=build.dst(CLAIMS))
+    claims.evaluate_study(build.src(STUDY), out=build.dst(CLAIMS))
     return [CLAIMS]
 
 
@@ -318,7 +348,7 @@ def write_findings(build: Build) -> list[str]:
 
 def write_figures(build: Build) -> list[str]:
     if not build.has_study():
-        print(f"[rebuild_docs] no {STUDY}/run.json: no {FIGURE_DIR}/{FIGURE_PREFIX}*.png")
+        print(f"[rebuild_docs] no {STUDY}/{MAIN_DESIGN}/run.json: no {FIGURE_DIR}/{FIGURE_PREFIX}*.png")
         return []
     from matplotlib import style
 

@@ -181,7 +181,7 @@ def _study(run_dir: str, reps: int = 200) -> None:
 @pytest.fixture(scope="module")
 def study_tree(tmp_path_factory):
     root = _tree(tmp_path_factory.mktemp("study"), STUDY_BLOCKS)
-    _study(str(root / "results" / "study"))
+    _study(str(root / "results" / "study" / "lag"))
     (root / "docs" / "figures").mkdir(parents=True)
     (root / "docs" / "figures" / "study_dropped_figure.png").write_bytes(b"from an older list")
     assert _rebuild_docs().main(["--root", str(root)]) == 0
@@ -196,7 +196,7 @@ def test_the_study_builds_claims_tables_and_figures(study_tree, tmp_path):
     assert "| 1a: VACO keeps >= 0.9 of its own B=1 IQM at B=16 |" in findings
     assert "| hopper | VACO | 16 |" in findings
     # the pooled rows are the study's summary.csv rows (same function, replicates and seed)
-    summary = results.read_table(str(study_tree / "results" / "study" / "summary.csv"))
+    summary = results.read_table(str(study_tree / "results" / "study" / "lag" / "summary.csv"))
 
     def iqm(norm, spec):
         r = next(r for r in summary if (r["score"], r["normalization"], r["aggregate"], r["method"], r["lag_depth"])
@@ -217,7 +217,7 @@ def test_check_names_a_changed_study_figure_and_table(tmp_path, monkeypatch, cap
     rd = _rebuild_docs()
     monkeypatch.setattr(rd, "FIGURES", rd.FIGURES[:1])  # one figure is enough here, and faster
     root = _tree(tmp_path, STUDY_BLOCKS)
-    run = str(root / "results" / "study")
+    run = str(root / "results" / "study" / "lag")
     _study(run, reps=50)
     assert rd.main(["--root", str(root)]) == 0
     summary = results.read_table(os.path.join(run, "summary.csv"))

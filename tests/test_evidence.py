@@ -225,3 +225,33 @@ def test_contrast_ci_matches_a_slow_reference_loop(op):
         _iqm_slow(x.ravel()) / _iqm_slow(y.ravel())
     ref_lo, ref_hi = np.percentile(vals, [2.5, 97.5])
     np.testing.assert_allclose([point, lo, hi], [ref_point, ref_lo, ref_hi], rtol=1e-10, atol=1e-12)
+
+
+def test_the_study_layout_keeps_designs_apart_and_step_variants_are_methods_of_their_own(tmp_path):
+    """evaluate_study: each claim reads its designs only; the step design's PPO-Clip variants enter
+    claim 6 as methods of their own (never pooled with the tuned PPO-Clip); absent designs are no data."""
+    study = str(tmp_path / "study")
+    rng = np.random.default_rng(3)
+    lag, step = os.path.join(study, "lag"), os.path.join(study, "step")
+    for run in (lag, step):
+        os.makedirs(run)
+        results.write_json(os.path.join(run, "run.json"), {})
+        results.write_json(os.path.join(run, "random_scores.json"), RANDOM)
+    for t in SCALE:
+        write_group(lag, t, "ppo_clip", {1: 1.0, 16: 0.5}, rng=rng)
+        write_group(lag, t, "vaco", {1: 1.2, 16: 1.15}, rng=rng)
+        # a wide-clip PPO-Clip that is far better at B = 16 than the tuned one and than VACO
+        write_group(step, t, "ppo_clip", {1: 1.0, 16: 2.0}, tags={"variant": "clip_x2"}, sub="variant=clip_x2", rng=rng)
+        write_group(step, t, "ppo_clip", {1: 1.0, 16: 0.5}, tags={"variant": "epochs_x2"}, sub="variant=epochs_x2",
+                    rng=rng)
+    out = str(tmp_path / "claims.csv")
+    table = claims.evaluate_study(study, reps=200, out=out)
+    v = {r["claim"]: r["verdict"] for r in table}
+    assert v["1a"] == "holds" and v["1b"] == "holds"  # the tuned PPO-Clip alone: the variants did not join it
+    assert v["6a"] == "holds" and v["6b"] == "fails" and v["6c"] == "holds" and v["6"] == "fails"
+    assert "ppo_clip_clip_x2 B=16: 10 runs" in next(r for r in table if r["claim"] == "6b")["rests_on"]
+    for claim, design in (("3", "proximal"), ("4", "mismatch")):
+        row = next(r for r in table if r["claim"] == claim)
+        assert row["verdict"] == "no data" and design in row["why"]
+    assert v["5"] == "no data"  # lag has VACO, but no ablation ran
+    assert [r["claim"] for r in read_csv(out)] == [r["claim"] for r in table]

@@ -385,10 +385,73 @@ def claim_6(d: Data) -> list[dict]:
             why += "; VACO is ahead at both B=1 and B=16, consistent with a faster learner (step size)"
     row["why"] = (f"own-B1 P = {_ci(row['point'], row['ci_low'], row['ci_high'])}; P(vaco > ppo_clip) on "
                   f"synchronous-normalised scores: B={LOW_LAG} {txt(LOW_LAG)}, B={HIGH_LAG} {txt(HIGH_LAG)}; {why}")
-    return [row]
+    variants = sorted(m for m in {r["method"] for r in d.rows} if m.startswith(STEP_VARIANT_PREFIX))
+    if not variants:
+        return [row]
+    row["claim"] = "6a"
+    parts = [row]
+    for letter, variant in zip("bcdefgh", variants):
+        name = variant[len(STEP_VARIANT_PREFIX):]
+        parts.append(_poi(d, f"6{letter}", f"VACO beats PPO-Clip with a larger step ({name}) at B={HIGH_LAG}",
+                          f"vaco B={HIGH_LAG}", f"{variant} B={HIGH_LAG}", d.cell("vaco", HIGH_LAG),
+                          d.cell(variant, HIGH_LAG), lambda lo, hi: lo > 0.5, lambda lo, hi: hi < 0.5,
+                          lambda v: {"holds": "a larger PPO-Clip step does not close the gap",
+                                     "fails": "PPO-Clip with a larger step does better: the edge is step size",
+                                     "inconclusive": "CI contains 0.5"}.get(v, ""))
+                     if d.has(variant, HIGH_LAG) else
+                     _no_data(f"6{letter}", f"VACO beats PPO-Clip ({name}) at B={HIGH_LAG}", "",
+                              f"missing: {variant} B={HIGH_LAG}"))
+    return parts + [combine("6", st, parts)]
 
 
 CLAIMS = (claim_1, claim_2, claim_3, claim_4, claim_5, claim_6)
+
+# The study's layout (experiments/study.py): one run directory per design; each claim reads the designs
+# that hold its methods, so that runs of one method under other settings never share a cell.
+STUDY_SOURCES = {claim_1: ("lag",), claim_2: ("lag",), claim_3: ("proximal",), claim_4: ("mismatch",),
+                 claim_5: ("lag", "ablation"), claim_6: ("lag", "step")}
+# The ``step`` design's PPO-Clip runs with a larger step (a ``variant`` column) enter claim 6 as methods
+# of their own, named with this prefix, so they never join the tuned PPO-Clip's cells.
+STEP_VARIANT_PREFIX = "ppo_clip_"
+
+
+def _design_rows(study_dir: str, design: str) -> tuple[list[dict], list[dict], dict]:
+    path = os.path.join(study_dir, design)
+    if not os.path.exists(os.path.join(path, "run.json")):
+        return [], [], {}
+    rows = load_scores(path)
+    try:
+        curves = load_curves(path)
+    except OSError:
+        curves = []
+    if design == "step":  # variants become methods of their own
+        for r in rows + curves:
+            r["method"] = STEP_VARIANT_PREFIX + str(r.get("variant", "tuned"))
+    return rows, curves, load_random_scores(path) or {}
+
+
+def evaluate_study(study_dir: str, reps: int = REPS, seed: int = 0, out: str | None = None) -> list[dict]:
+    """Every claim's rows from the study's run directories (``STUDY_SOURCES``: each claim reads only
+    the designs that hold its methods); a claim whose designs have not run is ``no data``."""
+    cache = {}
+    table = []
+    for fn, designs in STUDY_SOURCES.items():
+        rows, curves, random = [], [], {}
+        for design in designs:
+            if design not in cache:
+                cache[design] = _design_rows(study_dir, design)
+            r, c, rnd = cache[design]
+            rows, curves, random = rows + r, curves + c, {**random, **rnd}
+        claim = fn.__name__.split("_")[1]
+        if not rows:
+            table.append(_no_data(claim, "", "", f"no results in {', '.join(designs)} under {study_dir}"))
+            continue
+        rows = sorted(rows, key=analysis._row_order)
+        table += fn(Data(rows, random or None, curves, reps=reps, seed=seed))
+    if out:
+        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+        atomic_write_text(out, rows_to_csv([{c: r.get(c, "") for c in COLUMNS} for r in table]))
+    return table
 
 
 def evaluate(run_dirs, reps: int = REPS, seed: int = 0, out: str | None = None) -> list[dict]:

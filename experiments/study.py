@@ -1,0 +1,305 @@
+"""The evidence study (docs/evaluation.md, "The study"): the claims of the three papers, settled on
+the tasks the screens chose, with step sizes tuned per method before the study and then frozen.
+
+Two stages, each resumable (re-run the same command: finished groups are skipped, unfinished ones
+resume from their last checkpoint), each writing only small tables under ``OUT`` (default
+``results/study``; policies and checkpoints are git-ignored there):
+
+    python experiments/study.py tune                   # 1. one traced grid per (task, method) at B = 1
+    python experiments/study.py run                    # 2. every design, with the frozen step sizes
+    python experiments/study.py run --designs lag --tasks inverted_pendulum
+    python experiments/claims.py --study results/study # 3. the verdicts -> results/claims.csv
+
+**Tuning** (``OUT/tuning/``, one run directory): for each task and each method a design uses there,
+one compiled program runs the grid ``learning_rate`` x the method's step-size knob (``STEP_KNOB``:
+clip ε, KL weight β or TV budget δ, at ``KNOB_FACTORS`` x its default) at lag depth 1 on
+``TUNING_SEEDS`` (never used by the study). The chosen pair maximises the mean over those seeds of
+``auc_eval_return`` (the mean evaluation return over the run: level and speed, and no ties on tasks
+that saturate); a pair with a diverged run is never chosen. Choices are frozen in ``OUT/tuned.json``:
+re-tuning never changes a frozen choice, and the study refuses a (task, method) without one.
+
+**Designs** (``DESIGNS``; one run directory each, ``OUT/<design>/``): which methods, lag depths and
+settings each claim needs, on which tasks. Every design uses the study seeds ``STUDY_SEEDS`` and the
+task's budget (``TASKS``). ``lag`` (claims 1, 2, 6) runs on every task; the others on
+``PAIR_TASKS`` (the two cheapest).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from typing import Literal
+
+from tyro.conf import Positional
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from vaco_jax.config import Config, ConfigError  # noqa: E402
+
+# The tasks the screens chose (FINDINGS "Screens"; results/screens*/): env steps per run.
+TASKS = {
+    "inverted_pendulum": 61_440,
+    "inverted_double_pendulum": 300_000,
+}
+PAIR_TASKS = ("inverted_pendulum", "inverted_double_pendulum")
+STUDY_SEEDS = tuple(range(10))
+TUNING_SEEDS = (1000, 1001)
+LEARNING_RATES = (1e-4, 3e-4, 1e-3)
+KNOB_FACTORS = (0.5, 1.0, 2.0)
+# Each method's step-size knob besides the learning rate (None: the learning rate alone).
+STEP_KNOB = {
+    "ppo_clip": "clip_epsilon", "ppo_kl": "kl_coef", "spo": "clip_epsilon", "vaco": "tv_budget",
+    "a3po": "clip_epsilon", "decoupled_recompute": "clip_epsilon", "ppo_ewma": "clip_epsilon",
+    "ppo_ewma_revised": "clip_epsilon", "vaco_realign_only": None, "vaco_filter_only": "tv_budget",
+}
+COMMON = dict(num_envs=64, unroll_length=32, num_evals=10, eval_episodes=8, buffer_capacity=16)
+MISMATCH_STRENGTH = 0.5  # docs/lag.md: 14% of samples' π_old/π_infer leave [0.5, 2] at m = 0.5
+
+
+@dataclasses.dataclass(frozen=True)
+class Design:
+    """One run directory of the study: the methods a claim compares, at which lag depths, on which tasks.
+
+    ``variants``: method -> ((name, static changes, step-knob factor), ...): extra groups of a method
+    run beside (or instead of, when the method is not in ``methods``) its tuned form, in a subdirectory
+    ``variant=<name>`` with a ``variant`` column. ``traced``: method -> {knob: values} multiplying its
+    cells. ``static`` / ``knobs``: settings of every group (a static field / a traced knob's value).
+    """
+
+    claims: str
+    methods: tuple
+    lag_depths: tuple
+    every_task: bool = False
+    static: tuple = ()
+    knobs: tuple = ()
+    traced: tuple = ()
+    variants: tuple = ()
+
+
+DESIGNS = {
+    # 1: lag costs PPO-Clip / PPO-KL / SPO and not VACO; 2: filter / clip fractions; 6: own-B1 normalisation
+    "lag": Design("1 2 6", ("ppo_clip", "ppo_kl", "spo", "vaco"), (1, 4, 16), every_task=True),
+    # 3: A-3PO vs decoupled PPO with pi_T recomputed
+    "proximal": Design("3", ("a3po", "decoupled_recompute"), (1, 16)),
+    # 4: revised vs plain PPO-EWMA under a training-inference mismatch; the revised one without its reset.
+    # Plain PPO-EWMA takes pi_old from the actor's reported log-probs (old logits missing, as in a
+    # system whose inference engine is not the learner); the revised one imposes its own.
+    "mismatch": Design("4", ("ppo_ewma", "ppo_ewma_revised"), (16,),
+                       knobs=(("mismatch_strength", MISMATCH_STRENGTH),),
+                       static=(("ppo_ewma", (("old_logit_source", "infer"),)),),
+                       traced=(("ppo_ewma_revised", (("ewma_reset_threshold", (0.0, 0.5)),)),)),
+    # 5: each half of VACO alone (full VACO's runs are the lag design's)
+    "ablation": Design("5", ("vaco_realign_only", "vaco_filter_only"), (16,)),
+    # 6: is VACO's edge only a larger step? PPO-Clip with twice its tuned clip range, and with twice the epochs
+    "step": Design("6", (), (1, 16), variants=(("ppo_clip", (("clip_x2", (), 2.0), ("epochs_x2", (("num_epochs", 8),),
+                                                                                                1.0))),)),
+}
+
+
+@dataclasses.dataclass
+class Args:
+    """The evidence study: tune each method's step size at B = 1, then run the designs of the claims."""
+
+    stage: Positional[Literal["tune", "run"]]
+    out: str = "results/study"
+    designs: tuple[str, ...] = tuple(DESIGNS)
+    tasks: tuple[str, ...] = tuple(TASKS)
+    progress: bool = True
+    max_chunks: int | None = None  # stop every group after this many chunks; rerun to continue
+    max_cells_per_program: int | None = None
+    shard: str | None = None  # "I/N": part I (0-based) of N of the stage's cells (docs/scale.md)
+    cell: str | None = None
+    tensorboard: bool = False
+    distributed: bool = False
+    bootstrap_reps: int = 2000
+
+
+def check_args(args: Args) -> None:
+    for name, given, allowed in (("designs", args.designs, DESIGNS), ("tasks", args.tasks, TASKS)):
+        bad = [v for v in given if v not in allowed]
+        if bad or not given:
+            raise ConfigError(f"{name}: {bad or 'none given'} not valid; allowed values: {', '.join(allowed)}")
+
+
+def design_tasks(design: Design, tasks) -> list[str]:
+    return [t for t in tasks if design.every_task or t in PAIR_TASKS]
+
+
+def base_config(task: str, method: str, **static) -> Config:
+    return Config(env=task, method=method, total_env_steps=TASKS[task], **COMMON, **static)
+
+
+def knob_default(config: Config, name: str) -> float:
+    """The value a method uses for a knob it reads: the config's, else its piece's default."""
+    value = getattr(config, name, None)
+    if value is not None:
+        return float(value)
+    method = config.build_method()
+    for piece in (method.advantage, method.proximal, method.surrogate, method.sample_filter):
+        if hasattr(piece, name):
+            return float(getattr(piece, name))
+    raise ConfigError(f"{name}: method {config.method!r} does not read it")
+
+
+# ----------------------------------------------------------------------------- tuning
+
+def tuning_methods(designs, tasks) -> dict[str, list[str]]:
+    """task -> the methods (tuned forms) some chosen design runs there."""
+    out: dict[str, list[str]] = {}
+    for name in designs:
+        d = DESIGNS[name]
+        for task in design_tasks(d, tasks):
+            for m in list(d.methods) + [m for m, _ in d.variants]:
+                if m not in out.setdefault(task, []):
+                    out[task].append(m)
+    return out
+
+
+def tuning_groups(designs, tasks) -> list:
+    from vaco_jax import sweep
+
+    groups = []
+    for task, methods in tuning_methods(designs, tasks).items():
+        for method in methods:
+            config = base_config(task, method)
+            traced = {"learning_rate": list(LEARNING_RATES)}
+            knob = STEP_KNOB[method]
+            if knob:
+                traced[knob] = [float(np.float32(f * knob_default(config, knob))) for f in KNOB_FACTORS]
+            cells = tuple(sweep.grid((1,), TUNING_SEEDS, **traced))
+            groups.append(sweep.Group(config, cells, os.path.join(task, method), f"tune {task}/{method}"))
+    return groups
+
+
+def choose(rows: list[dict], knob: str | None) -> dict:
+    """The tuned pair from one (task, method)'s tuning rows: highest mean AUC over the tuning seeds,
+    pairs with a diverged run excluded. Returns the choice and every pair's numbers."""
+    from vaco_jax.analysis import is_diverged
+
+    keys = ["learning_rate"] + ([knob] if knob else [])
+    pairs: dict[tuple, list[dict]] = {}
+    for r in rows:
+        pairs.setdefault(tuple(float(r[k]) for k in keys), []).append(r)
+    table = []
+    for pair, rs in sorted(pairs.items()):
+        auc = [float(r["auc_eval_return"]) for r in rs]
+        final = [float(r["final_eval_return"]) for r in rs]
+        diverged = sum(is_diverged(r) for r in rs)
+        table.append({**dict(zip(keys, pair)), "mean_auc": float(np.mean(auc)), "mean_final": float(np.mean(final)),
+                      "runs": len(rs), "diverged": diverged})
+    ok = [t for t in table if t["diverged"] == 0 and np.isfinite(t["mean_auc"])]
+    if not ok:
+        raise ConfigError("every tuning pair diverged or has no score; widen the grid (LEARNING_RATES, KNOB_FACTORS)")
+    best = max(ok, key=lambda t: t["mean_auc"])
+    return {"chosen": {k: best[k] for k in keys}, "grid": table}
+
+
+def tuned_path(out: str) -> str:
+    return os.path.join(out, "tuned.json")
+
+
+def freeze(out: str, groups) -> dict:
+    """Choose and freeze every tuned (task, method) of ``groups`` in ``OUT/tuned.json``; a frozen
+    choice is never changed (a different choice from the same rows is an error: the rows changed)."""
+    from vaco_jax import results
+
+    path = tuned_path(out)
+    frozen = results.read_json(path) if os.path.exists(path) else {
+        "criterion": "max mean auc_eval_return over the tuning seeds, no diverged run",
+        "tuning_seeds": list(TUNING_SEEDS), "learning_rates": list(LEARNING_RATES),
+        "knob_factors": list(KNOB_FACTORS), "chosen": {}}
+    rows = results.load_scores(os.path.join(out, "tuning"))
+    for g in groups:
+        task, method = g.config.env, g.config.method
+        pick = choose([r for r in rows if r["env"] == task and r["method"] == method], STEP_KNOB[method])
+        old = frozen["chosen"].get(task, {}).get(method)
+        if old is not None and old["chosen"] != pick["chosen"]:
+            raise ConfigError(f"{path}: {task}/{method} was frozen at {old['chosen']}, the tuning rows now give "
+                              f"{pick['chosen']}; the tuning results changed (restore them or choose another --out)")
+        frozen["chosen"].setdefault(task, {})[method] = pick
+    results.write_json(path, frozen)
+    return frozen
+
+
+def tuned(out: str, task: str, method: str) -> dict:
+    from vaco_jax import results
+
+    path = tuned_path(out)
+    chosen = results.read_json(path)["chosen"] if os.path.exists(path) else {}
+    if method not in chosen.get(task, {}):
+        raise ConfigError(f"{task}/{method} has no frozen step size in {path}; run first: python "
+                          f"experiments/study.py tune --out {out} --tasks {task}")
+    return chosen[task][method]["chosen"]
+
+
+# ----------------------------------------------------------------------------- the designs
+
+def _lookup(pairs: tuple, key, default=()):
+    return dict(pairs).get(key, default)
+
+
+def design_groups(out: str, name: str, tasks) -> list:
+    """The groups of one design, each method at its frozen step size."""
+    from vaco_jax import sweep
+
+    d = DESIGNS[name]
+    groups = []
+    for task in design_tasks(d, tasks):
+        forms = [(m, None, (), 1.0) for m in d.methods]
+        forms += [(m, v, static, factor) for m, vs in d.variants for v, static, factor in vs]
+        for method, variant, static, factor in forms:
+            config = base_config(task, method, **dict(_lookup(d.static, method)), **dict(static))
+            chosen = dict(tuned(out, task, method))
+            knob = STEP_KNOB[method]
+            if knob and factor != 1.0:
+                chosen[knob] = float(np.float32(factor * chosen[knob]))
+            config = sweep.with_knobs([config], {**chosen, **dict(d.knobs)})[0]
+            traced = {k: list(v) for k, v in _lookup(d.traced, method)}
+            cells = tuple(sweep.grid(d.lag_depths, STUDY_SEEDS, **traced))
+            subdir = os.path.join(task, method) if variant is None else os.path.join(task, method, f"variant={variant}")
+            tags = () if variant is None else (("variant", variant),)
+            groups.append(sweep.Group(config, cells, subdir, f"{name} {subdir}", tags))
+    return groups
+
+
+def main(args: Args) -> list[str]:
+    from vaco_jax import analysis, sweep
+
+    check_args(args)
+    done = []
+    if args.stage == "tune":
+        groups = tuning_groups(args.designs, args.tasks)
+        run_dir = os.path.join(args.out, "tuning")
+        spec = {"stage": "tune", "tasks": sorted({g.config.env for g in groups})}
+        if sweep.run_study(run_dir, groups, args, spec,
+                           prepare=lambda: sweep.random_scores(run_dir, spec["tasks"], groups[0].config)):
+            frozen = freeze(args.out, groups)
+            for task, methods in frozen["chosen"].items():
+                for method, pick in methods.items():
+                    print(f"tuned {task}/{method}: {pick['chosen']}")
+            done.append(run_dir)
+        return done
+    plans = [(name, design_groups(args.out, name, args.tasks)) for name in args.designs]  # all validated first
+    for name, groups in plans:
+        if not groups:
+            continue
+        run_dir = os.path.join(args.out, name)
+        spec = {"stage": "run", "design": name, "claims": DESIGNS[name].claims,
+                "tasks": sorted({g.config.env for g in groups})}
+        print(f"\n== design {name!r} (claims {DESIGNS[name].claims}) -> {run_dir}")
+        if sweep.run_study(run_dir, groups, args, spec,
+                           prepare=lambda: sweep.random_scores(run_dir, spec["tasks"], groups[0].config)):
+            analysis.summarise(run_dir, reps=args.bootstrap_reps)
+            done.append(run_dir)
+    return done
+
+
+if __name__ == "__main__":
+    import tyro
+
+    from vaco_jax.sweep import cli_main
+
+    cli_main(main, tyro.cli(Args))

@@ -1,0 +1,123 @@
+"""experiments/study.py: the tuning protocol (choice, freezing) and the designs' groups, on synthetic
+rows and the tiny pure-JAX point_mass task; one end-to-end tune + run on point_mass."""
+
+import importlib.util
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from vaco_jax import results
+from vaco_jax.knobs import ConfigError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture()
+def study(monkeypatch):
+    spec = importlib.util.spec_from_file_location("_study_test", os.path.join(ROOT, "experiments", "study.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["_study_test"] = module
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(module, "TASKS", {"point_mass": 8 * 16 * 4, "point_mass_b": 8 * 16 * 4})
+    monkeypatch.setattr(module, "PAIR_TASKS", ("point_mass",))
+    monkeypatch.setattr(module, "COMMON", dict(num_envs=8, unroll_length=16, num_evals=2, eval_episodes=2,
+                                               buffer_capacity=16))
+    monkeypatch.setattr(module, "STUDY_SEEDS", (0, 1))
+    return module
+
+
+def _tuned(study, out, tasks=("point_mass",), value=0.3):
+    chosen = {}
+    for task in tasks:
+        for method, knob in study.STEP_KNOB.items():
+            pick = {"learning_rate": 1e-3, **({knob: value} if knob else {})}
+            chosen.setdefault(task, {})[method] = {"chosen": pick, "grid": [{**pick, "mean_auc": 1.0,
+                                                                                "mean_final": 1.0}]}
+    results.write_json(study.tuned_path(out), {"chosen": chosen})
+
+
+def test_designs_use_the_frozen_step_sizes_and_their_own_settings(study, tmp_path):
+    out = str(tmp_path)
+    _tuned(study, out)
+    lag = study.design_groups(out, "lag", ("point_mass",))
+    assert [g.config.method for g in lag] == ["ppo_clip", "ppo_kl", "spo", "vaco"]
+    for g in lag:
+        assert g.config.learning_rate == pytest.approx(1e-3)
+        assert {(c.lag_depth, c.seed) for c in g.cells} == {(b, s) for b in (1, 4, 16) for s in (0, 1)}
+    assert lag[0].config.clip_epsilon == pytest.approx(0.3) and lag[3].config.tv_budget == pytest.approx(0.3)
+    step = study.design_groups(out, "step", ("point_mass",))
+    assert [(g.subdir, g.tags) for g in step] == [
+        (os.path.join("point_mass", "ppo_clip", "variant=clip_x2"), (("variant", "clip_x2"),)),
+        (os.path.join("point_mass", "ppo_clip", "variant=epochs_x2"), (("variant", "epochs_x2"),))]
+    assert step[0].config.clip_epsilon == pytest.approx(0.6) and step[0].config.num_epochs == 4
+    assert step[1].config.clip_epsilon == pytest.approx(0.3) and step[1].config.num_epochs == 8
+    plain, revised = study.design_groups(out, "mismatch", ("point_mass",))
+    assert plain.config.old_logit_source == "infer" and revised.config.build_method().surrogate.old_logit_source == "ewma_revised"
+    assert plain.config.mismatch_strength == revised.config.mismatch_strength == study.MISMATCH_STRENGTH
+    assert sorted({c.knob_dict()["ewma_reset_threshold"] for c in revised.cells}) == [0.0, 0.5]
+    assert {c.lag_depth for c in revised.cells} == {16} and len(revised.cells) == 4
+    # the pair designs run on PAIR_TASKS only; the lag design on every task
+    assert study.design_groups(out, "ablation", ("point_mass_b",)) == []
+
+
+def test_a_design_without_frozen_step_sizes_names_the_tuning_command(study, tmp_path):
+    with pytest.raises(ConfigError, match="point_mass/ppo_clip has no frozen step size.*study.py tune"):
+        study.design_groups(str(tmp_path), "lag", ("point_mass",))
+
+
+def test_bad_designs_or_tasks_are_refused(study):
+    with pytest.raises(ConfigError, match="designs.*allowed values: lag, proximal"):
+        study.check_args(study.Args(stage="run", designs=("lagg",)))
+    with pytest.raises(ConfigError, match="tasks.*hopper"):
+        study.check_args(study.Args(stage="run", tasks=("hopper",)))
+
+
+def _rows(pairs):
+    return [{"learning_rate": lr, "clip_epsilon": eps, "auc_eval_return": auc, "final_eval_return": auc,
+             "diverged": div} for lr, eps, auc, div in pairs]
+
+
+def test_choice_is_the_highest_mean_auc_without_a_diverged_run(study):
+    rows = _rows([(1e-4, 0.1, 10.0, False), (1e-4, 0.1, 20.0, False),      # mean 15
+                  (3e-4, 0.1, 50.0, False), (3e-4, 0.1, 90.0, True),       # best mean, but one run diverged
+                  (3e-4, 0.2, 30.0, False), (3e-4, 0.2, 12.0, False)])     # mean 21: chosen
+    pick = study.choose(rows, "clip_epsilon")
+    assert pick["chosen"] == {"learning_rate": 3e-4, "clip_epsilon": 0.2}
+    assert [(g["mean_auc"], g["diverged"]) for g in pick["grid"]] == [(15.0, 0), (70.0, 1), (21.0, 0)]
+    with pytest.raises(ConfigError, match="every tuning pair diverged"):
+        study.choose(_rows([(1e-4, 0.1, 1.0, True)]), "clip_epsilon")
+
+
+def test_knob_defaults_come_from_the_method_pieces(study):
+    assert study.knob_default(study.base_config("point_mass", "ppo_clip"), "clip_epsilon") == pytest.approx(0.2)
+    assert study.knob_default(study.base_config("point_mass", "vaco"), "tv_budget") == pytest.approx(0.2)
+    assert study.knob_default(study.base_config("point_mass", "ppo_kl"), "kl_coef") > 0
+
+
+def test_tune_then_run_end_to_end_and_a_frozen_choice_never_changes(study, tmp_path, monkeypatch):
+    """point_mass, one method: tuning grid -> tuned.json -> the design at the frozen values -> claims."""
+    monkeypatch.setattr(study, "DESIGNS", {"ablation": study.Design("5", ("vaco_realign_only",), (1, 4))})
+    monkeypatch.setattr(study, "LEARNING_RATES", (1e-4, 1e-3))
+    out = str(tmp_path / "study")
+    args = dict(out=out, designs=("ablation",), tasks=("point_mass",), progress=False, bootstrap_reps=20)
+    assert study.main(study.Args(stage="tune", **args)) == [os.path.join(out, "tuning")]
+    frozen = results.read_json(study.tuned_path(out))["chosen"]["point_mass"]["vaco_realign_only"]
+    assert len(frozen["grid"]) == 2 and frozen["chosen"]["learning_rate"] in (1e-4, 1e-3)
+    tuning = results.load_scores(os.path.join(out, "tuning"))
+    assert {int(r["seed"]) for r in tuning} == set(study.TUNING_SEEDS) and {int(r["lag_depth"]) for r in tuning} == {1}
+    assert study.main(study.Args(stage="run", **args)) == [os.path.join(out, "ablation")]
+    rows = results.load_scores(os.path.join(out, "ablation"))
+    assert len(rows) == 4 and {int(r["seed"]) for r in rows} == {0, 1}
+    config = results.read_json(os.path.join(out, "ablation", "point_mass", "vaco_realign_only", "config.json"))
+    assert config["learning_rate"] == pytest.approx(frozen["chosen"]["learning_rate"])
+    # the tuning rows changed under a frozen choice: refused, the file untouched
+    best = frozen["chosen"]["learning_rate"]
+    rows = [dict(r, auc_eval_return=(-1e9 if r["learning_rate"] == best else 1e9)) for r in tuning]
+    monkeypatch.setattr(results, "load_scores", lambda d: rows)
+    before = open(study.tuned_path(out)).read()
+    with pytest.raises(ConfigError, match="was frozen at"):
+        study.freeze(out, study.tuning_groups(("ablation",), ("point_mass",)))
+    assert open(study.tuned_path(out)).read() == before
+    assert np.isfinite(frozen["grid"][0]["mean_auc"])
