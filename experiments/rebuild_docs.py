@@ -267,6 +267,8 @@ def study_iqm_table(build: Build) -> str:
 BLOCKS: dict[str, Callable[[Build], str]] = {
     "screens": lambda b: screens_table(b.src("results", "screens", "screens.csv")),
     "screens_2m": lambda b: screens_table(b.src("results", "screens_2m", "screens.csv")),
+    "screens_ip_61k": lambda b: screens_table(b.src("results", "screens_ip_61k", "screens.csv")),
+    "screens_pointmass_1m": lambda b: screens_table(b.src("results", "screens_pointmass_1m", "screens.csv")),
     "study_tuned": lambda b: tuned_table(b),
     "study_claims": claims_table,
     "study_iqm": study_iqm_table,
