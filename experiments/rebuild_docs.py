@@ -216,6 +216,29 @@ def tuned_table(build: Build) -> str:
     return _table(["task", "method", "chosen", "mean AUC", "mean final", "pairs tried"], rows)
 
 
+def machine_table(build: Build) -> str:
+    """Where each of the study's run directories ran (its ``run.json``): exact numbers differ across
+    CPU types, the conclusions are what the CIs support."""
+    from vaco_jax import claims
+
+    designs = ["tuning"] + sorted({d for ds in claims.STUDY_SOURCES.values() for d in ds})
+    rows = []
+    for design in designs:
+        path = build.src(STUDY, design, "run.json")
+        if not os.path.exists(path):
+            continue
+        meta = results.read_json(path)
+        machines = meta.get("machines") or [{}]
+        v = meta.get("versions") or {}
+        rows.append([design, "; ".join(str(m.get("cpu", "—")) for m in machines),
+                     "; ".join(str(m.get("cores", "—")) for m in machines), ", ".join(meta.get("devices", [])),
+                     f"jax {v.get('jax')}, mujoco-mjx {v.get('mujoco-mjx')}, brax {v.get('brax')}",
+                     str(meta.get("git_commit") or "—")[:7], str(meta.get("started", "—"))])
+    if not rows:
+        return f"_Not built: no run directory under `{STUDY}` yet._\n"
+    return _table(["run directory", "CPU", "cores", "devices", "versions", "commit", "started"], rows)
+
+
 def _iqm_text(row: dict | None, spec: str) -> str:
     if row is None:
         return "—"
@@ -269,7 +292,8 @@ BLOCKS: dict[str, Callable[[Build], str]] = {
     "screens_2m": lambda b: screens_table(b.src("results", "screens_2m", "screens.csv")),
     "screens_ip_61k": lambda b: screens_table(b.src("results", "screens_ip_61k", "screens.csv")),
     "screens_pointmass_1m": lambda b: screens_table(b.src("results", "screens_pointmass_1m", "screens.csv")),
-    "study_tuned": lambda b: tuned_table(b),
+    "study_machine": machine_table,
+    "study_tuned": tuned_table,
     "study_claims": claims_table,
     "study_iqm": study_iqm_table,
 }

@@ -108,6 +108,8 @@ def test_tune_then_run_end_to_end_and_a_frozen_choice_never_changes(study, tmp_p
     tuning = results.load_scores(os.path.join(out, "tuning"))
     assert {int(r["seed"]) for r in tuning} == set(study.TUNING_SEEDS) and {int(r["lag_depth"]) for r in tuning} == {1}
     assert study.main(study.Args(stage="run", **args)) == [os.path.join(out, "ablation")]
+    meta = results.read_json(os.path.join(out, "ablation", "run.json"))
+    assert meta["machines"][0]["cores"] == os.cpu_count() and meta["versions"]["jax"]  # where it ran, for the docs
     rows = results.load_scores(os.path.join(out, "ablation"))
     assert len(rows) == 4 and {int(r["seed"]) for r in rows} == {0, 1}
     config = results.read_json(os.path.join(out, "ablation", "point_mass", "vaco_realign_only", "config.json"))

@@ -732,6 +732,19 @@ def package_versions() -> dict:
     return out
 
 
+def machine() -> dict:
+    """What ran the study (exact numbers differ across CPU types; docs/evaluation.md)."""
+    import platform
+
+    cpu = platform.processor() or None
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()}
+
+
 def git_commit() -> str | None:
     import subprocess
 
@@ -785,12 +798,13 @@ def write_run_metadata(run_dir: str, groups: Sequence[Group], info: dict, shard:
     name = "run.json" if shard is None else f"run.{shard_name(*shard)}.json"
     check_identity(run_dir, groups, skip=name)
     meta_path = os.path.join(run_dir, name)
+    here = machine()
     if os.path.exists(meta_path):
         meta = results.read_json(meta_path)
         old = meta.get("identity", {})
         _compare_identity(run_dir, old, identity)
         merged = {**old, **identity}
-        if merged == old:
+        if merged == old and here in meta.get("machines", []):
             return
         meta["identity"] = merged
     else:
@@ -798,6 +812,8 @@ def write_run_metadata(run_dir: str, groups: Sequence[Group], info: dict, shard:
         meta = {"identity": identity, "versions": package_versions(), "git_commit": git_commit(),
                 "devices": [str(d) for d in jax.devices()], "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
                 **(extra or {})}
+    # every machine that ran part of this directory (a study resumed elsewhere has several)
+    meta["machines"] = meta.get("machines", []) + ([here] if here not in meta.get("machines", []) else [])
     meta["command"] = {k: v for k, v in info.items() if k != "out"}  # the latest command (not compared)
     results.write_json(meta_path, meta)
 
