@@ -49,14 +49,15 @@ CLAIMS = os.path.join("results", "claims.csv")
 FIGURE_DIR = os.path.join("docs", "figures")
 FIGURE_PREFIX = "study_"
 # docs/figures/study_<name>.png  <-  vaco_jax.plots.<function>(results/study, *args)
-FIGURES = (
-    ("final_normalized", "plot_aggregate_vs_lag", ("final_eval_return", "normalized")),
-    ("final_own_b1", "plot_aggregate_vs_lag", ("final_eval_return", "own_b1")),
+FIGURES = (  # paper width (<= 7 in, FIGURE_MAX_INCHES); one-task figures drop their redundant panels
+    ("interval_estimates", "plot_interval_estimates", ("final_eval_return", "normalized")),
+    ("interval_estimates_own_b1", "plot_interval_estimates", ("final_eval_return", "own_b1")),
     ("probability_of_improvement", "plot_probability_of_improvement", ()),
     ("performance_profiles", "plot_performance_profiles", ()),
     ("iqm_curves", "plot_iqm_curves", ()),
-    ("filtering_vs_lag", "plot_filtering_vs_lag", ()),
+    ("staleness", "plot_staleness", ()),
 )
+FIGURE_MAX_INCHES = 7.0
 # Two renderings of one figure "match" when no pixel channel differs by more than this (colours in
 # [0, 1]). Rendering noise (a coordinate that moved by a rounding error, e.g. a CI computed on
 # another CPU type) changes an edge pixel's antialiased coverage by a few hundredths at most; a

@@ -190,8 +190,13 @@ def study_tree(tmp_path_factory):
 
 def test_the_study_builds_claims_tables_and_figures(study_tree, tmp_path):
     rd = _rebuild_docs()
-    names = sorted(f"study_{name}.png" for name, _, _ in rd.FIGURES)
+    # every figure but the staleness histograms (the synthetic study writes no staleness.npz)
+    names = sorted(f"study_{name}.png" for name, _, _ in rd.FIGURES if name != "staleness")
     assert sorted(os.listdir(study_tree / "docs" / "figures")) == names  # the stale figure was removed
+    from matplotlib.image import imread
+
+    for name in names:  # paper width: at most FIGURE_MAX_INCHES at the PNGs' 150 dpi
+        assert imread(str(study_tree / "docs" / "figures" / name)).shape[1] <= rd.FIGURE_MAX_INCHES * 150, name
     findings = (study_tree / "FINDINGS.md").read_text()
     assert "| 1a: VACO keeps >= 0.9 of its own B=1 IQM at B=16 |" in findings
     assert "| hopper | VACO | 16 |" in findings
@@ -232,5 +237,5 @@ def test_check_names_a_changed_study_figure_and_table(tmp_path, monkeypatch, cap
     capsys.readouterr()
     assert rd.main(["--root", str(root), "--check"]) == 1
     out = capsys.readouterr().out
-    assert "differs: docs/figures/study_final_normalized.png (" in out
+    assert "differs: docs/figures/study_interval_estimates.png (" in out
     assert "differs: FINDINGS.md" in out and "| hopper | VACO | 16 |" in out

@@ -988,21 +988,28 @@ def plot_iqm_curves(run_dir: str, sources=None, figures_dir: str | None = None) 
     return save_figure(fig, run_dir, "iqm_sample_efficiency", figures_dir=figures_dir)
 
 
-def _lag_model(run_dir: str, cell: dict) -> str:
+def _lag_model(run_dir: str, cell: dict, group: str | None = None) -> str:
+    """The cell's lag model: its own column, else its group's configuration in ``run.json``'s identity
+    (keyed by the group's subdirectory), else the command's flag."""
     if cell.get("lag_model"):
         return str(cell["lag_model"])
-    cmd = _run_json(run_dir).get("command", {}) if os.path.isdir(run_dir) else {}
-    return str(cmd.get("lag_model") or "lag model not recorded")
+    meta = _run_json(run_dir) if os.path.isdir(run_dir) else {}
+    identity = meta.get("identity", {})
+    if group is not None:
+        key = next((k for k in identity if group == k or group.startswith(k + "/")), None)
+        if key is not None and identity[key].get("lag_model"):
+            return str(identity[key]["lag_model"])
+    return str(meta.get("command", {}).get("lag_model") or "lag model not recorded")
 
 
 def plot_staleness(run_dir: str, sources=None, figures_dir: str | None = None) -> list[str]:
     """Realised staleness: share of samples by age, one panel per lag model, one line per lag depth."""
     hist: dict = defaultdict(lambda: defaultdict(lambda: 0))
     for src in ([run_dir] if sources is None else list(sources)):
-        for group in results.load_staleness(src).values():
+        for name, group in results.load_staleness(src).items():
             counts = np.asarray(group["counts"], np.float64).sum(axis=0)  # [cells, ages]
             for cell, row in zip(group["cells"], counts):
-                key = (_lag_model(src, cell), int(cell.get("lag_depth", 0)))
+                key = (_lag_model(src, cell, name), int(cell.get("lag_depth", 0)))
                 hist[key[0]][key[1]] = hist[key[0]][key[1]] + row
     if not hist:
         raise NoData("no staleness.npz under the run directory")
@@ -1019,7 +1026,7 @@ def plot_staleness(run_dir: str, sources=None, figures_dir: str | None = None) -
             share = counts / counts.sum()
             last = int(np.flatnonzero(share)[-1]) + 1
             ax.step(np.arange(last), share[:last], where="mid", color=cmap(j / max(1, len(depths) - 1)), lw=1.5,
-                    label=f"B = {b}")
+                    marker="o" if last == 1 else None, markersize=4, label=f"B = {b}")  # one age: a point
         ax.set_title(f"lag model: {model}", fontsize=9)
         ax.set_xlabel("realised age d = T − v (policy versions)", fontsize=8)
         ax.tick_params(labelsize=7)
