@@ -443,8 +443,9 @@ def evaluate_study(study_dir: str, reps: int = REPS, seed: int = 0, out: str | N
             r, c, rnd = cache[design]
             rows, curves, random = rows + r, curves + c, {**random, **rnd}
         claim = fn.__name__.split("_")[1]
-        if not rows:
-            table.append(_no_data(claim, "", "", f"no results in {', '.join(designs)} under {study_dir}"))
+        if not rows:  # the claim's own no-data rows (with its statements), saying which designs are missing
+            note = f"no results in {', '.join(designs)} under {study_dir}"
+            table += [{**r, "why": f"{note}; {r['why']}" if r["why"] else note} for r in fn(Data([], None))]
             continue
         rows = sorted(rows, key=analysis._row_order)
         table += fn(Data(rows, random or None, curves, reps=reps, seed=seed))
