@@ -250,8 +250,21 @@ def test_the_study_layout_keeps_designs_apart_and_step_variants_are_methods_of_t
     assert v["1a"] == "holds" and v["1b"] == "holds"  # the tuned PPO-Clip alone: the variants did not join it
     assert v["6a"] == "holds" and v["6b"] == "fails" and v["6c"] == "holds" and v["6"] == "fails"
     assert "ppo_clip_clip_x2 B=16: 10 runs" in next(r for r in table if r["claim"] == "6b")["rests_on"]
+    # a step design run on one task only is compared with VACO on that task (not dropped for the other)
+    import shutil
+
+    shutil.rmtree(os.path.join(step, "b"))
+    only_a = {r["claim"]: r for r in claims.evaluate_study(study, reps=200)}
+    assert only_a["6b"]["verdict"] == "fails" and "1 task(s) (a)" in only_a["6b"]["rests_on"]
+    assert "2 task(s)" in only_a["6a"]["rests_on"]
+    abl = os.path.join(study, "ablation")  # an ablation on task a only, against VACO's runs on a and b
+    os.makedirs(abl)
+    results.write_json(os.path.join(abl, "run.json"), {})
+    write_group(abl, "a", "vaco_filter_only", {16: 0.5}, rng=rng)
+    only_a = {r["claim"]: r for r in claims.evaluate_study(study, reps=200)}
+    assert only_a["5b"]["verdict"] == "holds" and "1 task(s) (a)" in only_a["5b"]["rests_on"]
     for claim, design in (("3", "proximal"), ("4", "mismatch")):
         row = next(r for r in table if r["claim"] == claim)
         assert row["verdict"] == "no data" and design in row["why"]
-    assert v["5"] == "no data"  # lag has VACO, but no ablation ran
+    assert v["5"] == "no data"  # lag has VACO, but no ablation ran (yet: see below)
     assert [r["claim"] for r in read_csv(out)] == [r["claim"] for r in table]
