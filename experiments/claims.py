@@ -9,6 +9,9 @@ and why. No training, no jax.
     python experiments/claims.py runs/part0 runs/part1 --out results/claims.csv
     python experiments/claims.py --study results/study --out results/claims.csv   # experiments/study.py's layout
 
+``--score auc_eval_return``: verdicts on the area under the evaluation curve instead of the final
+evaluation return (the secondary reading, for tasks whose final return saturates).
+
 ``--study DIR``: the study's run directories (one per design); each claim reads only the designs
 that hold its methods (``vaco_jax.claims.STUDY_SOURCES``).
 """
@@ -31,6 +34,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--out", default=None, help="CSV to write (default: RUN_DIR/claims.csv of the first)")
     parser.add_argument("--bootstrap-reps", type=int, default=claims.REPS, help="bootstrap replicates per CI")
     parser.add_argument("--seed", type=int, default=0, help="bootstrap RNG seed")
+    parser.add_argument("--score", default=claims.SCORE, choices=claims.SCORES,
+                        help="the per-run score the verdicts rest on (default: the final evaluation return)")
     args = parser.parse_args(argv)
     from vaco_jax.results import run_dirs_problem
 
@@ -42,7 +47,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         if not os.path.isdir(args.study):
             parser.error(f"--study {args.study}: no such directory")
         out = args.out or os.path.join(args.study, "claims.csv")
-        table = claims.evaluate_study(args.study, reps=args.bootstrap_reps, seed=args.seed, out=out)
+        table = claims.evaluate_study(args.study, reps=args.bootstrap_reps, seed=args.seed, out=out,
+                                      score=args.score)
         for row in table:
             print(f"{row['claim']:>3}  {row['verdict']:<12}  {row['statement']}")
         print(f"wrote {out}")
@@ -53,7 +59,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if problem:
         parser.error(problem)
     out = args.out or os.path.join(args.run_dirs[0], "claims.csv")
-    table = claims.evaluate(args.run_dirs, reps=args.bootstrap_reps, seed=args.seed, out=out)
+    table = claims.evaluate(args.run_dirs, reps=args.bootstrap_reps, seed=args.seed, out=out, score=args.score)
     for row in table:
         print(f"{row['claim']:>3}  {row['verdict']:<12}  {row['statement']}")
     print(f"wrote {out}")

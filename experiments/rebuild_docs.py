@@ -2,7 +2,9 @@
 
 Reads only ``results/`` (no training, no jax) and writes:
 
-- ``results/claims.csv``: ``vaco_jax.claims.evaluate`` on ``results/study/`` (when its ``run.json`` exists);
+- ``results/claims.csv``: ``vaco_jax.claims.evaluate_study`` on ``results/study/`` (when a design has run),
+  and ``results/claims_auc.csv``: the same verdicts on the area under the evaluation curve (the
+  secondary score, for tasks whose final return saturates);
 - FINDINGS.md's generated tables: each block between the marker lines
   ``<!-- generated: NAME (python experiments/rebuild_docs.py) -->`` and ``<!-- end generated: NAME -->``
   is replaced by ``BLOCKS[NAME]``'s text; every byte outside the blocks is kept;
@@ -46,6 +48,7 @@ STUDY = os.path.join("results", "study")  # one run directory per design (experi
 MAIN_DESIGN = "lag"
 TUNED = os.path.join(STUDY, "tuned.json")
 CLAIMS = os.path.join("results", "claims.csv")
+CLAIMS_AUC = os.path.join("results", "claims_auc.csv")  # the same rule on auc_eval_return
 FIGURE_DIR = os.path.join("docs", "figures")
 FIGURE_PREFIX = "study_"
 # docs/figures/study_<name>.png  <-  vaco_jax.plots.<function>(results/study, *args)
@@ -184,12 +187,12 @@ def screens_table(path: str) -> str:
 NO_STUDY = f"_Not built: `{STUDY}/{MAIN_DESIGN}/run.json` does not exist yet._\n"
 
 
-def claims_table(build: Build) -> str:
-    """One row per claim and part of ``results/claims.csv`` (as just rebuilt)."""
+def claims_table(build: Build, which: str = CLAIMS) -> str:
+    """One row per claim and part of ``results/claims.csv`` (or ``which``: claims_auc.csv), as just rebuilt."""
     if not build.has_any_design():
         return NO_STUDY
     rows = []
-    for r in results.read_table(build.dst(CLAIMS)):
+    for r in results.read_table(build.dst(which)):
         ci = f"[{_num(r['ci_low'], '.3g')}, {_num(r['ci_high'], '.3g')}]" if _finite(r["ci_low"]) else "—"
         claim = f"{r['claim']}: {r['statement']}" if isinstance(r["statement"], str) else str(r["claim"])
         rows.append([claim, r["verdict"], r["statistic"] if isinstance(r["statistic"], str) else "",
@@ -296,6 +299,7 @@ BLOCKS: dict[str, Callable[[Build], str]] = {
     "study_machine": machine_table,
     "study_tuned": tuned_table,
     "study_claims": claims_table,
+    "study_claims_auc": lambda b: claims_table(b, CLAIMS_AUC),
     "study_iqm": study_iqm_table,
 }
 
@@ -360,7 +364,8 @@ def write_claims(build: Build) -> list[str]:
     from vaco_jax import claims
 
     claims.evaluate_study(build.src(STUDY), out=build.dst(CLAIMS))
-    return [CLAIMS]
+    claims.evaluate_study(build.src(STUDY), out=build.dst(CLAIMS_AUC), score="auc_eval_return")
+    return [CLAIMS, CLAIMS_AUC]
 
 
 def _findings_text(build: Build) -> str:
@@ -406,7 +411,7 @@ def build_all(build: Build) -> list[str]:
 
 def owned(root: str) -> list[str]:
     """The outputs of this script that exist under ``root`` (whether or not they would be produced now)."""
-    found = [CLAIMS] if os.path.exists(os.path.join(root, CLAIMS)) else []
+    found = [c for c in (CLAIMS, CLAIMS_AUC) if os.path.exists(os.path.join(root, c))]
     pattern = os.path.join(root, FIGURE_DIR, f"{FIGURE_PREFIX}*.png")
     return found + sorted(os.path.relpath(p, root) for p in glob.glob(pattern))
 

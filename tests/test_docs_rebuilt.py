@@ -163,6 +163,7 @@ def test_png_comparison_tolerates_rendering_noise_not_a_changed_curve(tmp_path):
 # ----------------------------------------------------------------------------- a synthetic study
 
 STUDY_BLOCKS = (HEAD + BEGIN.format("study_claims") + END.format("study_claims") + "\n"
+                + BEGIN.format("study_claims_auc") + END.format("study_claims_auc") + "\n"
                 + BEGIN.format("study_iqm") + END.format("study_iqm") + TAIL)
 
 
@@ -199,6 +200,10 @@ def test_the_study_builds_claims_tables_and_figures(study_tree, tmp_path):
         assert imread(str(study_tree / "docs" / "figures" / name)).shape[1] <= rd.FIGURE_MAX_INCHES * 150, name
     findings = (study_tree / "FINDINGS.md").read_text()
     assert "| 1a: VACO keeps >= 0.9 of its own B=1 IQM at B=16 |" in findings
+    # the second claims table: the same rule on the area under the eval curve, and its CSV
+    auc = results.read_table(str(study_tree / "results" / "claims_auc.csv"))
+    assert next(r for r in auc if r["claim"] == "1b")["statistic"].endswith("score: auc_eval_return")
+    assert findings.count("| 1a: VACO keeps >= 0.9 of its own B=1 IQM at B=16 |") == 2
     assert "| hopper | VACO | 16 |" in findings
     # the pooled rows are the study's summary.csv rows (same function, replicates and seed)
     summary = results.read_table(str(study_tree / "results" / "study" / "lag" / "summary.csv"))

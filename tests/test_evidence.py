@@ -20,9 +20,11 @@ SEEDS = tuple(range(10))
 
 
 def write_group(run_dir, task, method, levels, tags=None, diag=None, seconds=None, rng=None, noise=0.01,
-                nan_seeds=(), diverged_seeds=(), sub=""):
+                nan_seeds=(), diverged_seeds=(), sub="", final=None):
     """One group: ``levels[B]`` = the mean normalised score at lag depth B (score = level x task scale x
-    (1 + noise)); ``diag[B]`` = {column: value}; ``seconds`` writes curves.csv with that cost per chunk."""
+    (1 + noise)); ``diag[B]`` = {column: value}; ``seconds`` writes curves.csv with that cost per chunk;
+    ``final[B]``: the final return at B exactly (level x task scale: a ceiling every run reaches), the
+    level then setting the area under the curve only."""
     rng = rng or np.random.default_rng(0)
     group = os.path.join(run_dir, task, method, sub)
     os.makedirs(group, exist_ok=True)
@@ -33,7 +35,8 @@ def write_group(run_dir, task, method, levels, tags=None, diag=None, seconds=Non
         score = levels[b] * SCALE[task] * (1 + noise * rng.standard_normal())
         div = (b, s) in diverged_seeds
         row = {"env": task, "method": method, **(tags or {}), **c,
-               "final_eval_return": float("nan") if div else score, "auc_eval_return": score,
+               "final_eval_return": float("nan") if div else (score if final is None else final[b] * SCALE[task]),
+               "auc_eval_return": score,
                "train_return_last5pct": float("nan") if (b, s) in nan_seeds else 0.8 * score, "diverged": div}
         for k, v in (diag or {}).get(b, {}).items():
             row[k] = v * (1 + 0.05 * rng.standard_normal())
@@ -268,3 +271,40 @@ def test_the_study_layout_keeps_designs_apart_and_step_variants_are_methods_of_t
         assert row["verdict"] == "no data" and design in row["why"]
     assert v["5"] == "no data"  # lag has VACO, but no ablation ran (yet: see below)
     assert [r["claim"] for r in read_csv(out)] == [r["claim"] for r in table]
+
+
+def test_verdicts_on_the_area_under_the_curve_when_the_final_return_saturates(tmp_path):
+    """Every run ends at the ceiling, but lag slows PPO-Clip's learning: on the final return claim 1b
+    cannot be called (the IQM difference is exactly 0); on the area under the curve it holds. Parts
+    that do not read the score keep their statistic; a score outside ``SCORES`` is refused by name."""
+    study = str(tmp_path / "study")
+    lag = os.path.join(study, "lag")
+    os.makedirs(lag)
+    results.write_json(os.path.join(lag, "run.json"), {})
+    results.write_json(os.path.join(lag, "random_scores.json"), RANDOM)
+    rng = np.random.default_rng(5)
+    for t in SCALE:
+        write_group(lag, t, "ppo_clip", {1: 1.0, 16: 0.5}, final={1: 1.0, 16: 1.0}, rng=rng,
+                    diag={1: {"mean_clip_fraction": 0.05}, 16: {"mean_clip_fraction": 0.2}})
+        write_group(lag, t, "vaco", {1: 1.2, 16: 1.15}, final={1: 1.0, 16: 1.0}, rng=rng)
+    final = {r["claim"]: r for r in claims.evaluate_study(study, reps=200)}
+    auc = {r["claim"]: r for r in claims.evaluate_study(study, reps=200, score="auc_eval_return")}
+    assert final["1b"]["verdict"] == "inconclusive" and final["1b"]["point"] == 0.0
+    assert auc["1b"]["verdict"] == "holds" and auc["1b"]["point"] < -0.3
+    assert auc["1a"]["verdict"] == "holds" and auc["6"]["verdict"] == "holds"
+    assert final["6"]["verdict"] == "inconclusive"
+    assert auc["1b"]["statistic"].endswith("score: auc_eval_return")
+    assert "score:" not in final["1b"]["statistic"] and "score:" not in auc["2b"]["statistic"]
+    assert auc["2b"]["verdict"] == final["2b"]["verdict"] == "holds"
+    with pytest.raises(ValueError, match="score='eval_return'.*final_eval_return, auc_eval_return"):
+        claims.evaluate_study(study, score="eval_return")
+    out = str(tmp_path / "claims_auc.csv")
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("claims_script", os.path.join(REPO, "experiments", "claims.py"))
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    script.main(["--study", study, "--score", "auc_eval_return", "--bootstrap-reps", "200", "--out", out])
+    assert {r["claim"]: r["verdict"] for r in read_csv(out)}["1b"] == "holds"
+    with pytest.raises(SystemExit):
+        script.main(["--study", study, "--score", "eval_return"])

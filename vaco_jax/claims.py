@@ -1,6 +1,8 @@
 """The evidence issue's decision rule in code: each claim, its statistic and its verdict (``claims.csv``).
 
-Scores are ``final_eval_return``; ``B`` is the lag depth. Runs are cleaned as everywhere else
+Scores are ``final_eval_return`` (the primary score), or ``auc_eval_return`` (the area under the
+evaluation curve: the secondary reading, for tasks whose final return saturates) when asked for with
+``score=``; ``B`` is the lag depth. Runs are cleaned as everywhere else
 (:func:`vaco_jax.analysis.clean_cell`: diverged runs and runs without a score are dropped, whole seeds
 across tasks). Every interval is a 95% percentile bootstrap that resamples runs with replacement
 within each task, independently for the two samples compared (``REPS`` replicates, fixed seed).
@@ -54,6 +56,9 @@ from vaco_jax import analysis, stats
 from vaco_jax.results import atomic_write_text, load_curves, load_random_scores, load_scores, rows_to_csv
 
 SCORE = "final_eval_return"
+# The scores a verdict can rest on: the primary (the final evaluation return) and the area under the
+# evaluation curve, which tells methods apart when the final return saturates (docs/evaluation.md).
+SCORES = ("final_eval_return", "auc_eval_return")
 LOW_LAG, HIGH_LAG = 1, 16
 KEEP_FRACTION = 0.9
 EQUIVALENCE_WIDTH = 0.3
@@ -82,11 +87,13 @@ class Data:
     """Score rows, tasks, references and curves of the run directories, with cleaned cells."""
 
     def __init__(self, rows: list[dict], random: dict | None, curves: list[dict] | None = None,
-                 reps: int = REPS, seed: int = 0):
+                 reps: int = REPS, seed: int = 0, score: str = SCORE):
+        if score not in SCORES:
+            raise ValueError(f"score={score!r}: allowed values are {', '.join(SCORES)}")
         self.rows, self.random, self.curves = rows, random, curves or []
         self.tasks = sorted({r["env"] for r in rows})
-        self.reps, self.seed = reps, seed
-        self.ref = analysis.reference_scores(rows, self.tasks, SCORE, random) if rows else None
+        self.reps, self.seed, self.score = reps, seed, score
+        self.ref = analysis.reference_scores(rows, self.tasks, score, random) if rows else None
 
     def on_tasks_of(self, method: str) -> "Data":
         """The same data restricted to the tasks where ``method`` has rows (a design run on fewer tasks
@@ -95,7 +102,8 @@ class Data:
         if tasks == set(self.tasks):
             return self
         curves = [c for c in self.curves if c.get("env") in tasks]
-        return Data([r for r in self.rows if r["env"] in tasks], self.random, curves, reps=self.reps, seed=self.seed)
+        return Data([r for r in self.rows if r["env"] in tasks], self.random, curves, reps=self.reps, seed=self.seed,
+                    score=self.score)
 
     def has(self, method: str, lag: int, where: Callable | None = None) -> bool:
         return any(r["method"] == method and int(r["lag_depth"]) == lag and (where is None or where(r))
@@ -104,9 +112,9 @@ class Data:
     def lags(self, method: str, where: Callable | None = None) -> set[int]:
         return {int(r["lag_depth"]) for r in self.rows if r["method"] == method and (where is None or where(r))}
 
-    def cell(self, method: str, lag: int, column: str = SCORE, where: Callable | None = None):
-        """(kept runs x tasks, n_diverged, n_missing)."""
-        return analysis.clean_cell(self.rows, method, lag, self.tasks, column, where=where)
+    def cell(self, method: str, lag: int, column: str | None = None, where: Callable | None = None):
+        """(kept runs x tasks, n_diverged, n_missing) of ``column`` (default: the score)."""
+        return analysis.clean_cell(self.rows, method, lag, self.tasks, column or self.score, where=where)
 
     def normalised(self, method: str, lag: int, where: Callable | None = None):
         """Scores normalised to synchronous PPO-Clip; raw with one task and no reference; else None."""
@@ -118,7 +126,7 @@ class Data:
         return None, n_div, n_miss, ""
 
     def own_b1(self, method: str, lag: int):
-        ref = analysis.own_b1_reference(self.rows, method, self.tasks, SCORE, self.random)
+        ref = analysis.own_b1_reference(self.rows, method, self.tasks, self.score, self.random)
         kept, n_div, n_miss = self.cell(method, lag)
         if ref is None:
             return None, n_div, n_miss
@@ -416,6 +424,18 @@ def claim_6(d: Data) -> list[dict]:
 
 
 CLAIMS = (claim_1, claim_2, claim_3, claim_4, claim_5, claim_6)
+# Parts whose statistic does not read the score (diagnostic fractions; seconds per phase).
+SCORE_FREE = ("2a", "2b", "3b")
+
+
+def _mark_score(table: list[dict], score: str) -> list[dict]:
+    """Name a secondary score in the statistic of every part that rests on it (the primary goes unnamed)."""
+    if score == SCORE:
+        return table
+    for row in table:
+        if row["claim"] not in SCORE_FREE and not str(row["statistic"]).startswith("parts"):
+            row["statistic"] = f"{row['statistic']}; score: {score}" if row["statistic"] else f"score: {score}"
+    return table
 
 # The study's layout (experiments/study.py): one run directory per design; each claim reads the designs
 # that hold its methods, so that runs of one method under other settings never share a cell.
@@ -441,9 +461,13 @@ def _design_rows(study_dir: str, design: str) -> tuple[list[dict], list[dict], d
     return rows, curves, load_random_scores(path) or {}
 
 
-def evaluate_study(study_dir: str, reps: int = REPS, seed: int = 0, out: str | None = None) -> list[dict]:
+def evaluate_study(study_dir: str, reps: int = REPS, seed: int = 0, out: str | None = None,
+                   score: str = SCORE) -> list[dict]:
     """Every claim's rows from the study's run directories (``STUDY_SOURCES``: each claim reads only
-    the designs that hold its methods); a claim whose designs have not run is ``no data``."""
+    the designs that hold its methods); a claim whose designs have not run is ``no data``. ``score``:
+    one of ``SCORES``, the per-run score the verdicts rest on."""
+    if score not in SCORES:
+        raise ValueError(f"score={score!r}: allowed values are {', '.join(SCORES)}")
     cache = {}
     table = []
     for fn, designs in STUDY_SOURCES.items():
@@ -459,25 +483,30 @@ def evaluate_study(study_dir: str, reps: int = REPS, seed: int = 0, out: str | N
             table += [{**r, "why": f"{note}; {r['why']}" if r["why"] else note} for r in fn(Data([], None))]
             continue
         rows = sorted(rows, key=analysis._row_order)
-        table += fn(Data(rows, random or None, curves, reps=reps, seed=seed))
+        table += fn(Data(rows, random or None, curves, reps=reps, seed=seed, score=score))
+    _mark_score(table, score)
     if out:
         os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
         atomic_write_text(out, rows_to_csv([{c: r.get(c, "") for c in COLUMNS} for r in table]))
     return table
 
 
-def evaluate(run_dirs, reps: int = REPS, seed: int = 0, out: str | None = None) -> list[dict]:
-    """Every claim's rows for one run directory or several (merged); writes ``out`` (a CSV path) when given."""
+def evaluate(run_dirs, reps: int = REPS, seed: int = 0, out: str | None = None, score: str = SCORE) -> list[dict]:
+    """Every claim's rows for one run directory or several (merged); writes ``out`` (a CSV path) when given.
+    ``score``: one of ``SCORES``, the per-run score the verdicts rest on."""
+    if score not in SCORES:
+        raise ValueError(f"score={score!r}: allowed values are {', '.join(SCORES)}")
     rows = load_scores(run_dirs)
     rows.sort(key=analysis._row_order)
     try:
         curves = load_curves(run_dirs)
     except OSError:
         curves = []
-    d = Data(rows, load_random_scores(run_dirs), curves, reps=reps, seed=seed)
+    d = Data(rows, load_random_scores(run_dirs), curves, reps=reps, seed=seed, score=score)
     table = []
     for fn in CLAIMS:
         table += fn(d) if rows else [_no_data(fn.__name__.split("_")[1], "", "", "no scores.csv rows")]
+    _mark_score(table, score)
     if out:
         os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
         atomic_write_text(out, rows_to_csv([{c: r.get(c, "") for c in COLUMNS} for r in table]))
