@@ -102,7 +102,6 @@ def write_table(run_dir: str, tasks) -> list[dict]:
 
 
 def main(args: Args) -> list[dict]:
-    from vaco_jax import results
     from vaco_jax.knobs import ConfigError
 
     unknown = [t for t in args.tasks if t not in REACHABLE]

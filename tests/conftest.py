@@ -20,6 +20,25 @@ TINY = dict(env="point_mass", num_envs=8, unroll_length=16, total_env_steps=8 * 
             buffer_capacity=8)
 
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def load_script(name: str, fresh: bool = False):
+    """``experiments/<name>.py`` as a module (scripts are files, not a package). It is registered in
+    ``sys.modules`` before it runs, since dataclasses look their module up while defining ``Args``;
+    one instance is shared across the tests unless ``fresh`` asks for a new one."""
+    import importlib.util
+    import sys
+
+    key = f"_experiments_{name}"
+    if fresh or key not in sys.modules:
+        spec = importlib.util.spec_from_file_location(key, os.path.join(ROOT, "experiments", f"{name}.py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[key] = module
+        spec.loader.exec_module(module)
+    return sys.modules[key]
+
+
 def tiny_config(**overrides):
     from vaco_jax.config import Config
 

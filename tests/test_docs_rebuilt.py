@@ -3,10 +3,9 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 
+from conftest import load_script
 import numpy as np
 import pytest
 
@@ -21,13 +20,7 @@ END = "<!-- end generated: {} -->\n"
 
 
 def _rebuild_docs():
-    name = "_rebuild_docs_test"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, "experiments", "rebuild_docs.py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    return load_script("rebuild_docs")
 
 
 def test_committed_docs_are_what_the_committed_results_give(capsys):

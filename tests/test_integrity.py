@@ -2,7 +2,6 @@
 every kind of file of a run directory, run identity, bad input before anything is written, exit
 codes, and analysis that imports no jax. Training runs on the tiny pure-JAX point_mass task."""
 
-import importlib.util
 import json
 import os
 import shutil
@@ -12,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import tiny_config
+from conftest import tiny_config, load_script
 from vaco_jax import results, sweep
 from vaco_jax.config import ConfigError
 from vaco_jax.results import ResultsError
@@ -227,14 +226,7 @@ def test_run_identity_ignores_display_settings_and_names_a_real_difference(tmp_p
 
 
 def _lag_sweep():
-    if "lag_sweep_script" in sys.modules:
-        return sys.modules["lag_sweep_script"]
-    spec = importlib.util.spec_from_file_location("lag_sweep_script",
-                                                  os.path.join(ROOT, "experiments", "lag_sweep.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["lag_sweep_script"] = module  # dataclasses look their module up while defining Args
-    spec.loader.exec_module(module)
-    return module
+    return load_script("lag_sweep")
 
 
 @pytest.mark.parametrize("flags, match", [

@@ -5,15 +5,13 @@ staleness.npz. Tiny pure-JAX point_mass programs."""
 
 import dataclasses
 import glob
-import importlib.util
 import os
 import struct
-import sys
 
 import numpy as np
 import pytest
 
-from conftest import tiny_config
+from conftest import tiny_config, load_script
 from vaco_jax import results, sweep
 from vaco_jax.live import cell_run_name, tag_for
 
@@ -104,11 +102,7 @@ def _check_cell(logdir: str, rows: list[dict], counts: np.ndarray, skip) -> int:
 # ----------------------------------------------------------------------------- tests
 
 def _lag_sweep():
-    spec = importlib.util.spec_from_file_location("_lag_sweep_live", os.path.join(ROOT, "experiments", "lag_sweep.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("lag_sweep", fresh=True)
 
 
 def test_a_study_with_tensorboard_writes_each_cells_rows_and_histograms(tmp_path):

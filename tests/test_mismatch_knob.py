@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from conftest import tiny_config
-from vaco_jax import lag as lag_lib
 from vaco_jax.config import ConfigError, make_traced
 from vaco_jax.networks import gaussian_logp
 from vaco_jax.rollout import rollout

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import tiny_config
+from conftest import tiny_config, load_script
 from vaco_jax import memory, results, sweep
 from vaco_jax.config import ConfigError, make_traced, stack_traced
 from vaco_jax.train import make_train
@@ -24,15 +24,7 @@ NUMBERS = ("final_eval_return", "auc_eval_return", "train_return_last5pct")
 
 
 def _lag_sweep():
-    import importlib.util
-
-    key = "_scale_test_lag_sweep"
-    if key not in sys.modules:
-        spec = importlib.util.spec_from_file_location(key, os.path.join(ROOT, "experiments", "lag_sweep.py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[key] = module
-        spec.loader.exec_module(module)
-    return sys.modules[key]
+    return load_script("lag_sweep")
 
 
 TINY_FLAGS = ["--preset", "tiny", "--seeds", "0", "--no-progress", "--no-figures", "--bootstrap-reps", "50",

@@ -1,20 +1,15 @@
 """experiments/screen.py's verdicts on synthetic score and curve rows (no training)."""
 
-import importlib.util
 import os
-import sys
 
 import pytest
+from conftest import load_script
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _screen():
-    spec = importlib.util.spec_from_file_location("_screen_test", os.path.join(ROOT, "experiments", "screen.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["_screen_test"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("screen", fresh=True)
 
 
 @pytest.mark.parametrize("b1, half, b16, learnable, sensitive", [

@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import pytest
 
-from conftest import tiny_config
+from conftest import tiny_config, load_script
 from vaco_jax import analysis, plots, results, sweep
 from vaco_jax.config import ConfigError
 from vaco_jax.results import ResultsError
@@ -18,16 +18,7 @@ SCRIPTS = ("lag_sweep", "delta_sweep", "forward_lag", "mismatch")
 
 
 def _script(name):
-    import importlib.util
-    import sys
-
-    key = f"_shard_test_{name}"
-    if key not in sys.modules:
-        spec = importlib.util.spec_from_file_location(key, os.path.join(ROOT, "experiments", f"{name}.py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[key] = module  # dataclasses look their module up while defining Args
-        spec.loader.exec_module(module)
-    return sys.modules[key]
+    return load_script(name)
 
 
 def _groups(n_groups=2, n_cells=6):

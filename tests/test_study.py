@@ -1,10 +1,9 @@
 """experiments/study.py: the tuning protocol (choice, freezing) and the designs' groups, on synthetic
 rows and the tiny pure-JAX point_mass task; one end-to-end tune + run on point_mass."""
 
-import importlib.util
 import os
-import sys
 
+from conftest import load_script
 import numpy as np
 import pytest
 
@@ -16,10 +15,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 @pytest.fixture()
 def study(monkeypatch):
-    spec = importlib.util.spec_from_file_location("_study_test", os.path.join(ROOT, "experiments", "study.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["_study_test"] = module
-    spec.loader.exec_module(module)
+    module = load_script("study", fresh=True)
     monkeypatch.setattr(module, "TASKS", {"point_mass": 8 * 16 * 4, "point_mass_b": 8 * 16 * 4})
     monkeypatch.setattr(module, "PAIR_TASKS", ("point_mass",))
     monkeypatch.setattr(module, "COMMON", dict(num_envs=8, unroll_length=16, num_evals=2, eval_episodes=2,

@@ -477,7 +477,6 @@ def evaluate_study(study_dir: str, reps: int = REPS, seed: int = 0, out: str | N
                 cache[design] = _design_rows(study_dir, design)
             r, c, rnd = cache[design]
             rows, curves, random = rows + r, curves + c, {**random, **rnd}
-        claim = fn.__name__.split("_")[1]
         if not rows:  # the claim's own no-data rows (with its statements), saying which designs are missing
             note = f"no results in {', '.join(designs)} under {study_dir}"
             table += [{**r, "why": f"{note}; {r['why']}" if r["why"] else note} for r in fn(Data([], None))]
