@@ -55,6 +55,7 @@ FIGURE_PREFIX = "study_"
 FIGURES = (  # paper width (<= 7 in, FIGURE_MAX_INCHES); one-task figures drop their redundant panels
     ("interval_estimates", "plot_interval_estimates", ("final_eval_return", "normalized")),
     ("interval_estimates_own_b1", "plot_interval_estimates", ("final_eval_return", "own_b1")),
+    ("interval_estimates_auc", "plot_interval_estimates", ("auc_eval_return", "normalized")),
     ("probability_of_improvement", "plot_probability_of_improvement", ()),
     ("performance_profiles", "plot_performance_profiles", ()),
     ("iqm_curves", "plot_iqm_curves", ()),
