@@ -441,8 +441,9 @@ def _mark_score(table: list[dict], score: str) -> list[dict]:
 # that hold its methods, so that runs of one method under other settings never share a cell.
 STUDY_SOURCES = {claim_1: ("lag",), claim_2: ("lag",), claim_3: ("proximal",), claim_4: ("mismatch",),
                  claim_5: ("lag", "ablation"), claim_6: ("lag", "step")}
-# The ``step`` design's PPO-Clip runs with a larger step (a ``variant`` column) enter claim 6 as methods
-# of their own, named with this prefix, so they never join the tuned PPO-Clip's cells.
+# A design's runs of a method under another setting (a ``variant`` column, e.g. the ``step`` design's
+# PPO-Clip with a larger step) enter the claims as methods of their own, ``<method>_<variant>``, so
+# they never join the method's own cells; claim 6 compares VACO with every ``ppo_clip_*`` variant.
 STEP_VARIANT_PREFIX = "ppo_clip_"
 
 
@@ -455,9 +456,10 @@ def _design_rows(study_dir: str, design: str) -> tuple[list[dict], list[dict], d
         curves = load_curves(path)
     except OSError:
         curves = []
-    if design == "step":  # variants become methods of their own
-        for r in rows + curves:
-            r["method"] = STEP_VARIANT_PREFIX + str(r.get("variant", "tuned"))
+    for r in rows + curves:  # a design's variants (a ``variant`` column) become methods of their own
+        variant = r.get("variant")
+        if isinstance(variant, str) and variant:
+            r["method"] = f"{r['method']}_{variant}"
     return rows, curves, load_random_scores(path) or {}
 
 
