@@ -43,3 +43,12 @@ def test_a_task_without_a_reachable_score_is_refused_before_running():
 
     with pytest.raises(ConfigError, match="no reachable score"):
         screen.main(screen.Args(tasks=("hopper",), out="/nonexistent/never-written"))
+
+
+def test_the_screen_runs_at_the_learning_rate_it_is_given():
+    screen = _screen()
+    lag_sweep = load_script("lag_sweep")
+    settings = screen.sweep_settings(screen.Args(tasks=("inverted_pendulum",), learning_rate=1e-3))
+    assert settings["learning_rate"] == 1e-3 and settings["lag_depths"] == (1, 16)
+    lag_sweep.Args(**settings)  # every setting is one the lag sweep takes
+    assert screen.sweep_settings(screen.Args())["learning_rate"] is None  # the Config default
