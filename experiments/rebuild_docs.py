@@ -62,6 +62,8 @@ FIGURES = (  # paper width (<= 7 in, FIGURE_MAX_INCHES); one-task figures drop t
     ("staleness", "plot_staleness", ()),
 )
 FIGURE_MAX_INCHES = 7.0
+# The fourth screen: DM Control tasks at the learning rate every method chose (results/screens_lr1e-3/).
+SCREENS_LR = ("CartpoleSwingup_2m", "PointMass_1m", "CartpoleBalance_600k")
 # Two renderings of one figure "match" when no pixel channel differs by more than this (colours in
 # [0, 1]). Rendering noise (a coordinate that moved by a rounding error, e.g. a CI computed on
 # another CPU type) changes an edge pixel's antialiased coverage by a few hundredths at most; a
@@ -167,20 +169,32 @@ def _sensitive_text(row: dict, screen) -> str:
     return "no (B = 16 higher)" if row["lag_loss_b16"] < 0 else f"no (loses < {screen.LAG_LOSS:.0%})"
 
 
-def screens_table(path: str) -> str:
-    """The table of one ``screens.csv`` (``experiments/screen.py``). "—" marks a share of progress at
-    half time that is negative (below random then, or at the end) and a loss at B = 16 on a task where
-    B = 1 got less than ``MIN_PROGRESS`` of the way from random to reachable (not judged there)."""
+def _screen_steps(screen_csv: str, task: str) -> str:
+    """Env steps per run of ``task`` in the screen's run directory (its ``run.json`` identity)."""
+    identity = results.read_json(os.path.join(os.path.dirname(screen_csv), "run.json")).get("identity", {})
+    steps = {v.get("total_env_steps") for k, v in identity.items() if k.split("/")[0] == task}
+    return ", ".join(f"{s:,}" for s in sorted(steps)) if steps else "—"
+
+
+def screens_table(*paths: str, steps: bool = False) -> str:
+    """The table of one ``screens.csv`` (``experiments/screen.py``), or of several one after the other;
+    ``steps`` adds each run's env steps (screens of several budgets in one table). "—" marks a share of
+    progress at half time that is negative (below random then, or at the end) and a loss at B = 16 on a
+    task where B = 1 got less than ``MIN_PROGRESS`` of the way from random to reachable (not judged
+    there)."""
     screen = _screen_module()
     rows = []
-    for r in results.read_table(path):
-        half = r["half_over_final"] if _finite(r["half_over_final"]) and r["half_over_final"] >= 0 else math.nan
-        loss = r["lag_loss_b16"] if r["learned_fraction"] >= screen.MIN_PROGRESS else math.nan
-        rows.append([r["env"], _num(r["random"], ".1f"), _num(r["ppo_clip_b1"], ".1f"),
-                     _num(r["learned_fraction"], ".2f"), _num(half, ".2f"), _num(r["ppo_clip_b16"], ".1f"),
-                     _num(loss, ".2f"), _learnable_text(r, screen), _sensitive_text(r, screen)])
-    return _table(["task", "random", "PPO-Clip B = 1", "learned", "B = 1 at half / final", "B = 16",
-                   "loss at B = 16", "learnable", "lag-sensitive"], rows)
+    for path in paths:
+        for r in results.read_table(path):
+            half = r["half_over_final"] if _finite(r["half_over_final"]) and r["half_over_final"] >= 0 else math.nan
+            loss = r["lag_loss_b16"] if r["learned_fraction"] >= screen.MIN_PROGRESS else math.nan
+            rows.append([r["env"]] + ([_screen_steps(path, r["env"])] if steps else [])
+                        + [_num(r["random"], ".1f"), _num(r["ppo_clip_b1"], ".1f"),
+                           _num(r["learned_fraction"], ".2f"), _num(half, ".2f"), _num(r["ppo_clip_b16"], ".1f"),
+                           _num(loss, ".2f"), _learnable_text(r, screen), _sensitive_text(r, screen)])
+    return _table(["task"] + (["env steps per run"] if steps else [])
+                  + ["random", "PPO-Clip B = 1", "learned", "B = 1 at half / final", "B = 16",
+                     "loss at B = 16", "learnable", "lag-sensitive"], rows)
 
 
 # ----------------------------------------------------------------------------- the study
@@ -297,6 +311,8 @@ BLOCKS: dict[str, Callable[[Build], str]] = {
     "screens_2m": lambda b: screens_table(b.src("results", "screens_2m", "screens.csv")),
     "screens_ip_61k": lambda b: screens_table(b.src("results", "screens_ip_61k", "screens.csv")),
     "screens_pointmass_1m": lambda b: screens_table(b.src("results", "screens_pointmass_1m", "screens.csv")),
+    "screens_lr1e-3": lambda b: screens_table(*(b.src("results", "screens_lr1e-3", d, "screens.csv")
+                                                for d in SCREENS_LR), steps=True),
     "study_machine": machine_table,
     "study_tuned": tuned_table,
     "study_claims": claims_table,
