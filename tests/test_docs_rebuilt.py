@@ -126,6 +126,12 @@ def test_the_screen_tables_follow_the_screen_rules():
             in text)
     # B = 1 got 3% of the way: its "loss" at B = 16 is not judged (MIN_PROGRESS), so not shown
     assert "| AcrobotSwingup | 7.5 | 39.2 | 0.03 | 0.31 | 25.8 | — | no | no |" in text
+    # screens of several budgets in one table, each row with its runs' env steps (from run.json)
+    text = rd.screens_table(*(os.path.join(REPO, "results", "screens_lr1e-3", d, "screens.csv")
+                              for d in rd.SCREENS_LR), steps=True)
+    lines = [line for line in text.splitlines() if line.startswith("| ") and "task" not in line]
+    assert [line.split(" | ")[:2] for line in lines] == [
+        ["| CartpoleSwingup", "2,000,000"], ["| PointMass", "1,000,000"], ["| CartpoleBalance", "600,000"]]
 
 
 # ----------------------------------------------------------------------------- PNG comparison
