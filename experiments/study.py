@@ -57,6 +57,10 @@ STEP_KNOB = {
 }
 COMMON = dict(num_envs=64, unroll_length=32, num_evals=10, eval_episodes=8, buffer_capacity=16)
 MISMATCH_STRENGTH = 0.5  # docs/lag.md: 14% of samples' π_old/π_infer leave [0.5, 2] at m = 0.5
+# At m = 0.5 the revised PPO-EWMA's reset (kept fraction < 0.5) never fired on either task, so claim 4b
+# could not be tested there. At m = 1.5 the mismatch alone keeps ~51% of one action dimension's samples
+# (docs/lag.md), so the reset fires when staleness pushes the kept fraction further down.
+MISMATCH_STRENGTH_STRONG = 1.5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,6 +95,12 @@ DESIGNS = {
                        knobs=(("mismatch_strength", MISMATCH_STRENGTH),),
                        static=(("ppo_ewma", (("old_logit_source", "infer"),)),),
                        traced=(("ppo_ewma_revised", (("ewma_reset_threshold", (0.0, 0.5)),)),)),
+    # 4 again, at a mismatch large enough for the reset to fire (a directory of its own: a finished design
+    # is never changed)
+    "mismatch_strong": Design("4", ("ppo_ewma", "ppo_ewma_revised"), (16,),
+                              knobs=(("mismatch_strength", MISMATCH_STRENGTH_STRONG),),
+                              static=(("ppo_ewma", (("old_logit_source", "infer"),)),),
+                              traced=(("ppo_ewma_revised", (("ewma_reset_threshold", (0.0, 0.5)),)),)),
     # 5: each half of VACO alone (full VACO's runs are the lag design's)
     "ablation": Design("5", ("vaco_realign_only", "vaco_filter_only"), (16,)),
     # 6: is VACO's edge only a larger step? PPO-Clip with twice its tuned clip range, and with twice the epochs

@@ -305,3 +305,27 @@ def test_verdicts_on_the_area_under_the_curve_when_the_final_return_saturates(tm
     assert {r["claim"]: r["verdict"] for r in read_csv(out)}["1b"] == "holds"
     with pytest.raises(SystemExit):
         script.main(["--study", study, "--score", "eval_return"])
+
+
+def test_a_repeat_design_gets_its_own_tagged_verdicts(tmp_path):
+    """Claim 4 is evaluated on the ``mismatch`` design and again on ``mismatch_strong`` alone: the runs
+    of the two mismatch strengths never share a cell, and the repeat's ids carry the design's name."""
+    study = str(tmp_path / "study")
+    rng = np.random.default_rng(4)
+    for design, no_reset in (("mismatch", 0.9), ("mismatch_strong", 0.3)):
+        run = os.path.join(study, design)
+        os.makedirs(run)
+        results.write_json(os.path.join(run, "run.json"), {})
+        for t in SCALE:
+            write_group(run, t, "ppo_ewma", {16: 0.6}, rng=rng)
+            write_group(run, t, "ppo_ewma_revised", {16: 0.9}, tags={claims.EWMA_RESET_COLUMN: 0.5}, rng=rng)
+            write_group(run, t, "ppo_ewma_revised", {16: no_reset}, tags={claims.EWMA_RESET_COLUMN: 0.0},
+                        sub="no_reset", rng=rng)
+    table = claims.evaluate_study(study, reps=200)
+    ids = [r["claim"] for r in table]
+    assert ids[ids.index("4"):ids.index("4") + 6] == ["4", "4a", "4b", "4 [mismatch_strong]", "4a [mismatch_strong]",
+                                                      "4b [mismatch_strong]"]
+    v = {r["claim"]: r["verdict"] for r in table}
+    assert v["4b"] == "inconclusive" and v["4b [mismatch_strong]"] == "holds"  # 0.9 vs 0.9; 0.3 vs 0.9
+    assert v["4a"] == v["4a [mismatch_strong]"] == "holds"
+    assert "10 runs" in next(r for r in table if r["claim"] == "4b [mismatch_strong]")["rests_on"]

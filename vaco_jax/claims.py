@@ -433,7 +433,7 @@ def _mark_score(table: list[dict], score: str) -> list[dict]:
     if score == SCORE:
         return table
     for row in table:
-        if row["claim"] not in SCORE_FREE and not str(row["statistic"]).startswith("parts"):
+        if str(row["claim"]).split(" ")[0] not in SCORE_FREE and not str(row["statistic"]).startswith("parts"):
             row["statistic"] = f"{row['statistic']}; score: {score}" if row["statistic"] else f"score: {score}"
     return table
 
@@ -441,6 +441,9 @@ def _mark_score(table: list[dict], score: str) -> list[dict]:
 # that hold its methods, so that runs of one method under other settings never share a cell.
 STUDY_SOURCES = {claim_1: ("lag",), claim_2: ("lag",), claim_3: ("proximal",), claim_4: ("mismatch",),
                  claim_5: ("lag", "ablation"), claim_6: ("lag", "step")}
+# Claims evaluated again on another design alone (the same rule under other settings, e.g. claim 4 at a
+# stronger mismatch): the rows' claim ids get the design's name, "4a [mismatch_strong]".
+STUDY_REPEATS = {claim_4: ("mismatch_strong",)}
 # A design's runs of a method under another setting (a ``variant`` column, e.g. the ``step`` design's
 # PPO-Clip with a larger step) enter the claims as methods of their own, ``<method>_<variant>``, so
 # they never join the method's own cells; claim 6 compares VACO with every ``ppo_clip_*`` variant.
@@ -466,13 +469,17 @@ def _design_rows(study_dir: str, design: str) -> tuple[list[dict], list[dict], d
 def evaluate_study(study_dir: str, reps: int = REPS, seed: int = 0, out: str | None = None,
                    score: str = SCORE) -> list[dict]:
     """Every claim's rows from the study's run directories (``STUDY_SOURCES``: each claim reads only
-    the designs that hold its methods); a claim whose designs have not run is ``no data``. ``score``:
+    the designs that hold its methods; ``STUDY_REPEATS``: claims evaluated again on another design
+    alone, ids tagged with it); a claim whose designs have not run is ``no data``. ``score``:
     one of ``SCORES``, the per-run score the verdicts rest on."""
     if score not in SCORES:
         raise ValueError(f"score={score!r}: allowed values are {', '.join(SCORES)}")
     cache = {}
     table = []
+    runs = []  # each claim on its designs, then again on each of its repeat designs alone
     for fn, designs in STUDY_SOURCES.items():
+        runs += [(fn, designs, "")] + [(fn, (design,), f" [{design}]") for design in STUDY_REPEATS.get(fn, ())]
+    for fn, designs, tag in runs:
         rows, curves, random = [], [], {}
         for design in designs:
             if design not in cache:
@@ -481,10 +488,11 @@ def evaluate_study(study_dir: str, reps: int = REPS, seed: int = 0, out: str | N
             rows, curves, random = rows + r, curves + c, {**random, **rnd}
         if not rows:  # the claim's own no-data rows (with its statements), saying which designs are missing
             note = f"no results in {', '.join(designs)} under {study_dir}"
-            table += [{**r, "why": f"{note}; {r['why']}" if r["why"] else note} for r in fn(Data([], None))]
-            continue
-        rows = sorted(rows, key=analysis._row_order)
-        table += fn(Data(rows, random or None, curves, reps=reps, seed=seed, score=score))
+            part = [{**r, "why": f"{note}; {r['why']}" if r["why"] else note} for r in fn(Data([], None))]
+        else:
+            rows = sorted(rows, key=analysis._row_order)
+            part = fn(Data(rows, random or None, curves, reps=reps, seed=seed, score=score))
+        table += [{**r, "claim": f"{r['claim']}{tag}"} for r in part]
     _mark_score(table, score)
     if out:
         os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
