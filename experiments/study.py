@@ -125,6 +125,8 @@ class Args:
     tensorboard: bool = False
     distributed: bool = False
     bootstrap_reps: int = 2000
+    learning_rates: tuple[float, ...] | None = None  # tune: the grid's learning rates (default LEARNING_RATES;
+    # a new grid is a new --out)
 
 
 def check_args(args: Args) -> None:
@@ -132,6 +134,10 @@ def check_args(args: Args) -> None:
         bad = [v for v in given if v not in allowed]
         if bad or not given:
             raise ConfigError(f"{name}: {bad or 'none given'} not valid; allowed values: {', '.join(allowed)}")
+    if args.learning_rates is not None and (not args.learning_rates
+                                            or any(not (0 < float(x) < 1) for x in args.learning_rates)):
+        raise ConfigError(f"learning_rates: {list(args.learning_rates)} not valid; allowed values: one or more "
+                          "numbers in (0, 1)")
 
 
 def design_tasks(design: Design, tasks) -> list[str]:
@@ -168,14 +174,15 @@ def tuning_methods(designs, tasks) -> dict[str, list[str]]:
     return out
 
 
-def tuning_groups(designs, tasks) -> list:
+def tuning_groups(designs, tasks, learning_rates=None) -> list:
     from vaco_jax import sweep
 
+    learning_rates = learning_rates or LEARNING_RATES
     groups = []
     for task, methods in tuning_methods(designs, tasks).items():
         for method in methods:
             config = base_config(task, method)
-            traced = {"learning_rate": list(LEARNING_RATES)}
+            traced = {"learning_rate": [float(x) for x in learning_rates]}
             knob = STEP_KNOB[method]
             if knob:
                 traced[knob] = [float(np.float32(f * knob_default(config, knob))) for f in KNOB_FACTORS]
@@ -207,20 +214,30 @@ def choose(rows: list[dict], knob: str | None) -> dict:
     return {"chosen": {k: best[k] for k in keys}, "grid": table}
 
 
+def check_grid(path: str, frozen: dict, learning_rates) -> None:
+    """A tuning directory holds one grid: other learning rates belong in another ``--out``."""
+    grid = frozen.get("learning_rates")
+    if grid is not None and [float(x) for x in grid] != [float(x) for x in learning_rates]:
+        raise ConfigError(f"learning_rates: {list(learning_rates)} differs from {frozen['learning_rates']}, the grid "
+                          f"{path} was tuned with; a wider grid is a new tuning directory (choose another --out)")
+
+
 def tuned_path(out: str) -> str:
     return os.path.join(out, "tuned.json")
 
 
-def freeze(out: str, groups) -> dict:
+def freeze(out: str, groups, learning_rates=None) -> dict:
     """Choose and freeze every tuned (task, method) of ``groups`` in ``OUT/tuned.json``; a frozen
     choice is never changed (a different choice from the same rows is an error: the rows changed)."""
     from vaco_jax import results
 
+    learning_rates = learning_rates or LEARNING_RATES
     path = tuned_path(out)
     frozen = results.read_json(path) if os.path.exists(path) else {
         "criterion": "max mean auc_eval_return over the tuning seeds, no diverged run",
-        "tuning_seeds": list(TUNING_SEEDS), "learning_rates": list(LEARNING_RATES),
+        "tuning_seeds": list(TUNING_SEEDS), "learning_rates": [float(x) for x in learning_rates],
         "knob_factors": list(KNOB_FACTORS), "chosen": {}}
+    check_grid(path, frozen, learning_rates)
     rows = results.load_scores(os.path.join(out, "tuning"))
     for g in groups:
         task, method = g.config.env, g.config.method
@@ -281,12 +298,17 @@ def main(args: Args) -> list[str]:
     check_args(args)
     done = []
     if args.stage == "tune":
-        groups = tuning_groups(args.designs, args.tasks)
+        groups = tuning_groups(args.designs, args.tasks, args.learning_rates)
+        if os.path.exists(tuned_path(args.out)):  # before anything runs
+            from vaco_jax import results
+
+            check_grid(tuned_path(args.out), results.read_json(tuned_path(args.out)),
+                       args.learning_rates or LEARNING_RATES)
         run_dir = os.path.join(args.out, "tuning")
         spec = {"stage": "tune", "tasks": sorted({g.config.env for g in groups})}
         if sweep.run_study(run_dir, groups, args, spec,
                            prepare=lambda: sweep.random_scores(run_dir, spec["tasks"], groups[0].config)):
-            frozen = freeze(args.out, groups)
+            frozen = freeze(args.out, groups, args.learning_rates)
             for task, methods in frozen["chosen"].items():
                 for method, pick in methods.items():
                     print(f"tuned {task}/{method}: {pick['chosen']}")

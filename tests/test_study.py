@@ -31,7 +31,7 @@ def _tuned(study, out, tasks=("point_mass",), value=0.3):
             pick = {"learning_rate": 1e-3, **({knob: value} if knob else {})}
             chosen.setdefault(task, {})[method] = {"chosen": pick, "grid": [{**pick, "mean_auc": 1.0,
                                                                                 "mean_final": 1.0}]}
-    results.write_json(study.tuned_path(out), {"chosen": chosen})
+    results.write_json(study.tuned_path(out), {"learning_rates": list(study.LEARNING_RATES), "chosen": chosen})
 
 
 def test_designs_use_the_frozen_step_sizes_and_their_own_settings(study, tmp_path):
@@ -119,3 +119,16 @@ def test_tune_then_run_end_to_end_and_a_frozen_choice_never_changes(study, tmp_p
         study.freeze(out, study.tuning_groups(("ablation",), ("point_mass",)))
     assert open(study.tuned_path(out)).read() == before
     assert np.isfinite(frozen["grid"][0]["mean_auc"])
+
+
+def test_a_wider_learning_rate_grid_is_a_new_tuning_directory(study, tmp_path):
+    """--learning-rates sets the tuning grid; a directory tuned on one grid refuses another (named),
+    and a grid outside (0, 1) is refused before anything runs."""
+    groups = study.tuning_groups(("lag",), ("point_mass",), (1e-3, 3e-3))
+    assert sorted({c.knob_dict()["learning_rate"] for c in groups[0].cells}) == pytest.approx([1e-3, 3e-3])
+    out = str(tmp_path)
+    _tuned(study, out)  # frozen with the default grid
+    with pytest.raises(ConfigError, match=r"learning_rates: \[0.001, 0.003\] differs .* another --out"):
+        study.main(study.Args(stage="tune", out=out, tasks=("point_mass",), learning_rates=(1e-3, 3e-3)))
+    with pytest.raises(ConfigError, match=r"learning_rates: \[0.0, 0.001\] not valid; allowed values"):
+        study.check_args(study.Args(stage="tune", tasks=("point_mass",), learning_rates=(0.0, 1e-3)))
