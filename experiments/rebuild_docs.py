@@ -47,6 +47,8 @@ FINDINGS = "FINDINGS.md"
 STUDY = os.path.join("results", "study")  # one run directory per design (experiments/study.py)
 MAIN_DESIGN = "lag"
 TUNED = os.path.join(STUDY, "tuned.json")
+TUNED_WIDE = os.path.join("results", "study_lr_wide", "tuned.json")  # a check of the grid's upper edge
+WIDE_LAG = os.path.join("results", "study_lr_wide", "lag")  # the lag design with those step sizes
 CLAIMS = os.path.join("results", "claims.csv")
 CLAIMS_AUC = os.path.join("results", "claims_auc.csv")  # the same rule on auc_eval_return
 FIGURE_DIR = os.path.join("docs", "figures")
@@ -215,12 +217,12 @@ def claims_table(build: Build, which: str = CLAIMS) -> str:
     return _table(["claim", "verdict", "statistic", "point", "95% CI", "rests on"], rows)
 
 
-def tuned_table(build: Build) -> str:
-    """The frozen step sizes (``results/study/tuned.json``): per task and method, the chosen values and
-    the best pair's mean AUC / final return over the tuning seeds."""
-    path = build.src(TUNED)
+def tuned_table(build: Build, tuned: str = TUNED) -> str:
+    """The frozen step sizes (``results/study/tuned.json``, or another tuning directory's): per task and
+    method, the chosen values and the best pair's mean AUC / final return over the tuning seeds."""
+    path = build.src(tuned)
     if not os.path.exists(path):
-        return f"_Not built: `{TUNED}` does not exist yet._\n"
+        return f"_Not built: `{tuned}` does not exist yet._\n"
     from vaco_jax import plots
 
     chosen = results.read_json(path)["chosen"]
@@ -240,7 +242,8 @@ def machine_table(build: Build) -> str:
     CPU types, the conclusions are what the CIs support."""
     from vaco_jax import claims
 
-    designs = ["tuning"] + sorted({d for ds in claims.STUDY_SOURCES.values() for d in ds})
+    designs = ["tuning"] + sorted({d for ds in list(claims.STUDY_SOURCES.values()) + list(claims.STUDY_REPEATS.values())
+                                   for d in ds})
     rows = []
     for design in designs:
         path = build.src(STUDY, design, "run.json")
@@ -305,6 +308,23 @@ def study_iqm_table(build: Build) -> str:
                   rows)
 
 
+def wide_iqm_table(build: Build) -> str:
+    """The lag design re-run with the wider grid's step sizes (``results/study_lr_wide/lag``): IQM of the
+    final return and of the area under the curve per method x lag depth, raw and normalised."""
+    run = build.src(WIDE_LAG)
+    if not os.path.exists(os.path.join(run, "run.json")):
+        return f"_Not built: `{WIDE_LAG}/run.json` does not exist yet._\n"
+    from vaco_jax import analysis, plots
+
+    scores, random = results.load_scores(run), results.load_random_scores(run)
+    reps = plots.bootstrap_reps(run) or 2000
+    rows = []
+    for score, label in (("final_eval_return", "final return"), ("auc_eval_return", "area under the curve")):
+        rows += _iqm_rows(label, analysis.summary_rows(scores, random, reps=reps, scores=(score,)))
+    return _table(["score", "method", "B", "IQM, raw [95% CI]", "IQM, normalised [95% CI]", "runs", "diverged"],
+                  rows)
+
+
 # name -> markdown text of FINDINGS.md's block <!-- generated: name (...) -->; add a block by adding an entry
 BLOCKS: dict[str, Callable[[Build], str]] = {
     "screens": lambda b: screens_table(b.src("results", "screens", "screens.csv")),
@@ -315,6 +335,8 @@ BLOCKS: dict[str, Callable[[Build], str]] = {
                                                 for d in SCREENS_LR), steps=True),
     "study_machine": machine_table,
     "study_tuned": tuned_table,
+    "study_lr_wide_tuned": lambda b: tuned_table(b, TUNED_WIDE),
+    "study_lr_wide_iqm": wide_iqm_table,
     "study_claims": claims_table,
     "study_claims_auc": lambda b: claims_table(b, CLAIMS_AUC),
     "study_iqm": study_iqm_table,
