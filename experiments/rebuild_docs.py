@@ -107,8 +107,7 @@ class Build:
     def has_any_design(self) -> bool:
         from vaco_jax import claims
 
-        designs = {d for ds in claims.STUDY_SOURCES.values() for d in ds}
-        return any(os.path.exists(self.src(STUDY, d, "run.json")) for d in designs)
+        return any(os.path.exists(self.src(STUDY, d, "run.json")) for d in claims.study_designs())
 
 
 # ----------------------------------------------------------------------------- formatting
@@ -242,8 +241,7 @@ def machine_table(build: Build) -> str:
     CPU types, the conclusions are what the CIs support."""
     from vaco_jax import claims
 
-    designs = ["tuning"] + sorted({d for ds in list(claims.STUDY_SOURCES.values()) + list(claims.STUDY_REPEATS.values())
-                                   for d in ds})
+    designs = ["tuning"] + claims.study_designs()
     rows = []
     for design in designs:
         path = build.src(STUDY, design, "run.json")

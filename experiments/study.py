@@ -83,6 +83,11 @@ class Design:
     variants: tuple = ()
 
 
+_MISMATCH = Design("4", ("ppo_ewma", "ppo_ewma_revised"), (16,),
+                   knobs=(("mismatch_strength", MISMATCH_STRENGTH),),
+                   static=(("ppo_ewma", (("old_logit_source", "infer"),)),),
+                   traced=(("ppo_ewma_revised", (("ewma_reset_threshold", (0.0, 0.5)),)),))
+
 DESIGNS = {
     # 1: lag costs PPO-Clip / PPO-KL / SPO and not VACO; 2: filter / clip fractions; 6: own-B1 normalisation
     "lag": Design("1 2 6", ("ppo_clip", "ppo_kl", "spo", "vaco"), (1, 4, 16), every_task=True),
@@ -91,16 +96,10 @@ DESIGNS = {
     # 4: revised vs plain PPO-EWMA under a training-inference mismatch; the revised one without its reset.
     # Plain PPO-EWMA takes pi_old from the actor's reported log-probs (old logits missing, as in a
     # system whose inference engine is not the learner); the revised one imposes its own.
-    "mismatch": Design("4", ("ppo_ewma", "ppo_ewma_revised"), (16,),
-                       knobs=(("mismatch_strength", MISMATCH_STRENGTH),),
-                       static=(("ppo_ewma", (("old_logit_source", "infer"),)),),
-                       traced=(("ppo_ewma_revised", (("ewma_reset_threshold", (0.0, 0.5)),)),)),
+    "mismatch": _MISMATCH,
     # 4 again, at a mismatch large enough for the reset to fire (a directory of its own: a finished design
     # is never changed)
-    "mismatch_strong": Design("4", ("ppo_ewma", "ppo_ewma_revised"), (16,),
-                              knobs=(("mismatch_strength", MISMATCH_STRENGTH_STRONG),),
-                              static=(("ppo_ewma", (("old_logit_source", "infer"),)),),
-                              traced=(("ppo_ewma_revised", (("ewma_reset_threshold", (0.0, 0.5)),)),)),
+    "mismatch_strong": dataclasses.replace(_MISMATCH, knobs=(("mismatch_strength", MISMATCH_STRENGTH_STRONG),)),
     # 5: each half of VACO alone (full VACO's runs are the lag design's)
     "ablation": Design("5", ("vaco_realign_only", "vaco_filter_only"), (16,)),
     # 6: is VACO's edge only a larger step? PPO-Clip with twice its tuned clip range, and with twice the epochs

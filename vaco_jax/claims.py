@@ -70,6 +70,18 @@ VERDICTS = ("holds", "fails", "inconclusive", "no data")
 COLUMNS = ("claim", "statement", "verdict", "statistic", "point", "ci_low", "ci_high", "rests_on", "why")
 
 
+def _check_score(score: str) -> None:
+    if score not in SCORES:
+        raise ValueError(f"score={score!r}: allowed values are {', '.join(SCORES)}")
+
+
+def _write(table: list[dict], out: str | None) -> None:
+    """``table`` as ``claims.csv`` at ``out`` (atomically), when given."""
+    if out:
+        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+        atomic_write_text(out, rows_to_csv([{c: r.get(c, "") for c in COLUMNS} for r in table]))
+
+
 def _reset_off(row: dict) -> bool:
     """A row of revised PPO-EWMA run with its reset switched off (a threshold of 0 never fires)."""
     value = row.get(EWMA_RESET_COLUMN)
@@ -88,8 +100,7 @@ class Data:
 
     def __init__(self, rows: list[dict], random: dict | None, curves: list[dict] | None = None,
                  reps: int = REPS, seed: int = 0, score: str = SCORE):
-        if score not in SCORES:
-            raise ValueError(f"score={score!r}: allowed values are {', '.join(SCORES)}")
+        _check_score(score)
         self.rows, self.random, self.curves = rows, random, curves or []
         self.tasks = sorted({r["env"] for r in rows})
         self.reps, self.seed, self.score = reps, seed, score
@@ -444,6 +455,11 @@ STUDY_SOURCES = {claim_1: ("lag",), claim_2: ("lag",), claim_3: ("proximal",), c
 # Claims evaluated again on another design alone (the same rule under other settings, e.g. claim 4 at a
 # stronger mismatch): the rows' claim ids get the design's name, "4a [mismatch_strong]".
 STUDY_REPEATS = {claim_4: ("mismatch_strong",)}
+
+
+def study_designs() -> list[str]:
+    """Every design directory the claims read (``STUDY_SOURCES`` and ``STUDY_REPEATS``), sorted."""
+    return sorted({d for ds in list(STUDY_SOURCES.values()) + list(STUDY_REPEATS.values()) for d in ds})
 # A design's runs of a method under another setting (a ``variant`` column, e.g. the ``step`` design's
 # PPO-Clip with a larger step) enter the claims as methods of their own, ``<method>_<variant>``, so
 # they never join the method's own cells; claim 6 compares VACO with every ``ppo_clip_*`` variant.
@@ -472,8 +488,7 @@ def evaluate_study(study_dir: str, reps: int = REPS, seed: int = 0, out: str | N
     the designs that hold its methods; ``STUDY_REPEATS``: claims evaluated again on another design
     alone, ids tagged with it); a claim whose designs have not run is ``no data``. ``score``:
     one of ``SCORES``, the per-run score the verdicts rest on."""
-    if score not in SCORES:
-        raise ValueError(f"score={score!r}: allowed values are {', '.join(SCORES)}")
+    _check_score(score)
     cache = {}
     table = []
     runs = []  # each claim on its designs, then again on each of its repeat designs alone
@@ -494,17 +509,14 @@ def evaluate_study(study_dir: str, reps: int = REPS, seed: int = 0, out: str | N
             part = fn(Data(rows, random or None, curves, reps=reps, seed=seed, score=score))
         table += [{**r, "claim": f"{r['claim']}{tag}"} for r in part]
     _mark_score(table, score)
-    if out:
-        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-        atomic_write_text(out, rows_to_csv([{c: r.get(c, "") for c in COLUMNS} for r in table]))
+    _write(table, out)
     return table
 
 
 def evaluate(run_dirs, reps: int = REPS, seed: int = 0, out: str | None = None, score: str = SCORE) -> list[dict]:
     """Every claim's rows for one run directory or several (merged); writes ``out`` (a CSV path) when given.
     ``score``: one of ``SCORES``, the per-run score the verdicts rest on."""
-    if score not in SCORES:
-        raise ValueError(f"score={score!r}: allowed values are {', '.join(SCORES)}")
+    _check_score(score)
     rows = load_scores(run_dirs)
     rows.sort(key=analysis._row_order)
     try:
@@ -516,7 +528,5 @@ def evaluate(run_dirs, reps: int = REPS, seed: int = 0, out: str | None = None, 
     for fn in CLAIMS:
         table += fn(d) if rows else [_no_data(fn.__name__.split("_")[1], "", "", "no scores.csv rows")]
     _mark_score(table, score)
-    if out:
-        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-        atomic_write_text(out, rows_to_csv([{c: r.get(c, "") for c in COLUMNS} for r in table]))
+    _write(table, out)
     return table
