@@ -6,6 +6,13 @@
 # install without an index).
 #
 #   bash benchmarks/fetch_wheels.sh [WHEELS_DIR]        # default: wheels/ (git-ignored)
+#   bash benchmarks/fetch_wheels.sh --gpu-machine [WHEELS_DIR]
+#
+# --gpu-machine: only what a GPU machine with a data-science image lacks (CPython 3.12 only; the
+# distributions in GPU_MACHINE_HAS below are skipped), small enough to travel with the repository
+# to a machine that takes a working tree of at most 64 MiB (about 39 MB of wheels, measured).
+# benchmarks/gpu_check.sh still installs only what the machine's Python lacks, and names any
+# distribution it can find neither there nor in the folder.
 #
 # Versions are read from requirements.lock (setuptools/wheel, which the lock does not hold, are
 # pinned below). Wheels only (--only-binary=:all:), no dependency resolution (--no-deps: the list is
@@ -18,8 +25,14 @@
 set -u -o pipefail
 
 cd "$(dirname "$0")/.."
+GPU_MACHINE=0
+if [ "${1:-}" = "--gpu-machine" ]; then GPU_MACHINE=1; shift; fi
 WHEELS_DIR=${1:-wheels}
-PYTHON_VERSIONS=${PYTHON_VERSIONS:-"3.11 3.12"}
+if [ "$GPU_MACHINE" = 1 ]; then
+  PYTHON_VERSIONS=${PYTHON_VERSIONS:-"3.12"}
+else
+  PYTHON_VERSIONS=${PYTHON_VERSIONS:-"3.11 3.12"}
+fi
 if [ -z "${PIP:-}" ]; then
   if [ -x .venv/bin/pip ]; then PIP=".venv/bin/pip"; else PIP="python3 -m pip"; fi
 fi
@@ -34,6 +47,18 @@ PACKAGES="brax mujoco mujoco-mjx tyro docstring_parser typeguard
   pandas tzdata tqdm fsspec zipp
   pytest iniconfig pluggy"
 BUILD_PINS="setuptools==84.2.1 wheel==0.48.0"
+# Already in the GPU machine's image (besides jax, jaxlib, flax, optax, chex, orbax-checkpoint) by
+# its provider's package list; the build pins and packaging (which wheel needs) stay, because pip
+# builds the editable install in an isolated environment that sees only the wheels folder.
+GPU_MACHINE_HAS="click Jinja2 MarkupSafe Werkzeug pillow matplotlib contourpy cycler
+  fonttools kiwisolver pyparsing python-dateutil pandas tqdm fsspec zipp pytest iniconfig pluggy"
+if [ "$GPU_MACHINE" = 1 ]; then
+  kept=""
+  for name in $PACKAGES; do
+    case " $(echo $GPU_MACHINE_HAS) " in *" $name "*) ;; *) kept="$kept $name" ;; esac
+  done
+  PACKAGES=$kept
+fi
 
 specs=()
 missing=0
@@ -72,4 +97,10 @@ done
   printf '%s\n' "${specs[@]}"
 } > "$WHEELS_DIR/REQUESTED.txt"
 echo "== $(ls "$WHEELS_DIR"/*.whl 2>/dev/null | wc -l) wheels, $(du -sh "$WHEELS_DIR" | cut -f1) in $WHEELS_DIR"
+if [ "$GPU_MACHINE" = 1 ]; then
+  mib=$(( $(du -sk "$WHEELS_DIR" | cut -f1) / 1024 ))
+  repo_mib=$(( $(git ls-files -z | xargs -0 du -ckb 2>/dev/null | tail -1 | cut -f1) / 1024 / 1024 ))
+  echo "== wheels $mib MiB + tracked files $repo_mib MiB = $((mib + repo_mib)) MiB (a 64 MiB working-tree limit leaves $((64 - mib - repo_mib)) MiB)"
+  [ $((mib + repo_mib)) -lt 64 ] || { echo "fetch_wheels: over 64 MiB: empty the folder of older wheels first" >&2; status=1; }
+fi
 exit $status

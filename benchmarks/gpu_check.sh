@@ -207,8 +207,11 @@ setup_install() {
     fi
   fi
   echo "[setup] pip install --no-deps -e . (build backend from $WHEELS_DIR)"
-  "$PY" -m pip install --no-index --find-links "$WHEELS_DIR" --no-deps -e . \
-    || { echo "[setup] editable install FAILED: the project is imported through PYTHONPATH=$REPO"; status=1; }
+  if ! "$PY" -m pip install --no-index --find-links "$WHEELS_DIR" --no-deps -e .; then
+    echo "[setup] the isolated build FAILED; again with the machine's own setuptools (--no-build-isolation)"
+    "$PY" -m pip install --no-index --find-links "$WHEELS_DIR" --no-deps --no-build-isolation -e . \
+      || { echo "[setup] editable install FAILED: the project is imported through PYTHONPATH=$REPO"; status=1; }
+  fi
   echo "[setup] pip check (dependency conflicts with this machine's packages are expected, e.g. the jax pin):"
   "$PY" -m pip check || true
   return $status
