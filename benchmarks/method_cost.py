@@ -57,22 +57,21 @@ def _time(fn, repeats):
     return statistics.median(times)
 
 
-def measure(args: Args, name: str) -> dict:
-    method, _, source = name.partition("+")
-    config = Config(env=args.env, method=method, old_logit_source=source or None, num_envs=args.num_envs,
-                    unroll_length=args.unroll_length, num_epochs=args.num_epochs,
-                    num_minibatches=args.num_minibatches, buffer_capacity=max(args.lag_depth, 1),
-                    total_env_steps=args.num_envs * args.unroll_length * args.phases, num_evals=1,
-                    eval_episodes=0)
+def learner_call(config: Config, lag_depth: int, traced=None, warm_chunks: int = 1):
+    """A zero-argument call that runs the learner's part of one phase (align + E x M gradient steps)
+    of ``config`` at ``lag_depth`` on one fixed trajectory batch and waits for it (compiled and run
+    once here). The batch comes from real lagged actors after ``warm_chunks`` chunks, so snapshot
+    recovery has several versions to gather from. Also returns the whole-phase call (``run_chunk``)
+    and the seconds of the first chunk (compilation included)."""
     trainer = make_train(config)
-    traced = make_traced(config, args.lag_depth)
+    traced = traced if traced is not None else make_traced(config, lag_depth)
     state = jax.jit(trainer.init)(jax.random.PRNGKey(0), traced)
     chunk = jax.jit(trainer.run_chunk)
     t0 = time.perf_counter()
-    state, _ = chunk(state, traced)  # also fills the buffer with several versions
+    for _ in range(warm_chunks):
+        state, _ = chunk(state, traced)
     jax.block_until_ready(state)
     compile_s = time.perf_counter() - t0
-    phase_s = _time(lambda: chunk(state, traced)[0].phase, args.repeats) / config.phases_per_chunk
 
     @jax.jit
     def make_batch(state):
@@ -93,7 +92,21 @@ def measure(args: Args, name: str) -> dict:
                                    jax.random.PRNGKey(3), traced)
         return learner.policy_params
 
-    learner_s = _time(lambda: learner_only(state, traj), args.repeats * 4)
+    jax.block_until_ready(learner_only(state, traj))  # compile
+    return (lambda: jax.block_until_ready(learner_only(state, traj)),
+            lambda: jax.block_until_ready(chunk(state, traced)[0].phase), compile_s)
+
+
+def measure(args: Args, name: str) -> dict:
+    method, _, source = name.partition("+")
+    config = Config(env=args.env, method=method, old_logit_source=source or None, num_envs=args.num_envs,
+                    unroll_length=args.unroll_length, num_epochs=args.num_epochs,
+                    num_minibatches=args.num_minibatches, buffer_capacity=max(args.lag_depth, 1),
+                    total_env_steps=args.num_envs * args.unroll_length * args.phases, num_evals=1,
+                    eval_episodes=0)
+    learner, phase, compile_s = learner_call(config, args.lag_depth)
+    phase_s = _time(phase, args.repeats) / config.phases_per_chunk
+    learner_s = _time(learner, args.repeats * 4)
     return {"method": name, "learner_ms": 1e3 * learner_s, "phase_ms": 1e3 * phase_s,
             "first_chunk_s_incl_compile": compile_s}
 

@@ -8,6 +8,7 @@ resume from their last checkpoint), each writing only small tables under ``OUT``
     python experiments/study.py tune                   # 1. one traced grid per (task, method) at B = 1
     python experiments/study.py run                    # 2. every design, with the frozen step sizes
     python experiments/study.py run --designs lag --tasks inverted_pendulum
+    python experiments/study.py cost                   # 2b. claim 3's per-phase cost, measured alone
     python experiments/claims.py --study results/study # 3. the verdicts -> results/claims.csv
 
 **Tuning** (``OUT/tuning/``, one run directory): for each task and each method a design uses there,
@@ -22,6 +23,14 @@ re-tuning never changes a frozen choice, and the study refuses a (task, method) 
 settings each claim needs, on which tasks. Every design uses the study seeds ``STUDY_SEEDS`` and the
 task's budget (``TASKS``). ``lag`` (claims 1, 2, 6) runs on every task; the others on
 ``PAIR_TASKS`` (the two cheapest).
+
+**Cost** (``OUT/proximal/learner_cost.csv``, claim 3b): the learner's seconds per phase (align + E x M
+gradient steps on one fixed lagged batch, at the design's largest lag depth and the frozen step sizes)
+of the ``proximal`` design's methods, timed in ``--cost-rounds`` interleaved rounds (the methods'
+order alternating), each round the median of ``--cost-calls`` calls per method. A chunk's wall time
+(curves' ``seconds``) is mostly env stepping and evaluation, which the methods share, so it cannot
+resolve a difference of one forward pass per phase; this measures the part the methods differ in.
+A finished table is kept: delete it to measure again.
 """
 
 from __future__ import annotations
@@ -61,6 +70,8 @@ MISMATCH_STRENGTH = 0.5  # docs/lag.md: 14% of samples' π_old/π_infer leave [0
 # could not be tested there. At m = 1.5 the mismatch alone keeps ~51% of one action dimension's samples
 # (docs/lag.md), so the reset fires when staleness pushes the kept fraction further down.
 MISMATCH_STRENGTH_STRONG = 1.5
+COST_DESIGN, COST_FILE = "proximal", "learner_cost.csv"  # claim 3b's per-phase cost (stage ``cost``)
+COST_ROUNDS, COST_CALLS = 40, 10
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,7 +123,7 @@ DESIGNS = {
 class Args:
     """The evidence study: tune each method's step size at B = 1, then run the designs of the claims."""
 
-    stage: Positional[Literal["tune", "run"]]
+    stage: Positional[Literal["tune", "run", "cost"]]
     out: str = "results/study"
     designs: tuple[str, ...] = tuple(DESIGNS)
     tasks: tuple[str, ...] = tuple(TASKS)
@@ -126,6 +137,8 @@ class Args:
     bootstrap_reps: int = 2000
     learning_rates: tuple[float, ...] | None = None  # tune: the grid's learning rates (default LEARNING_RATES;
     # a new grid is a new --out)
+    cost_rounds: int = COST_ROUNDS  # cost: interleaved rounds per task
+    cost_calls: int = COST_CALLS  # cost: calls per method and round (their median is the round's value)
 
 
 def check_args(args: Args) -> None:
@@ -137,6 +150,9 @@ def check_args(args: Args) -> None:
                                             or any(not (0 < float(x) < 1) for x in args.learning_rates)):
         raise ConfigError(f"learning_rates: {list(args.learning_rates)} not valid; allowed values: one or more "
                           "numbers in (0, 1)")
+    for name, value, least in (("cost_rounds", args.cost_rounds, 2), ("cost_calls", args.cost_calls, 1)):
+        if not isinstance(value, int) or value < least:
+            raise ConfigError(f"{name}={value!r} not valid; allowed values: an integer >= {least}")
 
 
 def design_tasks(design: Design, tasks) -> list[str]:
@@ -291,11 +307,102 @@ def design_groups(out: str, name: str, tasks) -> list:
     return groups
 
 
+# ----------------------------------------------------------------------------- per-phase cost
+
+def interleaved_costs(calls: dict, rounds: int, per_round: int, clock=None) -> list[dict]:
+    """Time each task's methods in ``rounds`` interleaved rounds.
+
+    ``calls``: {(task, method): zero-argument call}. In each round every task's methods are timed one
+    after another, the order reversed every other round (so drifting load falls on both alike); a
+    method's value for the round is the median of ``per_round`` calls. Rows: env, method, round,
+    learner_ms."""
+    import statistics
+    import time
+
+    clock = clock or time.perf_counter
+    by_task: dict[str, list] = {}
+    for (task, method), call in calls.items():
+        by_task.setdefault(task, []).append((method, call))
+    rows = []
+    for task, methods in by_task.items():
+        for r in range(rounds):
+            for method, call in (methods if r % 2 == 0 else methods[::-1]):
+                times = []
+                for _ in range(per_round):
+                    t0 = clock()
+                    call()
+                    times.append(clock() - t0)
+                rows.append({"env": task, "method": method, "round": r,
+                             "learner_ms": 1e3 * statistics.median(times)})
+    return rows
+
+
+def measure_cost(out: str, tasks, rounds: int, per_round: int) -> str | None:
+    """Claim 3b's table ``OUT/<COST_DESIGN>/learner_cost.csv`` (and a ``.json`` beside it saying
+    where and how each task was measured). Tasks already in the table are kept as they are; the
+    design's other tasks among ``tasks`` are measured and added. Returns its path, None when the
+    design has no task among ``tasks``."""
+    import platform
+    import time
+
+    import jax
+
+    from benchmarks.method_cost import learner_call
+    from vaco_jax import results
+    from vaco_jax.config import make_traced
+
+    path = os.path.join(out, COST_DESIGN, COST_FILE)
+    meta_path = path[:-len(".csv")] + ".json"
+    old = results.read_table(path) if os.path.exists(path) else []  # a damaged table is an error
+    measured = {r["env"] for r in old}
+    groups = [g for g in design_groups(out, COST_DESIGN, tasks)  # refuses a (task, method) without a frozen choice
+              if g.config.env not in measured]
+    if not groups:
+        if old and set(design_tasks(DESIGNS[COST_DESIGN], tasks)) & measured:
+            print(f"{path}: finished for {', '.join(sorted(measured))} (delete it to measure again)")
+            return path
+        return None
+    lag_depth = max(DESIGNS[COST_DESIGN].lag_depths)
+    calls = {}
+    for g in groups:
+        print(f"cost: compiling {g.config.env}/{g.config.method} at B={lag_depth}", flush=True)
+        warm = -(-lag_depth // g.config.phases_per_chunk)  # enough phases for every lag up to the depth
+        calls[(g.config.env, g.config.method)] = learner_call(g.config, lag_depth, make_traced(g.config, lag_depth),
+                                                              warm_chunks=warm)[0]
+    t0 = time.time()
+    rows = [{**r, "lag_depth": lag_depth} for r in interleaved_costs(calls, rounds, per_round)]
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    meta = results.read_json(meta_path) if os.path.exists(meta_path) else {
+        "what": "learner seconds per phase (align + E x M gradient steps on one fixed lagged batch)",
+        "design": COST_DESIGN, "measurements": []}
+    meta["measurements"].append({
+        "tasks": sorted({r["env"] for r in rows}), "lag_depth": lag_depth, "rounds": rounds,
+        "calls_per_round": per_round, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0)),
+        "seconds": round(time.time() - t0, 1), "cpu": cpu, "cpu_count": os.cpu_count(), "jax": jax.__version__,
+        "device": str(jax.devices()[0])})
+    results.write_table(path, old + rows)
+    results.write_json(meta_path, meta)
+    for task in sorted({r["env"] for r in rows}):
+        means = {m: np.mean([r["learner_ms"] for r in rows if r["env"] == task and r["method"] == m])
+                 for m in sorted({r["method"] for r in rows if r["env"] == task})}
+        print(f"cost {task}: " + ", ".join(f"{m} {v:.2f} ms" for m, v in means.items()))
+    return path
+
+
 def main(args: Args) -> list[str]:
     from vaco_jax import analysis, sweep
 
     check_args(args)
     done = []
+    if args.stage == "cost":
+        path = measure_cost(args.out, args.tasks, args.cost_rounds, args.cost_calls)
+        return [path] if path else []
     if args.stage == "tune":
         groups = tuning_groups(args.designs, args.tasks, args.learning_rates)
         if os.path.exists(tuned_path(args.out)):  # before anything runs

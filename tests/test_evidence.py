@@ -329,3 +329,34 @@ def test_a_repeat_design_gets_its_own_tagged_verdicts(tmp_path):
     assert v["4b"] == "inconclusive" and v["4b [mismatch_strong]"] == "holds"  # 0.9 vs 0.9; 0.3 vs 0.9
     assert v["4a"] == v["4a [mismatch_strong]"] == "holds"
     assert "10 runs" in next(r for r in table if r["claim"] == "4b [mismatch_strong]")["rests_on"]
+
+
+def _costs(run_dir, a3po_ms, decoupled_ms, rounds=12, tasks=SCALE, seed=3):
+    rng = np.random.default_rng(seed)
+    rows = [{"env": t, "method": m, "round": r, "learner_ms": ms * (1 + 0.01 * rng.standard_normal()), "lag_depth": 16}
+            for t in tasks for r in range(rounds)
+            for m, ms in (("a3po", a3po_ms), ("decoupled_recompute", decoupled_ms))]
+    results.write_table(os.path.join(run_dir, claims.COST_FILE), rows)
+
+
+@pytest.mark.parametrize("a3po_ms,verdict", [(9.0, "holds"), (11.0, "fails")])
+def test_claim_3b_reads_the_learner_cost_table_when_there_is_one(tmp_path, a3po_ms, verdict):
+    run = make_claims_run(str(tmp_path))  # chunk seconds: a3po cheaper (1.0 vs 1.5 s)
+    _costs(run, a3po_ms, 10.0)
+    row = {r["claim"]: r for r in claims.evaluate(run, reps=300)}["3b"]
+    assert row["verdict"] == verdict and row["statistic"].startswith("mean learner ms per phase")
+    assert row["point"] == pytest.approx(a3po_ms / 10.0, rel=0.02)
+    assert f"12 interleaved rounds on {len(SCALE)} task(s) at B=[16]" in row["rests_on"]
+    assert "whole chunk's seconds per cell" in row["why"]  # the chunk ratio is still reported
+    os.remove(os.path.join(run, claims.COST_FILE))  # without the table: the chunk seconds, as before
+    row = {r["claim"]: r for r in claims.evaluate(run, reps=300)}["3b"]
+    assert row["verdict"] == "holds" and row["statistic"].startswith("mean seconds per cell-chunk")
+
+
+def test_learner_costs_are_rounds_by_tasks():
+    rows = [{"env": t, "method": "a3po", "round": r, "learner_ms": 10 * i + r}
+            for i, t in enumerate(("b", "a")) for r in range(3)]
+    rows.append({"env": "a", "method": "a3po", "round": 3, "learner_ms": 99.0})  # a task with more rounds is cut
+    x = claims.learner_costs(rows, "a3po")
+    assert x.shape == (3, 2) and x[:, 0].tolist() == [10, 11, 12] and x[:, 1].tolist() == [0, 1, 2]
+    assert claims.learner_costs(rows, "vaco").size == 0

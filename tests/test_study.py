@@ -132,3 +132,57 @@ def test_a_wider_learning_rate_grid_is_a_new_tuning_directory(study, tmp_path):
         study.main(study.Args(stage="tune", out=out, tasks=("point_mass",), learning_rates=(1e-3, 3e-3)))
     with pytest.raises(ConfigError, match=r"learning_rates: \[0.0, 0.001\] not valid; allowed values"):
         study.check_args(study.Args(stage="tune", tasks=("point_mass",), learning_rates=(0.0, 1e-3)))
+
+
+def test_cost_rounds_interleave_and_alternate_the_order(study):
+    log, now = [], [0.0]
+
+    def call(name, ms):
+        def f():
+            log.append(name)
+            now[0] += ms / 1e3
+        return f
+
+    calls = {("t", "a3po"): call("a", 2.0), ("t", "decoupled_recompute"): call("d", 3.0)}
+    rows = study.interleaved_costs(calls, rounds=4, per_round=3, clock=lambda: now[0])
+    assert "".join(log) == "aaaddd" "dddaaa" "aaaddd" "dddaaa"
+    assert [(r["round"], r["method"]) for r in rows][:4] == [(0, "a3po"), (0, "decoupled_recompute"),
+                                                             (1, "decoupled_recompute"), (1, "a3po")]
+    assert {r["method"]: r["learner_ms"] for r in rows} == {"a3po": pytest.approx(2.0),
+                                                             "decoupled_recompute": pytest.approx(3.0)}
+
+
+def test_bad_cost_settings_are_refused(study):
+    with pytest.raises(ConfigError, match="cost_rounds=1 not valid; allowed values: an integer >= 2"):
+        study.check_args(study.Args(stage="cost", tasks=("point_mass",), cost_rounds=1))
+    with pytest.raises(ConfigError, match="cost_calls=0"):
+        study.check_args(study.Args(stage="cost", tasks=("point_mass",), cost_calls=0))
+
+
+def test_cost_stage_writes_a_verified_table_once(study, tmp_path, monkeypatch):
+    out = str(tmp_path)
+    _tuned(study, out)
+    import benchmarks.method_cost as mc
+
+    seen = []
+    monkeypatch.setattr(mc, "learner_call", lambda config, b, traced, warm_chunks=1: (
+        seen.append((config.env, config.method, b, warm_chunks, config.learning_rate)) or (lambda: None, None, 0.0)))
+    path = study.measure_cost(out, ("point_mass",), rounds=2, per_round=1)
+    assert path == os.path.join(out, "proximal", "learner_cost.csv")
+    assert [s[:3] for s in seen] == [("point_mass", "a3po", 16), ("point_mass", "decoupled_recompute", 16)]
+    assert all(s[4] == pytest.approx(1e-3) for s in seen)  # the frozen step sizes
+    assert all(s[3] * 2 >= 16 for s in seen)  # warm phases cover the lag depth (2 phases per chunk here)
+    rows = results.read_table(path)
+    assert len(rows) == 4 and {r["lag_depth"] for r in rows} == {16}
+    assert results.read_json(path[:-4] + ".json")["measurements"][0]["rounds"] == 2
+    seen.clear()
+    assert study.measure_cost(out, ("point_mass",), rounds=2, per_round=1) == path and seen == []  # kept
+    assert study.measure_cost(out, ("point_mass_b",), rounds=2, per_round=1) is None  # not a pair task
+    # a new task is measured and added; the old rows stay
+    monkeypatch.setattr(study, "TASKS", {**study.TASKS, "inverted_pendulum": 8 * 16 * 4})
+    monkeypatch.setattr(study, "PAIR_TASKS", ("point_mass", "inverted_pendulum"))
+    _tuned(study, out, tasks=("point_mass", "inverted_pendulum"))
+    assert study.measure_cost(out, ("point_mass", "inverted_pendulum"), rounds=2, per_round=1) == path
+    assert [s[:2] for s in seen] == [("inverted_pendulum", "a3po"), ("inverted_pendulum", "decoupled_recompute")]
+    assert rows == results.read_table(path)[:4] and len(results.read_table(path)) == 8
+    assert len(results.read_json(path[:-4] + ".json")["measurements"]) == 2

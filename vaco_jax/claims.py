@@ -25,9 +25,12 @@ holds if every part holds, is ``no data`` if every part is, and is inconclusive 
 3. A-3PO is within CI of decoupled PPO (recompute) at lower per-phase cost. ``3a``: P(A-3PO >
    decoupled) at the largest lag depth both have; holds if its CI contains 0.5 and is narrower
    than ``EQUIVALENCE_WIDTH``, fails if the CI excludes 0.5, else inconclusive (too wide to call).
-   ``3b``: ratio of mean seconds per cell-chunk (curves' ``seconds`` of a group's chunk divided by
+   ``3b``: ratio of the mean learner milliseconds per phase, A-3PO / decoupled, CI over the
+   interleaved rounds of ``learner_cost.csv`` (``experiments/study.py cost``: the part of a phase the
+   methods differ in, timed alone); holds if CI high < 1, fails if CI low >= 1. Without that table,
+   the same rule on mean seconds per cell-chunk (curves' ``seconds`` of a group's chunk divided by
    the group's cells; the first chunk, which includes compilation, left out when there are others),
-   A-3PO / decoupled, CI over the (task, chunk) samples; holds if CI high < 1, fails if CI low >= 1.
+   CI over the (task, chunk) samples.
 4. Revised PPO-EWMA >= plain PPO-EWMA under mismatch (``4a``: P(revised > plain) at the largest
    lag depth > 1 both have; non-inferiority: holds if CI low >= 0.5 − ``NONINFERIORITY_MARGIN``,
    fails if CI high < 0.5); without its reset it degrades (``4b``: P(no reset > reset) for revised
@@ -53,7 +56,8 @@ from typing import Callable
 import numpy as np
 
 from vaco_jax import analysis, stats
-from vaco_jax.results import atomic_write_text, load_curves, load_random_scores, load_scores, rows_to_csv
+from vaco_jax.results import (atomic_write_text, load_curves, load_random_scores, load_scores, read_table,
+                              rows_to_csv)
 
 SCORE = "final_eval_return"
 # The scores a verdict can rest on: the primary (the final evaluation return) and the area under the
@@ -67,6 +71,7 @@ EWMA_RESET_COLUMN = "ewma_reset_threshold"
 REPS = 2000
 CONFIDENCE = 0.95
 VERDICTS = ("holds", "fails", "inconclusive", "no data")
+COST_FILE = "learner_cost.csv"  # claim 3b's per-phase learner cost in a run directory (experiments/study.py cost)
 COLUMNS = ("claim", "statement", "verdict", "statistic", "point", "ci_low", "ci_high", "rests_on", "why")
 
 
@@ -99,9 +104,9 @@ class Data:
     """Score rows, tasks, references and curves of the run directories, with cleaned cells."""
 
     def __init__(self, rows: list[dict], random: dict | None, curves: list[dict] | None = None,
-                 reps: int = REPS, seed: int = 0, score: str = SCORE):
+                 reps: int = REPS, seed: int = 0, score: str = SCORE, costs: list[dict] | None = None):
         _check_score(score)
-        self.rows, self.random, self.curves = rows, random, curves or []
+        self.rows, self.random, self.curves, self.costs = rows, random, curves or [], costs or []
         self.tasks = sorted({r["env"] for r in rows})
         self.reps, self.seed, self.score = reps, seed, score
         self.ref = analysis.reference_scores(rows, self.tasks, score, random) if rows else None
@@ -114,7 +119,7 @@ class Data:
             return self
         curves = [c for c in self.curves if c.get("env") in tasks]
         return Data([r for r in self.rows if r["env"] in tasks], self.random, curves, reps=self.reps, seed=self.seed,
-                    score=self.score)
+                    score=self.score, costs=[c for c in self.costs if c.get("env") in tasks])
 
     def has(self, method: str, lag: int, where: Callable | None = None) -> bool:
         return any(r["method"] == method and int(r["lag_depth"]) == lag and (where is None or where(r))
@@ -293,6 +298,29 @@ def seconds_per_cell_chunk(curves: list[dict], method: str) -> np.ndarray:
     return np.array([k[2] / n for k, n in sorted(use.items())], float)
 
 
+def learner_costs(costs: list[dict], method: str) -> np.ndarray:
+    """``method``'s learner milliseconds per phase as [rounds, tasks] (``learner_cost.csv`` rows; a
+    task with fewer rounds is cut to the shortest); empty when it has none."""
+    by_task: dict[str, list[float]] = defaultdict(list)
+    for c in sorted(costs, key=lambda c: (str(c["env"]), int(c["round"]))):
+        if c.get("method") == method and np.isfinite(float(c["learner_ms"])):
+            by_task[str(c["env"])].append(float(c["learner_ms"]))
+    if not by_task:
+        return np.zeros((0, 0))
+    n = min(len(v) for v in by_task.values())
+    return np.array([v[:n] for _, v in sorted(by_task.items())], float).T
+
+
+def load_costs(run_dirs) -> list[dict]:
+    """The ``learner_cost.csv`` rows of one run directory or several (verified; none when absent)."""
+    rows = []
+    for path in [run_dirs] if isinstance(run_dirs, str) else list(run_dirs):
+        file = os.path.join(path, COST_FILE)
+        if os.path.exists(file):
+            rows += read_table(file)
+    return rows
+
+
 def claim_3(d: Data) -> list[dict]:
     a, b = "a3po", "decoupled_recompute"
     st = f"A-3PO is within CI of decoupled PPO (recompute) (CI width < {EQUIVALENCE_WIDTH})"
@@ -308,19 +336,33 @@ def claim_3(d: Data) -> list[dict]:
                                  "inconclusive": f"the CI contains 0.5 but is {EQUIVALENCE_WIDTH} or wider"}[v],
                       f" at the largest common lag depth B={lag}")
     st = "A-3PO costs less per phase than decoupled PPO (recompute)"
-    stat = "mean seconds per cell-chunk, a3po / decoupled_recompute, 95% CI"
     xa, xb = seconds_per_cell_chunk(d.curves, a), seconds_per_cell_chunk(d.curves, b)
-    if not (len(xa) and len(xb)):
-        part_b = _no_data("3b", st, stat, "no curves.csv rows with a seconds column for both methods")
-    else:
-        r, lo, hi = stats.contrast_ci(xa[:, None], xb[:, None], "mean", "ratio", reps=d.reps, seed=d.seed)
+    chunk = None
+    if len(xa) and len(xb):
+        chunk = stats.contrast_ci(xa[:, None], xb[:, None], "mean", "ratio", reps=d.reps, seed=d.seed)
+    ca, cb = learner_costs(d.costs, a), learner_costs(d.costs, b)
+    why_of = {"holds": "the whole CI is below 1", "fails": "the whole CI is at or above 1",
+              "inconclusive": "the CI contains 1"}
+    if ca.size and cb.size and ca.shape[1] == cb.shape[1]:
+        stat = "mean learner ms per phase, a3po / decoupled_recompute, 95% CI"
+        r, lo, hi = stats.contrast_ci(ca, cb, "mean", "ratio", reps=d.reps, seed=d.seed)
         v = _call(lo, hi, lambda p, q: q < 1, lambda p, q: p >= 1)
-        why = {"holds": "the whole CI is below 1", "fails": "the whole CI is at or above 1",
-               "inconclusive": "the CI contains 1"}[v]
+        lag_b = sorted({int(c["lag_depth"]) for c in d.costs if "lag_depth" in c})
+        also = "" if chunk is None else (f" The whole chunk's seconds per cell (env stepping and evaluation "
+                                         f"included) give {_ci(*chunk)}.")
         part_b = _row("3b", st, v, stat, r, lo, hi,
+                      f"{ca.shape[0]} interleaved rounds on {ca.shape[1]} task(s) at B={lag_b} ({COST_FILE})",
+                      f"ratio = {_ci(r, lo, hi)}; {why_of[v]}.{also}")
+    elif chunk is None:
+        part_b = _no_data("3b", st, "mean seconds per cell-chunk, a3po / decoupled_recompute, 95% CI",
+                          f"no {COST_FILE} and no curves.csv rows with a seconds column for both methods")
+    else:
+        r, lo, hi = chunk
+        v = _call(lo, hi, lambda p, q: q < 1, lambda p, q: p >= 1)
+        part_b = _row("3b", st, v, "mean seconds per cell-chunk, a3po / decoupled_recompute, 95% CI", r, lo, hi,
                       f"a3po: {len(xa)} group-chunks; decoupled_recompute: {len(xb)} group-chunks (curves.csv)",
-                      f"ratio = {_ci(r, lo, hi)}; {why}. A group runs its cells as one program, so this is the cost "
-                      "per cell only when the groups hold the same cells")
+                      f"ratio = {_ci(r, lo, hi)}; {why_of[v]}. A group runs its cells as one program, so this is the "
+                      f"cost per cell only when the groups hold the same cells (no {COST_FILE})")
     parts = [part_a, part_b]
     return [combine("3", "A-3PO is within CI of decoupled PPO (recompute), at lower per-phase cost", parts)] + parts
 
@@ -466,10 +508,10 @@ def study_designs() -> list[str]:
 STEP_VARIANT_PREFIX = "ppo_clip_"
 
 
-def _design_rows(study_dir: str, design: str) -> tuple[list[dict], list[dict], dict]:
+def _design_rows(study_dir: str, design: str) -> tuple[list[dict], list[dict], dict, list[dict]]:
     path = os.path.join(study_dir, design)
     if not os.path.exists(os.path.join(path, "run.json")):
-        return [], [], {}
+        return [], [], {}, []
     rows = load_scores(path)
     try:
         curves = load_curves(path)
@@ -479,7 +521,7 @@ def _design_rows(study_dir: str, design: str) -> tuple[list[dict], list[dict], d
         variant = r.get("variant")
         if isinstance(variant, str) and variant:
             r["method"] = f"{r['method']}_{variant}"
-    return rows, curves, load_random_scores(path) or {}
+    return rows, curves, load_random_scores(path) or {}, load_costs(path)
 
 
 def evaluate_study(study_dir: str, reps: int = REPS, seed: int = 0, out: str | None = None,
@@ -495,18 +537,18 @@ def evaluate_study(study_dir: str, reps: int = REPS, seed: int = 0, out: str | N
     for fn, designs in STUDY_SOURCES.items():
         runs += [(fn, designs, "")] + [(fn, (design,), f" [{design}]") for design in STUDY_REPEATS.get(fn, ())]
     for fn, designs, tag in runs:
-        rows, curves, random = [], [], {}
+        rows, curves, random, costs = [], [], {}, []
         for design in designs:
             if design not in cache:
                 cache[design] = _design_rows(study_dir, design)
-            r, c, rnd = cache[design]
-            rows, curves, random = rows + r, curves + c, {**random, **rnd}
+            r, c, rnd, cost = cache[design]
+            rows, curves, random, costs = rows + r, curves + c, {**random, **rnd}, costs + cost
         if not rows:  # the claim's own no-data rows (with its statements), saying which designs are missing
             note = f"no results in {', '.join(designs)} under {study_dir}"
             part = [{**r, "why": f"{note}; {r['why']}" if r["why"] else note} for r in fn(Data([], None))]
         else:
             rows = sorted(rows, key=analysis._row_order)
-            part = fn(Data(rows, random or None, curves, reps=reps, seed=seed, score=score))
+            part = fn(Data(rows, random or None, curves, reps=reps, seed=seed, score=score, costs=costs))
         table += [{**r, "claim": f"{r['claim']}{tag}"} for r in part]
     _mark_score(table, score)
     _write(table, out)
@@ -523,7 +565,8 @@ def evaluate(run_dirs, reps: int = REPS, seed: int = 0, out: str | None = None, 
         curves = load_curves(run_dirs)
     except OSError:
         curves = []
-    d = Data(rows, load_random_scores(run_dirs), curves, reps=reps, seed=seed, score=score)
+    d = Data(rows, load_random_scores(run_dirs), curves, reps=reps, seed=seed, score=score,
+             costs=load_costs(run_dirs))
     table = []
     for fn in CLAIMS:
         table += fn(d) if rows else [_no_data(fn.__name__.split("_")[1], "", "", "no scores.csv rows")]
