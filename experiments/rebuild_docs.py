@@ -323,6 +323,31 @@ def wide_iqm_table(build: Build) -> str:
                   rows)
 
 
+def cost_table(build: Build) -> str:
+    """Claim 3b's learner cost (``results/study/proximal/learner_cost.csv``, ``experiments/study.py
+    cost``): per task, each method's mean learner milliseconds per phase over the interleaved rounds,
+    the ratio A-3PO / decoupled and where and when it was measured."""
+    from vaco_jax import claims, plots
+
+    path = build.src(STUDY, "proximal", claims.COST_FILE)
+    if not os.path.exists(path):
+        return f"_Not built: `{STUDY}/proximal/{claims.COST_FILE}` does not exist yet._\n"
+    rows_in = results.read_table(path)
+    meta_path = path[:-len(".csv")] + ".json"
+    measured = results.read_json(meta_path)["measurements"] if os.path.exists(meta_path) else []
+    rows = []
+    for task in sorted({r["env"] for r in rows_in}):
+        ms = {m: [r["learner_ms"] for r in rows_in if r["env"] == task and r["method"] == m]
+              for m in ("a3po", "decoupled_recompute")}
+        where = next((m for m in measured if task in m.get("tasks", [])), {})
+        a, d = (sum(v) / len(v) if v else float("nan") for v in ms.values())
+        rows.append([task, str(len(ms["a3po"])), _num(a, ".2f"), _num(d, ".2f"), _num(a / d, ".3f"),
+                     f"{where.get('cpu', '—')}, {where.get('cpu_count', '—')} cores, jax {where.get('jax', '—')}",
+                     str(where.get("date", "—"))])
+    return _table(["task", "rounds", f"{plots.method_label('a3po')} ms", f"{plots.method_label('decoupled_recompute')} ms",
+                   "ratio of means", "machine", "measured"], rows)
+
+
 # name -> markdown text of FINDINGS.md's block <!-- generated: name (...) -->; add a block by adding an entry
 BLOCKS: dict[str, Callable[[Build], str]] = {
     "screens": lambda b: screens_table(b.src("results", "screens", "screens.csv")),
@@ -338,6 +363,7 @@ BLOCKS: dict[str, Callable[[Build], str]] = {
     "study_claims": claims_table,
     "study_claims_auc": lambda b: claims_table(b, CLAIMS_AUC),
     "study_iqm": study_iqm_table,
+    "study_cost": cost_table,
 }
 
 

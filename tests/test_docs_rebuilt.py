@@ -243,3 +243,18 @@ def test_check_names_a_changed_study_figure_and_table(tmp_path, monkeypatch, cap
     out = capsys.readouterr().out
     assert "differs: docs/figures/study_interval_estimates.png (" in out
     assert "differs: FINDINGS.md" in out and "| hopper | VACO | 16 |" in out
+
+
+def test_the_cost_block_reads_the_learner_cost_table(tmp_path):
+    rd = _rebuild_docs()
+    build = rd.Build(str(tmp_path), str(tmp_path))
+    assert "does not exist yet" in rd.cost_table(build)
+    path = tmp_path / "results" / "study" / "proximal" / "learner_cost.csv"
+    path.parent.mkdir(parents=True)
+    rows = [{"env": "hopper", "method": m, "round": r, "learner_ms": ms + r, "lag_depth": 16}
+            for r in range(2) for m, ms in (("a3po", 9.0), ("decoupled_recompute", 11.0))]
+    results.write_table(str(path), rows)
+    results.write_json(str(path)[:-4] + ".json", {"measurements": [
+        {"tasks": ["hopper"], "cpu": "AMD EPYC", "cpu_count": 2, "jax": "0.10.2", "date": "2026-11-30 19:00 UTC"}]})
+    assert "| hopper | 2 | 9.50 | 11.50 | 0.826 | AMD EPYC, 2 cores, jax 0.10.2 | 2026-11-30 19:00 UTC |" \
+        in rd.cost_table(build)
