@@ -170,30 +170,32 @@ def _sensitive_text(row: dict, screen) -> str:
     return "no (B = 16 higher)" if row["lag_loss_b16"] < 0 else f"no (loses < {screen.LAG_LOSS:.0%})"
 
 
-def _screen_steps(screen_csv: str, task: str) -> str:
-    """Env steps per run of ``task`` in the screen's run directory (its ``run.json`` identity)."""
+def _screen_setting(screen_csv: str, task: str, field: str, spec: str) -> str:
+    """A setting (``field`` of the runs' config) of ``task``'s runs in the screen's run directory (its
+    ``run.json`` identity), every distinct value formatted with ``spec``."""
     identity = results.read_json(os.path.join(os.path.dirname(screen_csv), "run.json")).get("identity", {})
-    steps = {v.get("total_env_steps") for k, v in identity.items() if k.split("/")[0] == task}
-    return ", ".join(f"{s:,}" for s in sorted(steps)) if steps else "—"
+    values = {v.get(field) for k, v in identity.items() if k.split("/")[0] == task}
+    return ", ".join(format(x, spec) for x in sorted(values)) if values and None not in values else "—"
 
 
-def screens_table(*paths: str, steps: bool = False) -> str:
+def screens_table(*paths: str, steps: bool = False, lr: bool = False) -> str:
     """The table of one ``screens.csv`` (``experiments/screen.py``), or of several one after the other;
-    ``steps`` adds each run's env steps (screens of several budgets in one table). "—" marks a share of
-    progress at half time that is negative (below random then, or at the end) and a loss at B = 16 on a
-    task where B = 1 got less than ``MIN_PROGRESS`` of the way from random to reachable (not judged
-    there)."""
+    ``steps`` adds each run's env steps and ``lr`` its learning rate (screens of several budgets or step
+    sizes in one table). "—" marks a share of progress at half time that is negative (below random
+    then, or at the end) and a loss at B = 16 on a task where B = 1 got less than ``MIN_PROGRESS`` of
+    the way from random to reachable (not judged there)."""
     screen = _screen_module()
     rows = []
     for path in paths:
         for r in results.read_table(path):
             half = r["half_over_final"] if _finite(r["half_over_final"]) and r["half_over_final"] >= 0 else math.nan
             loss = r["lag_loss_b16"] if r["learned_fraction"] >= screen.MIN_PROGRESS else math.nan
-            rows.append([r["env"]] + ([_screen_steps(path, r["env"])] if steps else [])
+            rows.append([r["env"]] + ([_screen_setting(path, r["env"], "total_env_steps", ",")] if steps else [])
+                        + ([_screen_setting(path, r["env"], "learning_rate", "g")] if lr else [])
                         + [_num(r["random"], ".1f"), _num(r["ppo_clip_b1"], ".1f"),
                            _num(r["learned_fraction"], ".2f"), _num(half, ".2f"), _num(r["ppo_clip_b16"], ".1f"),
                            _num(loss, ".2f"), _learnable_text(r, screen), _sensitive_text(r, screen)])
-    return _table(["task"] + (["env steps per run"] if steps else [])
+    return _table(["task"] + (["env steps per run"] if steps else []) + (["learning rate"] if lr else [])
                   + ["random", "PPO-Clip B = 1", "learned", "B = 1 at half / final", "B = 16",
                      "loss at B = 16", "learnable", "lag-sensitive"], rows)
 
@@ -356,6 +358,8 @@ BLOCKS: dict[str, Callable[[Build], str]] = {
     "screens_pointmass_1m": lambda b: screens_table(b.src("results", "screens_pointmass_1m", "screens.csv")),
     "screens_lr1e-3": lambda b: screens_table(*(b.src("results", "screens_lr1e-3", d, "screens.csv")
                                                 for d in SCREENS_LR), steps=True),
+    "screens_more": lambda b: screens_table(*sorted(glob.glob(b.src("results", "screens_more", "*", "screens.csv"))),
+                                            steps=True, lr=True),
     "study_machine": machine_table,
     "study_tuned": tuned_table,
     "study_lr_wide_tuned": lambda b: tuned_table(b, TUNED_WIDE),
