@@ -45,6 +45,7 @@ class Args:
     phases: int = 4  # phases per timed chunk
     repeats: int = 5
     out: str = "runs/benchmarks/method_cost.json"
+    learner_diagnostics: bool = True  # False: the TV-to-pi_T diagnostic off, so pi_T is computed only where read
 
 
 def _time(fn, repeats):
@@ -57,13 +58,14 @@ def _time(fn, repeats):
     return statistics.median(times)
 
 
-def learner_call(config: Config, lag_depth: int, traced=None, warm_chunks: int = 1):
+def learner_call(config: Config, lag_depth: int, traced=None, warm_chunks: int = 1, learner_diagnostics: bool = True):
     """A zero-argument call that runs the learner's part of one phase (align + E x M gradient steps)
     of ``config`` at ``lag_depth`` on one fixed trajectory batch and waits for it (compiled and run
     once here). The batch comes from real lagged actors after ``warm_chunks`` chunks, so snapshot
     recovery has several versions to gather from. Also returns the whole-phase call (``run_chunk``)
-    and the seconds of the first chunk (compilation included)."""
-    trainer = make_train(config)
+    and the seconds of the first chunk (compilation included). ``learner_diagnostics=False``: log π_T
+    is computed only for a method whose pieces read it (UpdateShape.learner_diagnostics)."""
+    trainer = make_train(config, learner_diagnostics=learner_diagnostics)
     traced = traced if traced is not None else make_traced(config, lag_depth)
     state = jax.jit(trainer.init)(jax.random.PRNGKey(0), traced)
     chunk = jax.jit(trainer.run_chunk)
@@ -104,7 +106,7 @@ def measure(args: Args, name: str) -> dict:
                     num_minibatches=args.num_minibatches, buffer_capacity=max(args.lag_depth, 1),
                     total_env_steps=args.num_envs * args.unroll_length * args.phases, num_evals=1,
                     eval_episodes=0)
-    learner, phase, compile_s = learner_call(config, args.lag_depth)
+    learner, phase, compile_s = learner_call(config, args.lag_depth, learner_diagnostics=args.learner_diagnostics)
     phase_s = _time(phase, args.repeats) / config.phases_per_chunk
     learner_s = _time(learner, args.repeats * 4)
     return {"method": name, "learner_ms": 1e3 * learner_s, "phase_ms": 1e3 * phase_s,

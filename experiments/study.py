@@ -29,7 +29,9 @@ gradient steps on one fixed lagged batch, at the design's largest lag depth and 
 of the ``proximal`` design's methods, timed in ``--cost-rounds`` interleaved rounds (the methods'
 order alternating), each round the median of ``--cost-calls`` calls per method. A chunk's wall time
 (curves' ``seconds``) is mostly env stepping and evaluation, which the methods share, so it cannot
-resolve a difference of one forward pass per phase; this measures the part the methods differ in.
+resolve a difference of one forward pass per phase; this measures the part the methods differ in,
+with the diagnostic TV to π_T switched off (``UpdateShape.learner_diagnostics``), so that each method
+computes π_T only if it reads it (decoupled PPO's proximal policy is π_T; A-3PO's is not).
 A finished table is kept: delete it to measure again.
 """
 
@@ -71,7 +73,7 @@ MISMATCH_STRENGTH = 0.5  # docs/lag.md: 14% of samples' π_old/π_infer leave [0
 # (docs/lag.md), so the reset fires when staleness pushes the kept fraction further down.
 MISMATCH_STRENGTH_STRONG = 1.5
 COST_DESIGN, COST_FILE = "proximal", "learner_cost.csv"  # claim 3b's per-phase cost (stage ``cost``)
-COST_ROUNDS, COST_CALLS = 40, 10
+COST_ROUNDS, COST_CALLS = 200, 10
 
 
 @dataclasses.dataclass(frozen=True)
@@ -368,7 +370,7 @@ def measure_cost(out: str, tasks, rounds: int, per_round: int) -> str | None:
         print(f"cost: compiling {g.config.env}/{g.config.method} at B={lag_depth}", flush=True)
         warm = -(-lag_depth // g.config.phases_per_chunk)  # enough phases for every lag up to the depth
         calls[(g.config.env, g.config.method)] = learner_call(g.config, lag_depth, make_traced(g.config, lag_depth),
-                                                              warm_chunks=warm)[0]
+                                                              warm_chunks=warm, learner_diagnostics=False)[0]
     t0 = time.time()
     rows = [{**r, "lag_depth": lag_depth} for r in interleaved_costs(calls, rounds, per_round)]
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -379,7 +381,8 @@ def measure_cost(out: str, tasks, rounds: int, per_round: int) -> str | None:
     except OSError:
         pass
     meta = results.read_json(meta_path) if os.path.exists(meta_path) else {
-        "what": "learner seconds per phase (align + E x M gradient steps on one fixed lagged batch)",
+        "what": "learner seconds per phase (align + E x M gradient steps on one fixed lagged batch; the "
+                "TV-to-pi_T diagnostic off, so pi_T is computed only by a method that reads it)",
         "design": COST_DESIGN, "measurements": []}
     meta["measurements"].append({
         "tasks": sorted({r["env"] for r in rows}), "lag_depth": lag_depth, "rounds": rounds,

@@ -165,12 +165,14 @@ def test_cost_stage_writes_a_verified_table_once(study, tmp_path, monkeypatch):
     import benchmarks.method_cost as mc
 
     seen = []
-    monkeypatch.setattr(mc, "learner_call", lambda config, b, traced, warm_chunks=1: (
-        seen.append((config.env, config.method, b, warm_chunks, config.learning_rate)) or (lambda: None, None, 0.0)))
+    monkeypatch.setattr(mc, "learner_call", lambda config, b, traced, warm_chunks=1, learner_diagnostics=True: (
+        seen.append((config.env, config.method, b, warm_chunks, config.learning_rate, learner_diagnostics))
+        or (lambda: None, None, 0.0)))
     path = study.measure_cost(out, ("point_mass",), rounds=2, per_round=1)
     assert path == os.path.join(out, "proximal", "learner_cost.csv")
     assert [s[:3] for s in seen] == [("point_mass", "a3po", 16), ("point_mass", "decoupled_recompute", 16)]
     assert all(s[4] == pytest.approx(1e-3) for s in seen)  # the frozen step sizes
+    assert not any(s[5] for s in seen)  # the TV-to-pi_T diagnostic off: each method pays for pi_T only if it reads it
     assert all(s[3] * 2 >= 16 for s in seen)  # warm phases cover the lag depth (2 phases per chunk here)
     rows = results.read_table(path)
     assert len(rows) == 4 and {r["lag_depth"] for r in rows} == {16}

@@ -90,6 +90,9 @@ class AdvantageEstimator:
 
     name: ClassVar[str] = "?"
     every_step: ClassVar[bool] = False
+    # whether ``estimate`` reads ``log_rho`` = log π_T − log β (False lets the update skip the π_T pass
+    # when nothing else reads it; a piece of your own that leaves it True always gets π_T)
+    reads_log_rho: ClassVar[bool] = True
 
     def estimate(self, rewards, values, next_values, terminations, truncations, log_rho, gamma) -> Estimate:
         raise NotImplementedError
@@ -100,6 +103,7 @@ class GAE(AdvantageEstimator):
     """GAE(λ) (docs/estimators.md, eq. E1)."""
 
     name: ClassVar[str] = "gae"
+    reads_log_rho: ClassVar[bool] = False
     gae_lambda: Any = 0.95
 
     def estimate(self, rewards, values, next_values, terminations, truncations, log_rho, gamma):
@@ -143,6 +147,8 @@ class ProximalSource:
 
     name: ClassVar[str] = "?"
     uses_ewma: ClassVar[bool] = False
+    # whether ``proximal`` reads ``x.learner_logp`` (log π_T); True unless a piece says otherwise
+    reads_learner_logp: ClassVar[bool] = True
     # an old-logit source this proximal source imposes (None: the surrogate's own)
     old_logit_source: ClassVar[Optional[str]] = None
 
@@ -161,6 +167,7 @@ class Behavior(ProximalSource):
     """π_prox = β: decoupled PPO reduces to coupled PPO-Clip."""
 
     name: ClassVar[str] = "behavior"
+    reads_learner_logp: ClassVar[bool] = False
 
     def proximal(self, x, ewma_logp=None, ewma_dist=None):
         return ProximalOut(x.behaviour_logp)
@@ -181,6 +188,7 @@ class LogLinear(ProximalSource):
     """A-3PO: log π_prox = α log β + (1 − α) log sg(π_θ), α = 1/d (docs/proximal.md, eq. P1)."""
 
     name: ClassVar[str] = "loglinear"
+    reads_learner_logp: ClassVar[bool] = False
 
     def proximal(self, x, ewma_logp=None, ewma_dist=None):
         return ProximalOut(prox.loglinear_proximal_logp(x.logp, x.behaviour_logp, x.staleness))
@@ -191,6 +199,7 @@ class Linear(ProximalSource):
     """π_prox = β/d + (1 − 1/d) sg(π_θ) (docs/proximal.md, eq. P2)."""
 
     name: ClassVar[str] = "linear"
+    reads_learner_logp: ClassVar[bool] = False
 
     def proximal(self, x, ewma_logp=None, ewma_dist=None):
         return ProximalOut(prox.linear_proximal_logp(x.logp, x.behaviour_logp, x.staleness))
@@ -204,6 +213,7 @@ class Ewma(ProximalSource):
     """
 
     name: ClassVar[str] = "ewma"
+    reads_learner_logp: ClassVar[bool] = False
     uses_ewma: ClassVar[bool] = True
     ewma_age: Any = None
 
@@ -228,6 +238,7 @@ class EwmaRevised(ProximalSource):
     """
 
     name: ClassVar[str] = "ewma_revised"
+    reads_learner_logp: ClassVar[bool] = False
     uses_ewma: ClassVar[bool] = True
     old_logit_source: ClassVar[Optional[str]] = "ewma_revised"
     ewma_reset_threshold: Any = 0.5
@@ -278,6 +289,11 @@ class Surrogate:
         """The denominator of the ratio a sample filter tests."""
         return x.behaviour_logp
 
+    def reads_learner_logp(self) -> bool:
+        """Whether ``loss`` or ``denominator_logp`` reads ``x.learner_logp`` (log π_T); a surrogate
+        of your own is assumed to unless it says otherwise."""
+        return True
+
     def old_logits(self) -> Optional[str]:
         """Where the π_old this surrogate reads comes from (docs/lag.md, "Old-logit sources");
         None: it reads no π_old (then π_old only serves the r_d / r_s diagnostics)."""
@@ -294,6 +310,9 @@ class PPOClip(Surrogate):
     name: ClassVar[str] = "ppo_clip"
     clip_epsilon: Any = 0.2
 
+    def reads_learner_logp(self):
+        return False
+
     def loss(self, x):
         return obj.ppo_clip_loss(x.logp, x.behaviour_logp, x.advantages, self.clip_epsilon)
 
@@ -304,6 +323,9 @@ class PPOKL(Surrogate):
 
     name: ClassVar[str] = "ppo_kl"
     kl_coef: Any = 1.0
+
+    def reads_learner_logp(self):
+        return False
 
     def loss(self, x):
         kl = gaussian_kl(x.behaviour_mean, x.behaviour_log_std, x.mean, x.log_std)
@@ -316,6 +338,9 @@ class SPO(Surrogate):
 
     name: ClassVar[str] = "spo"
     clip_epsilon: Any = 0.2
+
+    def reads_learner_logp(self):
+        return False
 
     def loss(self, x):
         return obj.spo_loss(x.logp, x.behaviour_logp, x.advantages, self.clip_epsilon)
@@ -339,6 +364,9 @@ class Decoupled(Surrogate):
 
     def old_logits(self):
         return self.old_logit_source
+
+    def reads_learner_logp(self):
+        return False
 
     def loss(self, x):
         return obj.decoupled_ppo_loss(x.logp, x.proximal_logp, x.old_logp, x.behaviour_logp, x.advantages,
@@ -364,6 +392,9 @@ class ISPG(Surrogate):
     def denominator_logp(self, x):
         return x.learner_logp if self.tv_denominator == "learner" else x.behaviour_logp
 
+    def reads_learner_logp(self):
+        return self.tv_denominator == "learner"
+
     def loss(self, x):
         return obj.is_pg_loss(x.logp, self.denominator_logp(x), x.advantages)
 
@@ -374,6 +405,9 @@ class Impala(Surrogate):
 
     name: ClassVar[str] = "impala"
     needs_every_step: ClassVar[bool] = True
+
+    def reads_learner_logp(self):
+        return False
 
     def loss(self, x):
         return obj.impala_pg_loss(x.logp, x.advantages)

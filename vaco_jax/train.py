@@ -88,6 +88,8 @@ class Trainer:
     nets: Networks
     policy_net: Any
     value_net: Any
+    learner_diagnostics: bool = True  # UpdateShape.learner_diagnostics (False: each method pays for pi_T
+    # only when it reads it; benchmarks of a method's own cost)
 
     # ------------------------------------------------------------------ pure pieces
     def snapshot(self, policy_params, normalizer):
@@ -100,7 +102,8 @@ class Trainer:
                            normalize_advantages=cfg.normalize_advantages,
                            normalize_observations=cfg.normalize_observations,
                            measure_mismatch=cfg.actor_dtype != "float32",
-                           synchronous=cfg.lag_model == "synchronous")
+                           synchronous=cfg.lag_model == "synchronous",
+                           learner_diagnostics=self.learner_diagnostics)
 
     def init(self, key: jax.Array, traced: TracedParams) -> TrainState:
         cfg = self.config
@@ -239,13 +242,14 @@ def annealed_fraction(phase, phases_run: int):
     return 1.0 - jnp.asarray(phase, jnp.float32) / phases_run
 
 
-def make_train(config: Config, env=None) -> Trainer:
+def make_train(config: Config, env=None, learner_diagnostics: bool = True) -> Trainer:
     env = env if env is not None else make_env(config.env, config.backend, config.episode_length)
     spec = NETWORKS[config.network]
     policy_net = spec.policy(config, env.action_size)
     value_net = spec.value(config)
     nets = Networks(policy_apply=policy_net.apply, value_apply=value_net.apply)
-    return Trainer(config=config, env=env, nets=nets, policy_net=policy_net, value_net=value_net)
+    return Trainer(config=config, env=env, nets=nets, policy_net=policy_net, value_net=value_net,
+                   learner_diagnostics=learner_diagnostics)
 
 
 # ----------------------------------------------------------------------------- host driver

@@ -56,6 +56,9 @@ class UpdateShape(NamedTuple):
     normalize_observations: bool = True
     measure_mismatch: bool = False  # actor in low precision: compute the float32 snapshot for r_d
     synchronous: bool = False  # no policy buffer: pi_old of every sample is pi_T
+    # the diagnostic TV to pi_T (tv_learner) for every method; False: pi_T is computed only when a piece
+    # reads it (log pi_T is NaN then), so a method's cost is its own (experiments/study.py cost)
+    learner_diagnostics: bool = True
 
     @property
     def steps_per_phase(self) -> int:
@@ -87,6 +90,13 @@ def snapshot_logp(nets: Networks, buffer: PolicyBuffer, traj: Transition, phase,
     return jax.lax.fori_loop(0, num_slots, body, jnp.zeros_like(traj.behaviour_logp))
 
 
+def reads_learner_logp(method: Method) -> bool:
+    """Whether a piece of ``method`` reads log π_T (the learner's log-density at phase start): the
+    advantage estimator's log-ratio, the proximal source, or the surrogate (ratio denominator)."""
+    return bool(method.advantage.reads_log_rho or method.proximal.reads_learner_logp
+                or method.surrogate.reads_learner_logp())
+
+
 def align(shape: UpdateShape, method: Method, gamma, lag_depth, nets: Networks, policy_params, value_params,
           normalizer: NormalizerState, buffer: PolicyBuffer, traj: Transition, phase) -> tuple[Aligned, dict]:
     """Everything computed once at phase start: values, pi_T, old logits, advantages, targets."""
@@ -94,13 +104,17 @@ def align(shape: UpdateShape, method: Method, gamma, lag_depth, nets: Networks, 
     next_obs_n = normalize(normalizer, traj.next_obs, shape.normalize_observations)
     values = nets.value_apply(value_params, obs_n)
     next_values = nets.value_apply(value_params, next_obs_n)
-    learner_logp = _logp_under(nets.policy_apply, policy_params, obs_n, traj.action)
     staleness = jnp.asarray(phase, jnp.int32) - traj.behaviour_version
 
     source = method.surrogate.old_logits()
     if source is None:  # the surrogate reads no pi_old: it serves the r_d / r_s diagnostics only, which
         # in low precision are measured against the float32 snapshot whatever the method
         source = "snapshot" if shape.measure_mismatch else "infer"
+    if (shape.learner_diagnostics or reads_learner_logp(method) or source == "recompute"
+            or (source == "snapshot" and shape.synchronous)):
+        learner_logp = _logp_under(nets.policy_apply, policy_params, obs_n, traj.action)
+    else:  # nothing reads pi_T: its forward pass is not made (tv_learner is NaN)
+        learner_logp = jnp.full_like(traj.behaviour_logp, jnp.nan)
     if source == "snapshot":
         if shape.synchronous:
             old_logp = learner_logp

@@ -1,0 +1,66 @@
+"""The π_T pass is made only where something reads it when the TV-to-π_T diagnostic is off
+(UpdateShape.learner_diagnostics, used by ``experiments/study.py cost`` so that each method pays
+for its own work): the update is bit for bit the same with the diagnostic on and off."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from conftest import tiny_config
+from vaco_jax.config import make_traced
+from vaco_jax.methods import METHODS, make_method
+from vaco_jax.rollout import rollout
+from vaco_jax.train import make_train
+from vaco_jax.update import reads_learner_logp
+
+# which presets read log π_T themselves (V-trace's ratio, decoupled PPO's proximal policy)
+READS_PI_T = {"vaco", "vaco_realign_only", "impala", "decoupled_recompute"}
+
+
+def test_which_presets_read_pi_t():
+    assert {name for name in METHODS if reads_learner_logp(make_method(name))} == READS_PI_T
+    assert reads_learner_logp(make_method("vaco_filter_only", tv_denominator="learner"))  # ratio to π_T
+    assert reads_learner_logp(make_method("custom", advantage_estimator="vtrace"))
+
+
+def _learn(config, lag_depth, learner_diagnostics):
+    trainer = make_train(config, learner_diagnostics=learner_diagnostics)
+    traced = make_traced(config, lag_depth)
+    state = jax.jit(trainer.init)(jax.random.PRNGKey(0), traced)
+    state = state._replace(phase=jnp.asarray(3, jnp.int32))  # versions 0..3 in use: stale samples
+
+    @jax.jit
+    def one_phase(state):
+        ages = traced.lag.start_ages(jax.random.PRNGKey(1), config.num_actors, state.phase)
+        _, traj = rollout(env=trainer.env, policy_apply=trainer.nets.policy_apply, buffer=state.buffer,
+                          learner_snapshot=trainer.snapshot(state.learner.policy_params, state.normalizer),
+                          env_state=state.env_state, start_ages=ages, action_key=jax.random.PRNGKey(2),
+                          unroll_length=config.unroll_length, lag=traced.lag, envs_per_actor=config.envs_per_actor,
+                          actor_dtype=config.actor_dtype, normalize_observations=config.normalize_observations,
+                          phase=state.phase)
+        return trainer.learn(state.learner, state.normalizer, state.buffer, traj, state.phase,
+                             jax.random.PRNGKey(3), traced)
+
+    return jax.device_get(one_phase(state))
+
+
+@pytest.mark.parametrize("method,lag_model", [("a3po", "uniform"), ("ppo_ewma_revised", "uniform"),
+                                              ("a3po", "synchronous"), ("decoupled_recompute", "uniform")])
+def test_the_update_is_the_same_without_the_pi_t_diagnostic(method, lag_model):
+    """Four cases, one per way of reaching π_T: not read (A-3PO, the revised EWMA), π_old = π_T on
+    the synchronous path, and read by the proximal policy (decoupled-recompute)."""
+    config = tiny_config(method=method, lag_model=lag_model)
+    depth = 1 if lag_model == "synchronous" else 4
+    (on, on_diag), (off, off_diag) = (_learn(config, depth, flag) for flag in (True, False))
+    for a, b in zip(jax.tree.leaves(on), jax.tree.leaves(off)):
+        np.testing.assert_array_equal(a, b)
+    assert set(on_diag) == set(off_diag)
+    for name in on_diag:
+        if name != "tv_learner":
+            np.testing.assert_array_equal(on_diag[name], off_diag[name], err_msg=name)
+    assert np.all(np.isfinite(on_diag["tv_learner"]))
+    # π_T is skipped only where nothing reads it (on the synchronous path π_old is π_T): its diagnostic
+    # is NaN then, never a made-up number
+    skipped = method not in READS_PI_T and lag_model != "synchronous"
+    assert np.all(np.isnan(off_diag["tv_learner"])) == skipped
