@@ -40,6 +40,8 @@ import numpy as np  # noqa: E402
 REACHABLE = {"reacher": 0.0, "pusher": 0.0,
     "inverted_pendulum": 1000.0, "inverted_double_pendulum": 9360.0, "CartpoleBalance": 1000.0,
     "CartpoleSwingup": 1000.0, "AcrobotSwingup": 1000.0, "PendulumSwingup": 1000.0, "FingerSpin": 1000.0, "PointMass": 1000.0,
+    # DM Control's sparse tasks pay 1 per step inside the target region: at most 1000 per episode
+    "CartpoleSwingupSparse": 1000.0, "CartpoleBalanceSparse": 1000.0, "BallInCup": 1000.0,
 }
 CANDIDATES = ("inverted_pendulum", "inverted_double_pendulum", "CartpoleBalance", "CartpoleSwingup",
               "AcrobotSwingup", "PendulumSwingup")
