@@ -29,7 +29,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from vaco_jax.config import Config, make_traced  # noqa: E402
 from vaco_jax.methods import METHODS  # noqa: E402
-from vaco_jax.rollout import rollout  # noqa: E402
 from vaco_jax.train import make_train  # noqa: E402
 
 
@@ -61,10 +60,11 @@ def _time(fn, repeats):
 def learner_call(config: Config, lag_depth: int, traced=None, warm_chunks: int = 1, learner_diagnostics: bool = True):
     """A zero-argument call that runs the learner's part of one phase (align + E x M gradient steps)
     of ``config`` at ``lag_depth`` on one fixed trajectory batch and waits for it (compiled and run
-    once here). The batch comes from real lagged actors after ``warm_chunks`` chunks, so snapshot
-    recovery has several versions to gather from. Also returns the whole-phase call (``run_chunk``)
-    and the seconds of the first chunk (compilation included). ``learner_diagnostics=False``: log π_T
-    is computed only for a method whose pieces read it (UpdateShape.learner_diagnostics)."""
+    once here). The batch comes from real lagged actors (``Trainer.collect``) after ``warm_chunks``
+    chunks, so snapshot recovery has several versions to gather from. Also returns the whole-phase
+    call (``run_chunk``) and the seconds of the first chunk (compilation included).
+    ``learner_diagnostics=False``: log π_T is computed only for a method whose pieces read it
+    (UpdateShape.learner_diagnostics)."""
     trainer = make_train(config, learner_diagnostics=learner_diagnostics)
     traced = traced if traced is not None else make_traced(config, lag_depth)
     state = jax.jit(trainer.init)(jax.random.PRNGKey(0), traced)
@@ -75,18 +75,7 @@ def learner_call(config: Config, lag_depth: int, traced=None, warm_chunks: int =
     jax.block_until_ready(state)
     compile_s = time.perf_counter() - t0
 
-    @jax.jit
-    def make_batch(state):
-        ages = traced.lag.start_ages(jax.random.PRNGKey(1), config.num_actors, state.phase)
-        _, traj = rollout(env=trainer.env, policy_apply=trainer.nets.policy_apply, buffer=state.buffer,
-                          learner_snapshot=trainer.snapshot(state.learner.policy_params, state.normalizer),
-                          env_state=state.env_state, start_ages=ages, action_key=jax.random.PRNGKey(2),
-                          unroll_length=config.unroll_length, lag=traced.lag, envs_per_actor=config.envs_per_actor,
-                          actor_dtype=config.actor_dtype, normalize_observations=config.normalize_observations,
-                          phase=state.phase)
-        return traj
-
-    traj = make_batch(state)
+    traj = jax.jit(lambda state: trainer.collect(state, traced)[1])(state)
 
     @jax.jit
     def learner_only(state, traj):

@@ -10,7 +10,6 @@ import pytest
 from conftest import tiny_config
 from vaco_jax.config import make_traced
 from vaco_jax.methods import METHODS, make_method
-from vaco_jax.rollout import rollout
 from vaco_jax.train import make_train
 from vaco_jax.update import reads_learner_logp
 
@@ -32,15 +31,8 @@ def _learn(config, lag_depth, learner_diagnostics):
 
     @jax.jit
     def one_phase(state):
-        ages = traced.lag.start_ages(jax.random.PRNGKey(1), config.num_actors, state.phase)
-        _, traj = rollout(env=trainer.env, policy_apply=trainer.nets.policy_apply, buffer=state.buffer,
-                          learner_snapshot=trainer.snapshot(state.learner.policy_params, state.normalizer),
-                          env_state=state.env_state, start_ages=ages, action_key=jax.random.PRNGKey(2),
-                          unroll_length=config.unroll_length, lag=traced.lag, envs_per_actor=config.envs_per_actor,
-                          actor_dtype=config.actor_dtype, normalize_observations=config.normalize_observations,
-                          phase=state.phase)
-        return trainer.learn(state.learner, state.normalizer, state.buffer, traj, state.phase,
-                             jax.random.PRNGKey(3), traced)
+        _, traj, key = trainer.collect(state, traced)
+        return trainer.learn(state.learner, state.normalizer, state.buffer, traj, state.phase, key, traced)
 
     return jax.device_get(one_phase(state))
 

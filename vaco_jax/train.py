@@ -126,21 +126,29 @@ class Trainer:
         return TrainState(learner, normalizer, reward_scaler_init(cfg.num_envs), buffer, env_state,
                           jnp.zeros((), jnp.int32), key)
 
-    def phase(self, state: TrainState, traced: TracedParams) -> tuple[TrainState, PhaseMetrics]:
+    def collect(self, state: TrainState, traced: TracedParams):
+        """The actors' part of a phase: every actor's snapshot drawn by the lag model, the envs
+        unrolled. Returns the new env state, the trajectory and the phase's update key."""
         cfg = self.config
         T = state.phase
         phase_key = jax.random.fold_in(jax.random.fold_in(state.run_key, PHASE_STREAM), T)
         action_key, update_key = jax.random.split(phase_key)
         lag = traced.lag
         start_ages = lag.start_ages(lag_lib.lag_key(state.run_key, T), cfg.num_actors, T)
-        learner = state.learner
         env_state, traj = rollout(
             env=self.env, policy_apply=self.nets.policy_apply, buffer=state.buffer,
-            learner_snapshot=self.snapshot(learner.policy_params, state.normalizer),
+            learner_snapshot=self.snapshot(state.learner.policy_params, state.normalizer),
             env_state=state.env_state, start_ages=start_ages, action_key=action_key,
             unroll_length=cfg.unroll_length, lag=lag, envs_per_actor=cfg.envs_per_actor,
             actor_dtype=cfg.actor_dtype, normalize_observations=cfg.normalize_observations, phase=T,
             mismatch_strength=traced.mismatch_strength)
+        return env_state, traj, update_key
+
+    def phase(self, state: TrainState, traced: TracedParams) -> tuple[TrainState, PhaseMetrics]:
+        cfg = self.config
+        T = state.phase
+        learner = state.learner
+        env_state, traj, update_key = self.collect(state, traced)
         reward_scaler = state.reward_scaler
         if cfg.normalize_rewards:  # learner-side only: actors never see rewards
             dones = jnp.maximum(traj.termination, traj.truncation)
