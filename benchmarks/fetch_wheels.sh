@@ -26,8 +26,16 @@ set -u -o pipefail
 
 cd "$(dirname "$0")/.."
 GPU_MACHINE=0
-if [ "${1:-}" = "--gpu-machine" ]; then GPU_MACHINE=1; shift; fi
-WHEELS_DIR=${1:-wheels}
+WHEELS_DIR=""
+for arg in "$@"; do
+  case $arg in
+    --gpu-machine) GPU_MACHINE=1 ;;
+    -*) echo "fetch_wheels: unknown option $arg; allowed: --gpu-machine, then an optional WHEELS_DIR" >&2; exit 2 ;;
+    *) if [ -n "$WHEELS_DIR" ]; then echo "fetch_wheels: one WHEELS_DIR only (got $WHEELS_DIR and $arg)" >&2; exit 2; fi
+       WHEELS_DIR=$arg ;;
+  esac
+done
+WHEELS_DIR=${WHEELS_DIR:-wheels}
 if [ "$GPU_MACHINE" = 1 ]; then
   PYTHON_VERSIONS=${PYTHON_VERSIONS:-"3.12"}
 else

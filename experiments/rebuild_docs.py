@@ -341,7 +341,7 @@ def cost_table(build: Build) -> str:
     for task in sorted({r["env"] for r in rows_in}):
         ms = {m: [r["learner_ms"] for r in rows_in if r["env"] == task and r["method"] == m]
               for m in ("a3po", "decoupled_recompute")}
-        where = next((m for m in measured if task in m.get("tasks", [])), {})
+        where = next((m for m in reversed(measured) if task in m.get("tasks", [])), {})  # the latest
         a, d = (sum(v) / len(v) if v else float("nan") for v in ms.values())
         rows.append([task, str(len(ms["a3po"])), _num(a, ".2f"), _num(d, ".2f"), _num(a / d, ".3f"),
                      f"{where.get('cpu', '—')}, {where.get('cpu_count', '—')} cores, jax {where.get('jax', '—')}",

@@ -314,10 +314,10 @@ def design_groups(out: str, name: str, tasks) -> list:
 def interleaved_costs(calls: dict, rounds: int, per_round: int, clock=None) -> list[dict]:
     """Time each task's methods in ``rounds`` interleaved rounds.
 
-    ``calls``: {(task, method): zero-argument call}. In each round every task's methods are timed one
-    after another, the order reversed every other round (so drifting load falls on both alike); a
-    method's value for the round is the median of ``per_round`` calls. Rows: env, method, round,
-    learner_ms."""
+    ``calls``: {(task, method): zero-argument call}. Task by task: in each of its rounds the task's
+    methods are timed one after another, the order reversed every other round (so drifting load
+    falls on both alike); a method's value for the round is the median of ``per_round`` calls.
+    Rows: env, method, round, learner_ms."""
     import statistics
     import time
 
@@ -355,7 +355,19 @@ def measure_cost(out: str, tasks, rounds: int, per_round: int) -> str | None:
 
     path = os.path.join(out, COST_DESIGN, COST_FILE)
     meta_path = path[:-len(".csv")] + ".json"
-    old = results.read_table(path) if os.path.exists(path) else []  # a damaged table is an error
+    lag_depth = max(DESIGNS[COST_DESIGN].lag_depths)
+    fresh_meta = {"what": "learner milliseconds per phase (align + E x M gradient steps on one fixed lagged batch; "
+                          "the TV-to-pi_T diagnostic off, so pi_T is computed only by a method that reads it)",
+                  "design": COST_DESIGN, "measurements": []}
+    if os.path.exists(path):  # damaged files are errors here, before anything is compiled or timed
+        old = results.read_table(path)
+        meta = results.read_json(meta_path) if os.path.exists(meta_path) else fresh_meta
+        depths = sorted({int(r["lag_depth"]) for r in old})
+        if depths != [lag_depth]:
+            raise ConfigError(f"{path}: measured at lag depth {depths}, the design's is {lag_depth}; "
+                              "delete it to measure again")
+    else:  # a deleted table starts a new record of where it was measured
+        old, meta = [], fresh_meta
     measured = {r["env"] for r in old}
     groups = [g for g in design_groups(out, COST_DESIGN, tasks)  # refuses a (task, method) without a frozen choice
               if g.config.env not in measured]
@@ -363,8 +375,9 @@ def measure_cost(out: str, tasks, rounds: int, per_round: int) -> str | None:
         if old and set(design_tasks(DESIGNS[COST_DESIGN], tasks)) & measured:
             print(f"{path}: finished for {', '.join(sorted(measured))} (delete it to measure again)")
             return path
+        print(f"cost: the {COST_DESIGN!r} design runs on {', '.join(PAIR_TASKS)}; none of them is among the tasks "
+              f"given ({', '.join(tasks)})")
         return None
-    lag_depth = max(DESIGNS[COST_DESIGN].lag_depths)
     calls = {}
     for g in groups:
         print(f"cost: compiling {g.config.env}/{g.config.method} at B={lag_depth}", flush=True)
@@ -380,17 +393,13 @@ def measure_cost(out: str, tasks, rounds: int, per_round: int) -> str | None:
             cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
     except OSError:
         pass
-    meta = results.read_json(meta_path) if os.path.exists(meta_path) else {
-        "what": "learner seconds per phase (align + E x M gradient steps on one fixed lagged batch; the "
-                "TV-to-pi_T diagnostic off, so pi_T is computed only by a method that reads it)",
-        "design": COST_DESIGN, "measurements": []}
     meta["measurements"].append({
         "tasks": sorted({r["env"] for r in rows}), "lag_depth": lag_depth, "rounds": rounds,
         "calls_per_round": per_round, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0)),
         "seconds": round(time.time() - t0, 1), "cpu": cpu, "cpu_count": os.cpu_count(), "jax": jax.__version__,
         "device": str(jax.devices()[0])})
+    results.write_json(meta_path, meta)  # first: rows are never without the record of where they were timed
     results.write_table(path, old + rows)
-    results.write_json(meta_path, meta)
     for task in sorted({r["env"] for r in rows}):
         means = {m: np.mean([r["learner_ms"] for r in rows if r["env"] == task and r["method"] == m])
                  for m in sorted({r["method"] for r in rows if r["env"] == task})}

@@ -360,3 +360,15 @@ def test_learner_costs_are_rounds_by_tasks():
     x = claims.learner_costs(rows, "a3po")
     assert x.shape == (3, 2) and x[:, 0].tolist() == [10, 11, 12] and x[:, 1].tolist() == [0, 1, 2]
     assert claims.learner_costs(rows, "vaco").size == 0
+
+
+def test_claim_3b_pools_only_the_tasks_timed_for_both_methods(tmp_path):
+    run = make_claims_run(str(tmp_path))
+    _costs(run, 9.0, 10.0)
+    rows = results.read_table(os.path.join(run, claims.COST_FILE))
+    rows += [{"env": "extra", "method": "a3po", "round": r, "learner_ms": 50.0, "lag_depth": 16} for r in range(12)]
+    results.write_table(os.path.join(run, claims.COST_FILE), rows)
+    row = {r["claim"]: r for r in claims.evaluate(run, reps=300)}["3b"]
+    assert row["verdict"] == "holds" and row["point"] == pytest.approx(0.9, rel=0.02)  # "extra" not paired
+    assert "left out, timed for one method only: extra" in row["rests_on"]
+    assert claims.learner_costs(rows, "decoupled_recompute", {"extra"}).size == 0

@@ -9,6 +9,7 @@ import pytest
 
 from conftest import tiny_config
 from vaco_jax.config import make_traced
+from vaco_jax import pieces
 from vaco_jax.methods import METHODS, make_method
 from vaco_jax.train import make_train
 from vaco_jax.update import reads_learner_logp
@@ -21,6 +22,14 @@ def test_which_presets_read_pi_t():
     assert {name for name in METHODS if reads_learner_logp(make_method(name))} == READS_PI_T
     assert reads_learner_logp(make_method("vaco_filter_only", tv_denominator="learner"))  # ratio to π_T
     assert reads_learner_logp(make_method("custom", advantage_estimator="vtrace"))
+
+    class MyClip(pieces.PPOClip):  # a subclass may read π_T in a loss of its own: it is assumed to
+        def loss(self, x):
+            return super().loss(x)
+
+    preset = make_method("ppo_clip")
+    assert not reads_learner_logp(preset)
+    assert reads_learner_logp(preset.replace(surrogate=MyClip()))
 
 
 def _learn(config, lag_depth, learner_diagnostics):

@@ -188,3 +188,10 @@ def test_cost_stage_writes_a_verified_table_once(study, tmp_path, monkeypatch):
     assert [s[:2] for s in seen] == [("inverted_pendulum", "a3po"), ("inverted_pendulum", "decoupled_recompute")]
     assert rows == results.read_table(path)[:4] and len(results.read_table(path)) == 8
     assert len(results.read_json(path[:-4] + ".json")["measurements"]) == 2
+    os.remove(path)  # a deleted table is measured again, with a new record of where
+    assert study.measure_cost(out, ("point_mass",), rounds=2, per_round=1) == path
+    assert len(results.read_json(path[:-4] + ".json")["measurements"]) == 1
+    rows = results.read_table(path)
+    results.write_table(path, [{**r, "lag_depth": 8} for r in rows])  # timed at another lag depth: refused
+    with pytest.raises(ConfigError, match="measured at lag depth \\[8\\], the design's is 16; delete it"):
+        study.measure_cost(out, ("point_mass", "inverted_pendulum"), rounds=2, per_round=1)

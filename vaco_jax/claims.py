@@ -298,17 +298,19 @@ def seconds_per_cell_chunk(curves: list[dict], method: str) -> np.ndarray:
     return np.array([k[2] / n for k, n in sorted(use.items())], float)
 
 
-def learner_costs(costs: list[dict], method: str) -> np.ndarray:
-    """``method``'s learner milliseconds per phase as [rounds, tasks] (``learner_cost.csv`` rows; a
-    task with fewer rounds is cut to the shortest); empty when it has none."""
+def learner_costs(costs: list[dict], method: str, tasks=None) -> np.ndarray:
+    """``method``'s learner milliseconds per phase as [rounds, tasks] (``learner_cost.csv`` rows), its
+    columns the sorted ``tasks`` (default: every task it has; a task with fewer rounds is cut to the
+    shortest); empty when it has none of them."""
     by_task: dict[str, list[float]] = defaultdict(list)
     for c in sorted(costs, key=lambda c: (str(c["env"]), int(c["round"]))):
         if c.get("method") == method and np.isfinite(float(c["learner_ms"])):
             by_task[str(c["env"])].append(float(c["learner_ms"]))
-    if not by_task:
+    tasks = sorted(by_task) if tasks is None else sorted(tasks)
+    if not tasks or any(t not in by_task for t in tasks):
         return np.zeros((0, 0))
-    n = min(len(v) for v in by_task.values())
-    return np.array([v[:n] for _, v in sorted(by_task.items())], float).T
+    n = min(len(by_task[t]) for t in tasks)
+    return np.array([by_task[t][:n] for t in tasks], float).T
 
 
 def load_costs(run_dirs) -> list[dict]:
@@ -340,29 +342,35 @@ def claim_3(d: Data) -> list[dict]:
     chunk = None
     if len(xa) and len(xb):
         chunk = stats.contrast_ci(xa[:, None], xb[:, None], "mean", "ratio", reps=d.reps, seed=d.seed)
-    ca, cb = learner_costs(d.costs, a), learner_costs(d.costs, b)
+    has = {m: {str(c["env"]) for c in d.costs if c.get("method") == m} for m in (a, b)}
+    both = has[a] & has[b]  # tasks timed for both methods: the ratio pools these only
+    ca, cb = learner_costs(d.costs, a, both), learner_costs(d.costs, b, both)
+    lacking = sorted((has[a] | has[b]) - both)
     why_of = {"holds": "the whole CI is below 1", "fails": "the whole CI is at or above 1",
               "inconclusive": "the CI contains 1"}
-    if ca.size and cb.size and ca.shape[1] == cb.shape[1]:
+    if ca.size and cb.size:
         stat = "mean learner ms per phase, a3po / decoupled_recompute, 95% CI"
         r, lo, hi = stats.contrast_ci(ca, cb, "mean", "ratio", reps=d.reps, seed=d.seed)
         v = _call(lo, hi, lambda p, q: q < 1, lambda p, q: p >= 1)
         lag_b = sorted({int(c["lag_depth"]) for c in d.costs if "lag_depth" in c})
         also = "" if chunk is None else (f" The whole chunk's seconds per cell (env stepping and evaluation "
                                          f"included) give {_ci(*chunk)}.")
+        skipped = f"; left out, timed for one method only: {', '.join(lacking)}" if lacking else ""
         part_b = _row("3b", st, v, stat, r, lo, hi,
-                      f"{ca.shape[0]} interleaved rounds on {ca.shape[1]} task(s) at B={lag_b} ({COST_FILE})",
+                      f"{ca.shape[0]} interleaved rounds on {ca.shape[1]} task(s) at B={lag_b} ({COST_FILE}){skipped}",
                       f"ratio = {_ci(r, lo, hi)}; {why_of[v]}.{also}")
     elif chunk is None:
         part_b = _no_data("3b", st, "mean seconds per cell-chunk, a3po / decoupled_recompute, 95% CI",
-                          f"no {COST_FILE} and no curves.csv rows with a seconds column for both methods")
+                          f"no task of {COST_FILE} timed for both methods and no curves.csv rows with a "
+                          "seconds column for both")
     else:
         r, lo, hi = chunk
         v = _call(lo, hi, lambda p, q: q < 1, lambda p, q: p >= 1)
         part_b = _row("3b", st, v, "mean seconds per cell-chunk, a3po / decoupled_recompute, 95% CI", r, lo, hi,
                       f"a3po: {len(xa)} group-chunks; decoupled_recompute: {len(xb)} group-chunks (curves.csv)",
                       f"ratio = {_ci(r, lo, hi)}; {why_of[v]}. A group runs its cells as one program, so this is the "
-                      f"cost per cell only when the groups hold the same cells (no {COST_FILE})")
+                      f"cost per cell only when the groups hold the same cells (no task of {COST_FILE} timed "
+                      "for both methods)")
     parts = [part_a, part_b]
     return [combine("3", "A-3PO is within CI of decoupled PPO (recompute), at lower per-phase cost", parts)] + parts
 

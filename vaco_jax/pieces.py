@@ -91,7 +91,8 @@ class AdvantageEstimator:
     name: ClassVar[str] = "?"
     every_step: ClassVar[bool] = False
     # whether ``estimate`` reads ``log_rho`` = log π_T − log β (False lets the update skip the π_T pass
-    # when nothing else reads it; a piece of your own that leaves it True always gets π_T)
+    # when nothing else reads it; only a class's own declaration counts, so a subclass that does not
+    # repeat it always gets π_T)
     reads_log_rho: ClassVar[bool] = True
 
     def estimate(self, rewards, values, next_values, terminations, truncations, log_rho, gamma) -> Estimate:
@@ -147,7 +148,7 @@ class ProximalSource:
 
     name: ClassVar[str] = "?"
     uses_ewma: ClassVar[bool] = False
-    # whether ``proximal`` reads ``x.learner_logp`` (log π_T); True unless a piece says otherwise
+    # whether ``proximal`` reads ``x.learner_logp`` (log π_T); True unless the piece's own class says otherwise
     reads_learner_logp: ClassVar[bool] = True
     # an old-logit source this proximal source imposes (None: the surrogate's own)
     old_logit_source: ClassVar[Optional[str]] = None
@@ -291,7 +292,7 @@ class Surrogate:
 
     def reads_learner_logp(self) -> bool:
         """Whether ``loss`` or ``denominator_logp`` reads ``x.learner_logp`` (log π_T); a surrogate
-        of your own is assumed to unless it says otherwise."""
+        is assumed to unless its own class (not a parent) defines this method."""
         return True
 
     def old_logits(self) -> Optional[str]:

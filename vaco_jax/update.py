@@ -90,11 +90,22 @@ def snapshot_logp(nets: Networks, buffer: PolicyBuffer, traj: Transition, phase,
     return jax.lax.fori_loop(0, num_slots, body, jnp.zeros_like(traj.behaviour_logp))
 
 
+def _declared(piece, name: str):
+    """``piece``'s ``name`` if its own class declares it, else None: a subclass of a built-in piece
+    inherits the class's code but not its promise not to read π_T (it may read it in a new ``loss``)."""
+    if name not in type(piece).__dict__:
+        return None
+    value = getattr(piece, name)
+    return value() if callable(value) else value
+
+
 def reads_learner_logp(method: Method) -> bool:
     """Whether a piece of ``method`` reads log π_T (the learner's log-density at phase start): the
-    advantage estimator's log-ratio, the proximal source, or the surrogate (ratio denominator)."""
-    return bool(method.advantage.reads_log_rho or method.proximal.reads_learner_logp
-                or method.surrogate.reads_learner_logp())
+    advantage estimator's log-ratio, the proximal source, or the surrogate (ratio denominator). A
+    piece whose own class does not say it does not is assumed to."""
+    return any(_declared(piece, name) is not False for piece, name in (
+        (method.advantage, "reads_log_rho"), (method.proximal, "reads_learner_logp"),
+        (method.surrogate, "reads_learner_logp")))
 
 
 def align(shape: UpdateShape, method: Method, gamma, lag_depth, nets: Networks, policy_params, value_params,
