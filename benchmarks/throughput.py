@@ -430,14 +430,10 @@ def _versions() -> dict:
 
 
 def _machine() -> dict:
+    from vaco_jax.sweep import machine
+
     dev = jax.devices()[0]
-    cpu_model = platform.processor() or None
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu_model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")),
-                             cpu_model)
-    except OSError:
-        pass
+    cpu_model = machine()["cpu"]
     return {
         "device": str(dev), "platform": dev.platform, "device_kind": dev.device_kind,
         "device_count": jax.device_count(), "cpu_model": cpu_model, "cpu_count": os.cpu_count(),

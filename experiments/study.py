@@ -24,7 +24,7 @@ settings each claim needs, on which tasks. Every design uses the study seeds ``S
 task's budget (``TASKS``). ``lag`` (claims 1, 2, 6) runs on every task; the others on
 ``PAIR_TASKS`` (the two cheapest).
 
-**Cost** (``OUT/proximal/learner_cost.csv``, claim 3b): the learner's seconds per phase (align + E x M
+**Cost** (``OUT/proximal/learner_cost.csv``, claim 3b): the learner's milliseconds per phase (align + E x M
 gradient steps on one fixed lagged batch, at the design's largest lag depth and the frozen step sizes)
 of the ``proximal`` design's methods, timed in ``--cost-rounds`` interleaved rounds (the methods'
 order alternating), each round the median of ``--cost-calls`` calls per method. A chunk's wall time
@@ -344,13 +344,12 @@ def measure_cost(out: str, tasks, rounds: int, per_round: int) -> str | None:
     where and how each task was measured). Tasks already in the table are kept as they are; the
     design's other tasks among ``tasks`` are measured and added. Returns its path, None when the
     design has no task among ``tasks``."""
-    import platform
     import time
 
     import jax
 
     from benchmarks.method_cost import learner_call
-    from vaco_jax import results
+    from vaco_jax import results, sweep
     from vaco_jax.config import make_traced
 
     path = os.path.join(out, COST_DESIGN, COST_FILE)
@@ -387,16 +386,11 @@ def measure_cost(out: str, tasks, rounds: int, per_round: int) -> str | None:
     t0 = time.time()
     rows = [{**r, "lag_depth": lag_depth} for r in interleaved_costs(calls, rounds, per_round)]
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
-    except OSError:
-        pass
+    where = sweep.machine()
     meta["measurements"].append({
         "tasks": sorted({r["env"] for r in rows}), "lag_depth": lag_depth, "rounds": rounds,
         "calls_per_round": per_round, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0)),
-        "seconds": round(time.time() - t0, 1), "cpu": cpu, "cpu_count": os.cpu_count(), "jax": jax.__version__,
+        "seconds": round(time.time() - t0, 1), "cpu": where["cpu"], "cpu_count": where["cores"], "jax": jax.__version__,
         "device": str(jax.devices()[0])})
     results.write_json(meta_path, meta)  # first: rows are never without the record of where they were timed
     results.write_table(path, old + rows)

@@ -56,8 +56,8 @@ from typing import Callable
 import numpy as np
 
 from vaco_jax import analysis, stats
-from vaco_jax.results import (atomic_write_text, load_curves, load_random_scores, load_scores, read_table,
-                              rows_to_csv)
+from vaco_jax.results import (LEARNER_COST, atomic_write_text, load_costs, load_curves, load_random_scores,
+                              load_scores, rows_to_csv)
 
 SCORE = "final_eval_return"
 # The scores a verdict can rest on: the primary (the final evaluation return) and the area under the
@@ -71,7 +71,7 @@ EWMA_RESET_COLUMN = "ewma_reset_threshold"
 REPS = 2000
 CONFIDENCE = 0.95
 VERDICTS = ("holds", "fails", "inconclusive", "no data")
-COST_FILE = "learner_cost.csv"  # claim 3b's per-phase learner cost in a run directory (experiments/study.py cost)
+COST_FILE = LEARNER_COST  # claim 3b's per-phase learner cost in a run directory (experiments/study.py cost)
 COLUMNS = ("claim", "statement", "verdict", "statistic", "point", "ci_low", "ci_high", "rests_on", "why")
 
 
@@ -313,16 +313,6 @@ def learner_costs(costs: list[dict], method: str, tasks=None) -> np.ndarray:
     return np.array([by_task[t][:n] for t in tasks], float).T
 
 
-def load_costs(run_dirs) -> list[dict]:
-    """The ``learner_cost.csv`` rows of one run directory or several (verified; none when absent)."""
-    rows = []
-    for path in [run_dirs] if isinstance(run_dirs, str) else list(run_dirs):
-        file = os.path.join(path, COST_FILE)
-        if os.path.exists(file):
-            rows += read_table(file)
-    return rows
-
-
 def claim_3(d: Data) -> list[dict]:
     a, b = "a3po", "decoupled_recompute"
     st = f"A-3PO is within CI of decoupled PPO (recompute) (CI width < {EQUIVALENCE_WIDTH})"
@@ -348,29 +338,27 @@ def claim_3(d: Data) -> list[dict]:
     lacking = sorted((has[a] | has[b]) - both)
     why_of = {"holds": "the whole CI is below 1", "fails": "the whole CI is at or above 1",
               "inconclusive": "the CI contains 1"}
-    if ca.size and cb.size:
-        stat = "mean learner ms per phase, a3po / decoupled_recompute, 95% CI"
-        r, lo, hi = stats.contrast_ci(ca, cb, "mean", "ratio", reps=d.reps, seed=d.seed)
-        v = _call(lo, hi, lambda p, q: q < 1, lambda p, q: p >= 1)
-        lag_b = sorted({int(c["lag_depth"]) for c in d.costs if "lag_depth" in c})
-        also = "" if chunk is None else (f" The whole chunk's seconds per cell (env stepping and evaluation "
-                                         f"included) give {_ci(*chunk)}.")
-        skipped = f"; left out, timed for one method only: {', '.join(lacking)}" if lacking else ""
-        part_b = _row("3b", st, v, stat, r, lo, hi,
-                      f"{ca.shape[0]} interleaved rounds on {ca.shape[1]} task(s) at B={lag_b} ({COST_FILE}){skipped}",
-                      f"ratio = {_ci(r, lo, hi)}; {why_of[v]}.{also}")
-    elif chunk is None:
-        part_b = _no_data("3b", st, "mean seconds per cell-chunk, a3po / decoupled_recompute, 95% CI",
-                          f"no task of {COST_FILE} timed for both methods and no curves.csv rows with a "
-                          "seconds column for both")
+    chunk_stat = "mean seconds per cell-chunk, a3po / decoupled_recompute, 95% CI"
+    timed = bool(ca.size and cb.size)
+    if not timed and chunk is None:
+        part_b = _no_data("3b", st, chunk_stat, f"no task of {COST_FILE} timed for both methods and no curves.csv "
+                                                "rows with a seconds column for both")
     else:
-        r, lo, hi = chunk
+        if timed:  # the learner timed alone; the chunk ratio is quoted beside it
+            stat = "mean learner ms per phase, a3po / decoupled_recompute, 95% CI"
+            r, lo, hi = stats.contrast_ci(ca, cb, "mean", "ratio", reps=d.reps, seed=d.seed)
+            lag_b = sorted({int(c["lag_depth"]) for c in d.costs if "lag_depth" in c})
+            skipped = f"; left out, timed for one method only: {', '.join(lacking)}" if lacking else ""
+            rests = f"{ca.shape[0]} interleaved rounds on {ca.shape[1]} task(s) at B={lag_b} ({COST_FILE}){skipped}"
+            note = "" if chunk is None else (f" The whole chunk's seconds per cell (env stepping and evaluation "
+                                             f"included) give {_ci(*chunk)}.")
+        else:
+            stat, (r, lo, hi) = chunk_stat, chunk
+            rests = f"a3po: {len(xa)} group-chunks; decoupled_recompute: {len(xb)} group-chunks (curves.csv)"
+            note = (f" A group runs its cells as one program, so this is the cost per cell only when the groups "
+                    f"hold the same cells (no task of {COST_FILE} timed for both methods)")
         v = _call(lo, hi, lambda p, q: q < 1, lambda p, q: p >= 1)
-        part_b = _row("3b", st, v, "mean seconds per cell-chunk, a3po / decoupled_recompute, 95% CI", r, lo, hi,
-                      f"a3po: {len(xa)} group-chunks; decoupled_recompute: {len(xb)} group-chunks (curves.csv)",
-                      f"ratio = {_ci(r, lo, hi)}; {why_of[v]}. A group runs its cells as one program, so this is the "
-                      f"cost per cell only when the groups hold the same cells (no task of {COST_FILE} timed "
-                      "for both methods)")
+        part_b = _row("3b", st, v, stat, r, lo, hi, rests, f"ratio = {_ci(r, lo, hi)}; {why_of[v]}.{note}")
     parts = [part_a, part_b]
     return [combine("3", "A-3PO is within CI of decoupled PPO (recompute), at lower per-phase cost", parts)] + parts
 

@@ -331,6 +331,19 @@ def load_random_scores(run_dirs) -> dict | None:
     return found
 
 
+LEARNER_COST = "learner_cost.csv"  # a run directory's per-phase learner timings (experiments/study.py cost)
+
+
+def load_costs(run_dirs) -> list[dict]:
+    """The ``learner_cost.csv`` rows of one run directory or several (verified; none when absent)."""
+    rows = []
+    for run_dir in _dirs(run_dirs):
+        path = os.path.join(run_dir, LEARNER_COST)
+        if os.path.exists(path):
+            rows += read_table(path)
+    return rows
+
+
 def load_staleness(run_dir: str) -> dict[str, dict]:
     """Every group's realised staleness histogram (finished or not), verified.
 
