@@ -117,7 +117,7 @@ def main(args: Args) -> dict:
     print(f"\n{cmd}\n{time.strftime('%Y-%m-%d')}, {platform.node()}, jax {jax.__version__}, {jax.devices()[0]}, "
           f"{os.cpu_count()} CPUs; {args.env}, {args.num_envs} envs x {args.unroll_length} steps, "
           f"E={args.num_epochs} M={args.num_minibatches}, lag depth {args.lag_depth}")
-    print(f"| method | learner ms/phase | vs ppo_clip | whole phase ms | vs ppo_clip |\n|---|---|---|---|---|")
+    print("| method | learner ms/phase | vs ppo_clip | whole phase ms | vs ppo_clip |\n|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['method']} | {r['learner_ms']:.2f} | {r['learner_vs_ppo_clip']:.2f}x | {r['phase_ms']:.2f} | "
               f"{r['phase_vs_ppo_clip']:.2f}x |")

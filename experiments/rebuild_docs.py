@@ -360,6 +360,8 @@ BLOCKS: dict[str, Callable[[Build], str]] = {
                                                 for d in SCREENS_LR), steps=True),
     "screens_more": lambda b: screens_table(*sorted(glob.glob(b.src("results", "screens_more", "*", "screens.csv"))),
                                             steps=True, lr=True),
+    "screens_6": lambda b: screens_table(*sorted(glob.glob(b.src("results", "screens_6", "*", "screens.csv"))),
+                                         steps=True, lr=True),
     "study_machine": machine_table,
     "study_tuned": tuned_table,
     "study_lr_wide_tuned": lambda b: tuned_table(b, TUNED_WIDE),

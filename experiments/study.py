@@ -54,6 +54,11 @@ from vaco_jax.config import Config, ConfigError  # noqa: E402
 TASKS = {
     "inverted_pendulum": 61_440,
     "inverted_double_pendulum": 300_000,
+    # sixth screen: learnable and lag-sensitive at this budget (at 491,520 steps PPO-Clip's lag loss had
+    # shrunk under 10%; FINDINGS "Screens")
+    "reacher": 147_456,
+    # sixth screen too: learnable only with ~1M steps (at 491,520 steps and lr 1e-3 it had reached 0.14)
+    "FingerSpin": 983_040,
 }
 PAIR_TASKS = ("inverted_pendulum", "inverted_double_pendulum")
 STUDY_SEEDS = tuple(range(10))
