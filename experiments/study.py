@@ -8,6 +8,7 @@ resume from their last checkpoint), each writing only small tables under ``OUT``
     python experiments/study.py tune                   # 1. one traced grid per (task, method) at B = 1
     python experiments/study.py run                    # 2. every design, with the frozen step sizes
     python experiments/study.py run --designs lag --tasks inverted_pendulum
+    python experiments/study.py tune --tasks FingerSpin --methods ppo_kl   # beside another process's --methods spo
     python experiments/study.py cost                   # 2b. claim 3's per-phase cost, measured alone
     python experiments/claims.py --study results/study # 3. the verdicts -> results/claims.csv
 
@@ -38,6 +39,7 @@ A finished table is kept: delete it to measure again.
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import os
 import sys
 from typing import Literal
@@ -134,6 +136,9 @@ class Args:
     out: str = "results/study"
     designs: tuple[str, ...] = tuple(DESIGNS)
     tasks: tuple[str, ...] = tuple(TASKS)
+    # only these methods' groups (default: every method of the designs). Two processes given different
+    # methods can work on one directory at once: each group is its own program and its own files
+    methods: tuple[str, ...] | None = None
     progress: bool = True
     max_chunks: int | None = None  # stop every group after this many chunks; rerun to continue
     max_cells_per_program: int | None = None
@@ -149,7 +154,10 @@ class Args:
 
 
 def check_args(args: Args) -> None:
-    for name, given, allowed in (("designs", args.designs, DESIGNS), ("tasks", args.tasks, TASKS)):
+    named = (("designs", args.designs, DESIGNS), ("tasks", args.tasks, TASKS))
+    if args.methods is not None:
+        named += (("methods", args.methods, STEP_KNOB),)
+    for name, given, allowed in named:
         bad = [v for v in given if v not in allowed]
         if bad or not given:
             raise ConfigError(f"{name}: {bad or 'none given'} not valid; allowed values: {', '.join(allowed)}")
@@ -196,13 +204,16 @@ def tuning_methods(designs, tasks) -> dict[str, list[str]]:
     return out
 
 
-def tuning_groups(designs, tasks, learning_rates=None) -> list:
+def tuning_groups(designs, tasks, learning_rates=None, only=None) -> list:
+    """One tuning group per (task, method) of the designs; ``only``: just these methods."""
     from vaco_jax import sweep
 
     learning_rates = learning_rates or LEARNING_RATES
     groups = []
     for task, methods in tuning_methods(designs, tasks).items():
         for method in methods:
+            if only is not None and method not in only:
+                continue
             config = base_config(task, method)
             traced = {"learning_rate": [float(x) for x in learning_rates]}
             knob = STEP_KNOB[method]
@@ -255,21 +266,26 @@ def freeze(out: str, groups, learning_rates=None) -> dict:
 
     learning_rates = learning_rates or LEARNING_RATES
     path = tuned_path(out)
-    frozen = results.read_json(path) if os.path.exists(path) else {
-        "criterion": "max mean auc_eval_return over the tuning seeds, no diverged run",
-        "tuning_seeds": list(TUNING_SEEDS), "learning_rates": [float(x) for x in learning_rates],
-        "knob_factors": list(KNOB_FACTORS), "chosen": {}}
-    check_grid(path, frozen, learning_rates)
-    rows = results.load_scores(os.path.join(out, "tuning"))
-    for g in groups:
-        task, method = g.config.env, g.config.method
-        pick = choose([r for r in rows if r["env"] == task and r["method"] == method], STEP_KNOB[method])
-        old = frozen["chosen"].get(task, {}).get(method)
-        if old is not None and old["chosen"] != pick["chosen"]:
-            raise ConfigError(f"{path}: {task}/{method} was frozen at {old['chosen']}, the tuning rows now give "
-                              f"{pick['chosen']}; the tuning results changed (restore them or choose another --out)")
-        frozen["chosen"].setdefault(task, {})[method] = pick
-    results.write_json(path, frozen)
+    os.makedirs(out, exist_ok=True)
+    # processes tuning other --methods may freeze at the same moment: one read-modify-write at a time
+    with open(path + ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        frozen = results.read_json(path) if os.path.exists(path) else {
+            "criterion": "max mean auc_eval_return over the tuning seeds, no diverged run",
+            "tuning_seeds": list(TUNING_SEEDS), "learning_rates": [float(x) for x in learning_rates],
+            "knob_factors": list(KNOB_FACTORS), "chosen": {}}
+        check_grid(path, frozen, learning_rates)
+        rows = results.load_scores(os.path.join(out, "tuning"))
+        for g in groups:
+            task, method = g.config.env, g.config.method
+            pick = choose([r for r in rows if r["env"] == task and r["method"] == method], STEP_KNOB[method])
+            old = frozen["chosen"].get(task, {}).get(method)
+            if old is not None and old["chosen"] != pick["chosen"]:
+                raise ConfigError(f"{path}: {task}/{method} was frozen at {old['chosen']}, the tuning rows now "
+                                  f"give {pick['chosen']}; the tuning results changed (restore them or choose "
+                                  "another --out)")
+            frozen["chosen"].setdefault(task, {})[method] = pick
+        results.write_json(path, frozen)
     return frozen
 
 
@@ -290,8 +306,8 @@ def _lookup(pairs: tuple, key, default=()):
     return dict(pairs).get(key, default)
 
 
-def design_groups(out: str, name: str, tasks) -> list:
-    """The groups of one design, each method at its frozen step size."""
+def design_groups(out: str, name: str, tasks, only=None) -> list:
+    """The groups of one design, each method at its frozen step size; ``only``: just these methods."""
     from vaco_jax import sweep
 
     d = DESIGNS[name]
@@ -299,6 +315,7 @@ def design_groups(out: str, name: str, tasks) -> list:
     for task in design_tasks(d, tasks):
         forms = [(m, None, (), 1.0) for m in d.methods]
         forms += [(m, v, static, factor) for m, vs in d.variants for v, static, factor in vs]
+        forms = [f for f in forms if only is None or f[0] in only]
         for method, variant, static, factor in forms:
             config = base_config(task, method, **dict(_lookup(d.static, method)), **dict(static))
             chosen = dict(tuned(out, task, method))
@@ -415,7 +432,11 @@ def main(args: Args) -> list[str]:
         path = measure_cost(args.out, args.tasks, args.cost_rounds, args.cost_calls)
         return [path] if path else []
     if args.stage == "tune":
-        groups = tuning_groups(args.designs, args.tasks, args.learning_rates)
+        groups = tuning_groups(args.designs, args.tasks, args.learning_rates, args.methods)
+        if not groups:
+            print(f"tune: none of the designs {list(args.designs)} uses {list(args.methods)} on "
+                  f"{list(args.tasks)}; nothing to tune")
+            return done
         if os.path.exists(tuned_path(args.out)):  # before anything runs
             from vaco_jax import results
 
@@ -431,7 +452,7 @@ def main(args: Args) -> list[str]:
                     print(f"tuned {task}/{method}: {pick['chosen']}")
             done.append(run_dir)
         return done
-    plans = [(name, design_groups(args.out, name, args.tasks)) for name in args.designs]  # all validated first
+    plans = [(name, design_groups(args.out, name, args.tasks, args.methods)) for name in args.designs]  # all validated first
     for name, groups in plans:
         if not groups:
             continue

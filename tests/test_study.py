@@ -68,6 +68,32 @@ def test_bad_designs_or_tasks_are_refused(study):
         study.check_args(study.Args(stage="run", designs=("lagg",)))
     with pytest.raises(ConfigError, match="tasks.*hopper"):
         study.check_args(study.Args(stage="run", tasks=("hopper",)))
+    with pytest.raises(ConfigError, match="methods: \\['ppo'\\] not valid; allowed values: ppo_clip, ppo_kl"):
+        study.check_args(study.Args(stage="run", tasks=("point_mass",), methods=("ppo",)))
+    with pytest.raises(ConfigError, match="methods: none given"):
+        study.check_args(study.Args(stage="run", tasks=("point_mass",), methods=()))
+    study.check_args(study.Args(stage="run", tasks=("point_mass",), methods=("spo", "vaco")))
+
+
+def test_methods_restrict_the_groups_of_both_stages(study, tmp_path, capsys):
+    """--methods: two processes can take different groups of one directory."""
+    out = str(tmp_path)
+    every = study.tuning_groups(("lag",), ("point_mass",))
+    only = study.tuning_groups(("lag",), ("point_mass",), only=("spo", "vaco"))
+    assert [g.config.method for g in every] == ["ppo_clip", "ppo_kl", "spo", "vaco"]
+    assert [g.subdir for g in only] == [g.subdir for g in every[2:]]
+    # run: only the named methods need a frozen step size; a variant belongs to its method
+    results.write_json(study.tuned_path(out), {"learning_rates": list(study.LEARNING_RATES), "chosen": {
+        "point_mass": {"vaco": {"chosen": {"learning_rate": 1e-3, "tv_budget": 0.2}, "grid": []}}}})
+    assert [g.config.method for g in study.design_groups(out, "lag", ("point_mass",), only=("vaco",))] == ["vaco"]
+    with pytest.raises(ConfigError, match="point_mass/ppo_clip has no frozen step size"):
+        study.design_groups(out, "step", ("point_mass",), only=("ppo_clip",))
+    assert study.design_groups(out, "step", ("point_mass",), only=("vaco",)) == []
+    # a method no chosen design tunes: nothing runs, and it says so
+    assert study.main(study.Args(stage="tune", out=out, designs=("ablation",), tasks=("point_mass",),
+                                 methods=("spo",), progress=False)) == []
+    assert "nothing to tune" in capsys.readouterr().out
+    assert not os.path.exists(os.path.join(out, "tuning"))
 
 
 def _rows(pairs):
