@@ -350,6 +350,11 @@ def cost_table(build: Build) -> str:
                    "ratio of means", "machine", "measured"], rows)
 
 
+def screens_folder_table(build: Build, folder: str) -> str:
+    """One row per screen run directory under ``results/FOLDER/`` (each its own budget and step size)."""
+    return screens_table(*sorted(glob.glob(build.src("results", folder, "*", "screens.csv"))), steps=True, lr=True)
+
+
 # name -> markdown text of FINDINGS.md's block <!-- generated: name (...) -->; add a block by adding an entry
 BLOCKS: dict[str, Callable[[Build], str]] = {
     "screens": lambda b: screens_table(b.src("results", "screens", "screens.csv")),
@@ -358,10 +363,8 @@ BLOCKS: dict[str, Callable[[Build], str]] = {
     "screens_pointmass_1m": lambda b: screens_table(b.src("results", "screens_pointmass_1m", "screens.csv")),
     "screens_lr1e-3": lambda b: screens_table(*(b.src("results", "screens_lr1e-3", d, "screens.csv")
                                                 for d in SCREENS_LR), steps=True),
-    "screens_more": lambda b: screens_table(*sorted(glob.glob(b.src("results", "screens_more", "*", "screens.csv"))),
-                                            steps=True, lr=True),
-    "screens_6": lambda b: screens_table(*sorted(glob.glob(b.src("results", "screens_6", "*", "screens.csv"))),
-                                         steps=True, lr=True),
+    "screens_more": lambda b: screens_folder_table(b, "screens_more"),
+    "screens_6": lambda b: screens_folder_table(b, "screens_6"),
     "study_machine": machine_table,
     "study_tuned": tuned_table,
     "study_lr_wide_tuned": lambda b: tuned_table(b, TUNED_WIDE),

@@ -434,8 +434,9 @@ def main(args: Args) -> list[str]:
     if args.stage == "tune":
         groups = tuning_groups(args.designs, args.tasks, args.learning_rates, args.methods)
         if not groups:
-            print(f"tune: none of the designs {list(args.designs)} uses {list(args.methods)} on "
-                  f"{list(args.tasks)}; nothing to tune")
+            which = "any method" if args.methods is None else list(args.methods)
+            print(f"tune: none of the designs {list(args.designs)} uses {which} on {list(args.tasks)}; "
+                  "nothing to tune")
             return done
         if os.path.exists(tuned_path(args.out)):  # before anything runs
             from vaco_jax import results
@@ -452,7 +453,8 @@ def main(args: Args) -> list[str]:
                     print(f"tuned {task}/{method}: {pick['chosen']}")
             done.append(run_dir)
         return done
-    plans = [(name, design_groups(args.out, name, args.tasks, args.methods)) for name in args.designs]  # all validated first
+    # all validated first
+    plans = [(name, design_groups(args.out, name, args.tasks, args.methods)) for name in args.designs]
     for name, groups in plans:
         if not groups:
             continue

@@ -94,6 +94,10 @@ def test_methods_restrict_the_groups_of_both_stages(study, tmp_path, capsys):
                                  methods=("spo",), progress=False)) == []
     assert "nothing to tune" in capsys.readouterr().out
     assert not os.path.exists(os.path.join(out, "tuning"))
+    # nor without --methods, on a task none of the chosen designs runs on
+    assert study.main(study.Args(stage="tune", out=out, designs=("ablation",), tasks=("point_mass_b",),
+                                 progress=False)) == []
+    assert "uses any method on ['point_mass_b']; nothing to tune" in capsys.readouterr().out
 
 
 def _rows(pairs):
