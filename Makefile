@@ -19,4 +19,4 @@ demo: install
 	$(PY) experiments/lag_sweep.py
 
 test: install
-	$(PY) -m pytest -n 2 --dist worksteal -q
+	$(PY) -m pytest -n 2 --dist worksteal -q --durations=25

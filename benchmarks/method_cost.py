@@ -34,16 +34,18 @@ from vaco_jax.train import make_train  # noqa: E402
 
 @dataclasses.dataclass
 class Args:
-    env: str = "inverted_double_pendulum"
+    """Per-phase cost of each method relative to PPO-Clip, at one lagged batch."""
+
+    env: str = "inverted_double_pendulum"  # task whose lagged batch is timed
     methods: tuple[str, ...] = tuple(METHODS) + ("a3po+infer",)  # '+infer': old_logit_source='infer'
-    num_envs: int = 64
-    unroll_length: int = 32
-    num_epochs: int = 4
-    num_minibatches: int = 4
-    lag_depth: int = 8
+    num_envs: int = 64  # parallel envs (batch = num_envs x unroll_length)
+    unroll_length: int = 32  # env steps per env per phase
+    num_epochs: int = 4  # epochs per phase E
+    num_minibatches: int = 4  # minibatches per epoch M
+    lag_depth: int = 8  # policy-lag depth B of the timed batch
     phases: int = 4  # phases per timed chunk
-    repeats: int = 5
-    out: str = "runs/benchmarks/method_cost.json"
+    repeats: int = 5  # timed rounds; medians are reported
+    out: str = "runs/benchmarks/method_cost.json"  # JSON output
     learner_diagnostics: bool = True  # False: the TV-to-pi_T diagnostic off, so pi_T is computed only where read
 
 

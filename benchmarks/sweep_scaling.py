@@ -36,14 +36,16 @@ from vaco_jax.train import make_train  # noqa: E402
 
 @dataclasses.dataclass
 class Args:
-    env: str = "inverted_double_pendulum"
-    method: str = "ppo_clip"
-    grid_sizes: tuple[int, ...] = (1, 4, 8)
+    """A grid of G cells as one vmapped program vs G separate runs, compile time included."""
+
+    env: str = "inverted_double_pendulum"  # task of every run
+    method: str = "ppo_clip"  # method of every run
+    grid_sizes: tuple[int, ...] = (1, 4, 8)  # cells G per program (one lag grid as one program)
     separate_runs: int = 4  # how many separate runs to time (their mean is scaled to G)
-    num_envs: int = 64
-    unroll_length: int = 32
-    total_env_steps: int = 65_536
-    out: str = "runs/benchmarks/sweep_scaling.json"
+    num_envs: int = 64  # parallel envs per cell
+    unroll_length: int = 32  # env steps per env per phase
+    total_env_steps: int = 65_536  # env steps per cell of each timed program
+    out: str = "runs/benchmarks/sweep_scaling.json"  # JSON output
     brax: bool = False  # also compare the largest grid with G separate runs of Brax's PPO trainer
     repeats: int = 5  # interleaved rounds for --brax
     brax_phases: int = 4  # training steps (our phases) per timed Brax epoch

@@ -79,7 +79,7 @@ class Args:
     phases: int = 10  # phases (updates) per timed call: env steps per call = phases * num_envs * unroll_length
     repeats: int = 3  # timed rounds (one call of each measurement, one Brax epoch); medians are reported
     warmup: int = 1  # untimed calls after compilation (Brax: untimed epochs, at least its compiling one)
-    seed: int = 0
+    seed: int = 0  # PRNG seed of every measurement
     skip_brax: bool = False  # skip (c), Brax's PPO trainer
     raw_brax: bool = True  # also time (a'): the env under Brax's own training wrappers instead of ours
     out: str | None = None  # JSON output; default runs/benchmarks/throughput_<env>.json

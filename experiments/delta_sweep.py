@@ -48,14 +48,14 @@ PRESETS = {
 class StudyArgs:
     """Sweep VACO's TV budget δ against lag depth, for each denominator/scale variant."""
 
-    preset: Literal["cpu", "paper", "tiny"] = "cpu"
-    out: str = ""
-    variants: tuple[str, ...] | None = None
-    deltas: tuple[float, ...] | None = None
-    lag_depths: tuple[int, ...] | None = None
-    seeds: tuple[int, ...] | None = None
-    total_env_steps: int | None = None
-    progress: bool = True
+    preset: Literal["cpu", "paper", "tiny"] = "cpu"  # the sizes in PRESETS; a flag given overrides its value
+    out: str = ""  # run directory; default runs/delta_sweep_<preset>
+    variants: tuple[str, ...] | None = None  # VACO forms, names in VARIANTS; None: the preset's
+    deltas: tuple[float, ...] | None = None  # TV budgets δ (traced: one program); None: the preset's
+    lag_depths: tuple[int, ...] | None = None  # None: the preset's lag depths B (traced: one program)
+    seeds: tuple[int, ...] | None = None  # None: the preset's seeds
+    total_env_steps: int | None = None  # None: the preset's env steps per run
+    progress: bool = True  # a progress bar per group (--no-progress for logs)
     tensorboard: bool = False  # live metrics: TensorBoard event files in OUT/tensorboard/ (not in the identity)
     max_cells_per_program: int | None = None  # run a larger group as parts of this many cells, one program each
     distributed: bool = False  # one sweep over several processes/hosts (jax.distributed; docs/scale.md)

@@ -41,19 +41,19 @@ PRESETS = {
 class StudyArgs:
     """Epochs x minibatches (forward lag) at a fixed lag depth (backward lag)."""
 
-    preset: Literal["cpu", "paper", "tiny"] = "cpu"
-    out: str = ""
-    lag_depth: int = 4
-    methods: tuple[str, ...] | None = None
-    epochs: tuple[int, ...] | None = None
-    minibatches: tuple[int, ...] | None = None
-    seeds: tuple[int, ...] | None = None
-    total_env_steps: int | None = None
-    progress: bool = True
+    preset: Literal["cpu", "paper", "tiny"] = "cpu"  # the sizes in PRESETS; a flag given overrides its value
+    out: str = ""  # run directory; default runs/forward_lag_<preset>
+    lag_depth: int = 4  # the fixed backward lag B
+    methods: tuple[str, ...] | None = None  # None: the preset's methods
+    epochs: tuple[int, ...] | None = None  # epochs per phase E (forward lag); None: the preset's
+    minibatches: tuple[int, ...] | None = None  # minibatches per epoch M (forward lag); None: the preset's
+    seeds: tuple[int, ...] | None = None  # None: the preset's seeds
+    total_env_steps: int | None = None  # None: the preset's env steps per run
+    progress: bool = True  # a progress bar per group (--no-progress for logs)
     tensorboard: bool = False  # live metrics: TensorBoard event files in OUT/tensorboard/ (not in the identity)
     max_cells_per_program: int | None = None  # run a larger group as parts of this many cells, one program each
     distributed: bool = False  # one sweep over several processes/hosts (jax.distributed; docs/scale.md)
-    figures: bool = True
+    figures: bool = True  # draw the figures when the sweep is done
     max_chunks: int | None = None  # stop every group after this many chunks (a time-limited job); rerun to continue
     sweep: tuple[str, ...] = ()  # any other setting, e.g. gamma=0.99,0.995 (see experiments/lag_sweep.py)
     shard: str | None = None  # "I/N": run only part I (0-based) of N disjoint parts of the study (docs/scale.md)

@@ -54,32 +54,33 @@ PRESETS = {
 class StudyArgs:
     """Lag sweep: every (task, method) is one compiled, vmapped grid of lag depths x seeds."""
 
-    preset: Literal["cpu", "paper", "tiny"] = "cpu"
+    preset: Literal["cpu", "paper", "tiny"] = "cpu"  # the sizes in PRESETS; a flag given overrides its value
     out: str = ""  # run directory; default runs/lag_sweep_<preset>
-    tasks: tuple[str, ...] | None = None
-    methods: tuple[str, ...] | None = None
-    lag_depths: tuple[int, ...] | None = None
-    seeds: tuple[int, ...] | None = None
-    total_env_steps: int | None = None
-    num_envs: int | None = None
-    unroll_length: int | None = None
-    num_evals: int | None = None
-    eval_episodes: int | None = None
+    tasks: tuple[str, ...] | None = None  # None: the preset's tasks
+    methods: tuple[str, ...] | None = None  # None: the preset's methods (a group per task and method)
+    lag_depths: tuple[int, ...] | None = None  # None: the preset's lag depths B (traced: one program)
+    seeds: tuple[int, ...] | None = None  # None: the preset's seeds
+    total_env_steps: int | None = None  # None: the preset's env steps per run
+    num_envs: int | None = None  # None: the preset's parallel envs per run
+    unroll_length: int | None = None  # None: the preset's steps per env per phase
+    num_evals: int | None = None  # None: the preset's evaluations per run (learning-curve points)
+    eval_episodes: int | None = None  # None: the preset's deterministic episodes per evaluation
+    # how each actor's lag is drawn (docs/methods.md)
     lag_model: Literal["uniform", "fixed", "staggered", "partial", "synchronous"] = "uniform"
     learning_rate: float | None = None  # None: the Config default (3e-4)
     clip_epsilon: float | None = None  # None: each method's default; applied to the methods that read it
     tv_budget: float | None = None  # None: VACO's default (0.2)
-    episode_length: int = 1000
+    episode_length: int = 1000  # steps before an episode is truncated
     max_chunks: int | None = None  # stop every group after this many chunks (a time-limited job); rerun to continue
     sweep: tuple[str, ...] = ()  # any setting, e.g. gamma=0.99,0.995 learning_rate=1e-4,3e-4 num_epochs=2,4
     shard: str | None = None  # "I/N": run only part I (0-based) of N disjoint parts of the study (docs/scale.md)
     cell: str | None = None  # "K" or "GROUP:J": re-run one planned cell alone into RUN/rerun/ and compare (docs/scale.md)
-    bootstrap_reps: int = 2000
-    progress: bool = True
+    bootstrap_reps: int = 2000  # bootstrap resamples of the summaries' confidence intervals
+    progress: bool = True  # a progress bar per group (--no-progress for logs)
     tensorboard: bool = False  # live metrics: TensorBoard event files in OUT/tensorboard/ (not in the identity)
     max_cells_per_program: int | None = None  # run a larger group as parts of this many cells, one program each
     distributed: bool = False  # one sweep over several processes/hosts (jax.distributed; docs/scale.md)
-    figures: bool = True
+    figures: bool = True  # draw the figures when the sweep is done
 
 
 

@@ -45,16 +45,16 @@ PRESETS = {
 class StudyArgs:
     """Actor precision x old-logit source for a decoupled method, plus revised PPO-EWMA."""
 
-    preset: Literal["cpu", "paper", "tiny"] = "cpu"
-    out: str = ""
-    method: str | None = None
-    dtypes: tuple[str, ...] | None = None
-    sources: tuple[str, ...] | None = None
-    include_ewma_revised: bool = True
-    lag_depths: tuple[int, ...] | None = None
-    seeds: tuple[int, ...] | None = None
-    total_env_steps: int | None = None
-    progress: bool = True
+    preset: Literal["cpu", "paper", "tiny"] = "cpu"  # the sizes in PRESETS; a flag given overrides its value
+    out: str = ""  # run directory; default runs/mismatch_<preset>
+    method: str | None = None  # the decoupled method under test; None: the preset's (a3po)
+    dtypes: tuple[str, ...] | None = None  # actor precisions (float32, bfloat16, float16); None: the preset's
+    sources: tuple[str, ...] | None = None  # old logits from snapshot, infer or recompute; None: the preset's
+    include_ewma_revised: bool = True  # add revised PPO-EWMA at each actor precision
+    lag_depths: tuple[int, ...] | None = None  # None: the preset's lag depths B (traced: one program)
+    seeds: tuple[int, ...] | None = None  # None: the preset's seeds
+    total_env_steps: int | None = None  # None: the preset's env steps per run
+    progress: bool = True  # a progress bar per group (--no-progress for logs)
     tensorboard: bool = False  # live metrics: TensorBoard event files in OUT/tensorboard/ (not in the identity)
     max_cells_per_program: int | None = None  # run a larger group as parts of this many cells, one program each
     distributed: bool = False  # one sweep over several processes/hosts (jax.distributed; docs/scale.md)

@@ -53,14 +53,14 @@ SEEDS = (100, 101)
 class Args:
     """Screens: learnability and lag sensitivity of candidate tasks for the study."""
 
-    tasks: tuple[str, ...] = CANDIDATES
-    out: str = "runs/screen"
-    total_env_steps: int = 300_000
-    num_envs: int = 64
-    num_evals: int = 10
-    eval_episodes: int = 8
+    tasks: tuple[str, ...] = CANDIDATES  # candidate tasks to screen
+    out: str = "runs/screen"  # run directory (the screen table is written there)
+    total_env_steps: int = 300_000  # env steps per run: the budget being screened
+    num_envs: int = 64  # parallel envs per run
+    num_evals: int = 10  # evaluations per run (learning-curve points)
+    eval_episodes: int = 8  # deterministic episodes per evaluation
     learning_rate: float | None = None  # None: the Config default (3e-4); the study's tuning grid tops at 1e-3
-    progress: bool = True
+    progress: bool = True  # a progress bar per group (--no-progress for logs)
 
 
 def screen_rows(run_dir: str, tasks) -> list[dict]:

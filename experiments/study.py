@@ -132,23 +132,23 @@ DESIGNS = {
 class Args:
     """The evidence study: tune each method's step size at B = 1, then run the designs of the claims."""
 
-    stage: Positional[Literal["tune", "run", "cost"]]
-    out: str = "results/study"
-    designs: tuple[str, ...] = tuple(DESIGNS)
-    tasks: tuple[str, ...] = tuple(TASKS)
+    stage: Positional[Literal["tune", "run", "cost"]]  # tune at B = 1, run the designs, or time the learner
+    out: str = "results/study"  # the study's directory: tuning/, a folder per design, tuned.json
+    designs: tuple[str, ...] = tuple(DESIGNS)  # the designs (DESIGNS) this stage covers
+    tasks: tuple[str, ...] = tuple(TASKS)  # the tasks (TASKS, at their screened budgets) it covers
     # only these methods' groups (default: every method of the designs). Two processes given different
     # methods can work on one directory at once: each group is its own program and its own files
     methods: tuple[str, ...] | None = None
-    progress: bool = True
+    progress: bool = True  # a progress bar per group (--no-progress for logs)
     max_chunks: int | None = None  # stop every group after this many chunks; rerun to continue
-    max_cells_per_program: int | None = None
+    max_cells_per_program: int | None = None  # split a group's grid into programs of at most this many cells
     shard: str | None = None  # "I/N": part I (0-based) of N of the stage's cells (docs/scale.md)
-    cell: str | None = None
-    tensorboard: bool = False
-    distributed: bool = False
-    bootstrap_reps: int = 2000
-    learning_rates: tuple[float, ...] | None = None  # tune: the grid's learning rates (default LEARNING_RATES;
-    # a new grid is a new --out)
+    cell: str | None = None  # re-run one cell of an existing stage alone (its number from the printed plan)
+    tensorboard: bool = False  # per-cell scalars as TensorBoard event files, readable while a group runs
+    distributed: bool = False  # experimental: one stage over several processes' devices (docs/scale.md)
+    bootstrap_reps: int = 2000  # bootstrap resamples of the summaries' confidence intervals
+    # tune: the grid's learning rates (default: LEARNING_RATES); a new grid is a new --out
+    learning_rates: tuple[float, ...] | None = None
     cost_rounds: int = COST_ROUNDS  # cost: interleaved rounds per task
     cost_calls: int = COST_CALLS  # cost: calls per method and round (their median is the round's value)
 

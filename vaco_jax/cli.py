@@ -119,7 +119,7 @@ def with_config_flags(base: type, name: str = "Args", exclude: tuple = ()) -> ty
     hints = typing.get_type_hints(Config)
     choices = field_choices()
     own = {f.name for f in dataclasses.fields(base)} | set(exclude)
-    fields = []
+    fields = _own_help(base)
     for f in dataclasses.fields(Config):
         if f.name in own:
             continue
@@ -134,6 +134,26 @@ def with_config_flags(base: type, name: str = "Args", exclude: tuple = ()) -> ty
     cls = dataclasses.make_dataclass(name, fields, bases=(base,))
     cls.__doc__ = base.__doc__
     return cls
+
+
+def _own_help(base: type) -> list:
+    """``base``'s own fields re-declared with their help text made explicit.
+
+    tyro reads a field's help from the comment beside it in the class's source; a class built by
+    ``make_dataclass`` has no source, and tyro then shows no help for the fields it inherits. So the
+    text tyro finds on ``base`` itself is attached to each field (order and defaults unchanged)."""
+    from tyro import _docstrings  # the same lookup tyro does for a class with source
+
+    hints = typing.get_type_hints(base, include_extras=True)
+    fields = []
+    for f in dataclasses.fields(base):
+        text = _docstrings.get_field_docstring(base, f.name, ())
+        if not text or typing.get_origin(hints[f.name]) is Annotated:
+            continue
+        kept = {"default": f.default} if f.default is not dataclasses.MISSING else (
+            {"default_factory": f.default_factory} if f.default_factory is not dataclasses.MISSING else {})
+        fields.append((f.name, Annotated[hints[f.name], _arg(text)], dataclasses.field(**kept)))
+    return fields
 
 
 def config_flags(args, base: type, exclude: tuple = ()) -> dict:

@@ -1,0 +1,69 @@
+"""Every command line explains itself: each option of every script's ``--help`` has its own help text.
+
+A study script's ``Args`` is built by ``with_config_flags`` (its own fields plus every Config field);
+such a class has no source, so tyro once showed no help for the script's own fields (``--out``,
+``--max-chunks``, ...). This reads the help a user sees and fails on any option left without one, or
+two options sharing one text (a comment attached to the wrong field)."""
+
+import contextlib
+import importlib
+import io
+import re
+
+from conftest import load_script
+import pytest
+
+SCRIPTS = ["lag_sweep", "delta_sweep", "mismatch", "forward_lag", "screen", "study"]
+BENCHMARKS = ["throughput", "method_cost", "sweep_scaling"]
+
+
+def option_help(args_class, monkeypatch) -> dict[str, str]:
+    """option -> its help text as ``--help`` prints it (defaults removed), on one wide terminal."""
+    import tyro
+
+    monkeypatch.setenv("COLUMNS", "300")  # one option per line: no wrapped signatures to untangle
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf), pytest.raises(SystemExit):
+        tyro.cli(args_class, args=["--help"])
+    helps, name = {}, None
+    for line in buf.getvalue().splitlines():
+        raw = line.rstrip().rstrip("│").rstrip().lstrip("│")  # a terminal draws a panel; a pipe does not
+        body = raw.strip()
+        entry = len(raw) - len(raw.lstrip(" ")) <= 2  # entries start at the panel's first column
+        rule = re.fullmatch(r"[-─╰╭]+", body) is not None  # a heading's underline
+        if entry and body.startswith("--") and not rule:  # "--flag SIGNATURE   help text": single spaces in the signature
+            name = re.match(r"--[\w-]+", body).group(0)
+            parts = re.split(r"\s{2,}", body, maxsplit=1)
+            helps[name] = parts[1] if len(parts) > 1 else ""
+        elif entry or not body or rule:
+            name = None  # another entry (-h, a positional, a heading) or the panel's end
+        elif name:  # a continuation line, indented under the option
+            helps[name] += " " + body
+    return {k: re.sub(r"\s*\(default: [^()]*\)\s*$", "", v).strip() for k, v in helps.items()}
+
+
+def _args_class(where: str, name: str):
+    if where == "experiments":
+        return load_script(name).Args
+    return importlib.import_module(f"benchmarks.{name}").Args
+
+
+@pytest.mark.parametrize("where,name", [("experiments", s) for s in SCRIPTS] + [("benchmarks", b) for b in BENCHMARKS])
+def test_every_option_has_its_own_help(where, name, monkeypatch):
+    helps = option_help(_args_class(where, name), monkeypatch)
+    assert len(helps) >= 3, helps  # the parser found the options
+    missing = sorted(k for k, v in helps.items() if not v)
+    assert not missing, f"{where}/{name}.py: no help for {missing}"
+    shared: dict[str, list[str]] = {}
+    for k, v in helps.items():
+        shared.setdefault(v, []).append(k)
+    twins = {v: ks for v, ks in shared.items() if len(ks) > 1}
+    assert not twins, f"{where}/{name}.py: options share one help text: {twins}"
+
+
+def test_a_script_field_keeps_its_comment_as_help(monkeypatch):
+    """The documented case: lag_sweep's own ``--max-chunks`` (a comment in its class) reaches --help,
+    beside the Config fields with_config_flags adds."""
+    helps = option_help(load_script("lag_sweep").Args, monkeypatch)
+    assert "stop every group after this many chunks" in helps["--max-chunks"]
+    assert helps["--gamma"], "a Config field added by with_config_flags keeps its help"
