@@ -225,6 +225,41 @@ def test_run_identity_ignores_display_settings_and_names_a_real_difference(tmp_p
         sweep.write_run_metadata(run, [sweep.Group(tiny_config(gamma=0.9), (), "t/ppo_clip")], {})
 
 
+def test_two_processes_starting_at_once_both_enter_run_json(tmp_path, monkeypatch):
+    """study.py --methods lets two processes share one run directory; each records its groups in
+    ``run.json`` by a read-modify-write. Writes are slowed here so the two overlap: without the
+    directory lock both read "no run.json yet" and the second write drops the first's group."""
+    import threading
+    import time
+
+    run = str(tmp_path)
+    slow_write = results.write_json
+
+    def write_json(path, value):
+        time.sleep(0.3)  # the window in which the other writer reads
+        slow_write(path, value)
+
+    monkeypatch.setattr(results, "write_json", write_json)
+    start = threading.Barrier(2)
+    errors = []
+
+    def record(method):
+        try:
+            start.wait()
+            sweep.write_run_metadata(run, [sweep.Group(tiny_config(method=method), (), f"t/{method}")], {})
+        except Exception as e:  # surfaced below
+            errors.append(e)
+
+    threads = [threading.Thread(target=record, args=(m,)) for m in ("ppo_clip", "vaco")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert not errors
+    assert set(results.read_json(os.path.join(run, "run.json"))["identity"]) == {"t/ppo_clip", "t/vaco"}
+    assert sorted(os.listdir(run)) == ["run.json"]  # the lock leaves no file behind
+
+
 def _lag_sweep():
     return load_script("lag_sweep")
 

@@ -17,7 +17,9 @@ temporary name and renamed, so a crash leaves either the old or the new file, ne
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import itertools
 import json
 import math
@@ -796,26 +798,39 @@ def write_run_metadata(run_dir: str, groups: Sequence[Group], info: dict, shard:
     """
     identity = _identity(groups)
     name = "run.json" if shard is None else f"run.{shard_name(*shard)}.json"
-    check_identity(run_dir, groups, skip=name)
-    meta_path = os.path.join(run_dir, name)
-    here = machine()
-    if os.path.exists(meta_path):
-        meta = results.read_json(meta_path)
-        old = meta.get("identity", {})
-        _compare_identity(run_dir, old, identity)
-        merged = {**old, **identity}
-        if merged == old and here in meta.get("machines", []):
-            return
-        meta["identity"] = merged
-    else:
-        os.makedirs(run_dir, exist_ok=True)
-        meta = {"identity": identity, "versions": package_versions(), "git_commit": git_commit(),
-                "devices": [str(d) for d in jax.devices()], "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-                **(extra or {})}
-    # every machine that ran part of this directory (a study resumed elsewhere has several)
-    meta["machines"] = meta.get("machines", []) + ([here] if here not in meta.get("machines", []) else [])
-    meta["command"] = {k: v for k, v in info.items() if k != "out"}  # the latest command (not compared)
-    results.write_json(meta_path, meta)
+    os.makedirs(run_dir, exist_ok=True)
+    with directory_lock(run_dir):  # processes given other --methods may start at the same moment
+        check_identity(run_dir, groups, skip=name)
+        meta_path = os.path.join(run_dir, name)
+        here = machine()
+        if os.path.exists(meta_path):
+            meta = results.read_json(meta_path)
+            old = meta.get("identity", {})
+            _compare_identity(run_dir, old, identity)
+            merged = {**old, **identity}
+            if merged == old and here in meta.get("machines", []):
+                return
+            meta["identity"] = merged
+        else:
+            meta = {"identity": identity, "versions": package_versions(), "git_commit": git_commit(),
+                    "devices": [str(d) for d in jax.devices()], "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+                    **(extra or {})}
+        # every machine that ran part of this directory (a study resumed elsewhere has several)
+        meta["machines"] = meta.get("machines", []) + ([here] if here not in meta.get("machines", []) else [])
+        meta["command"] = {k: v for k, v in info.items() if k != "out"}  # the latest command (not compared)
+        results.write_json(meta_path, meta)
+
+
+@contextlib.contextmanager
+def directory_lock(path: str):
+    """An exclusive advisory lock on a directory (``flock`` on the directory itself: no lock file is
+    left behind), held for a read-modify-write of a file in it that several processes may share."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 def random_scores(run_dir: str, tasks: Sequence[str], base_config: Config, episodes: int = 16) -> dict:
