@@ -290,8 +290,8 @@ def _iqm_rows(label: str, summary: list[dict]) -> list[list[str]]:
 
 def study_iqm_table(build: Build) -> str:
     """IQM of the final evaluation return per task x method x lag depth, raw and normalised to the
-    task's synchronous PPO-Clip, then pooled over all tasks (the study's own ``summary.csv`` rows),
-    computed with ``analysis.summary_rows`` at the study's bootstrap replicates."""
+    task's synchronous PPO-Clip, then pooled over the complete tasks (the study's own ``summary.csv``
+    rows), computed with ``analysis.summary_rows`` at the study's bootstrap replicates."""
     if not build.has_study():
         return NO_STUDY
     from vaco_jax import analysis, plots
@@ -300,7 +300,11 @@ def study_iqm_table(build: Build) -> str:
     random = results.load_random_scores(build.study)
     reps = plots.bootstrap_reps(build.study) or 2000
     tasks = sorted({r["env"] for r in scores})
-    parts = [(t, [r for r in scores if r["env"] == t]) for t in tasks] + [(f"all {len(tasks)} tasks", scores)]
+    complete, left_out = analysis.complete_tasks(scores)  # what summary_rows pools
+    pooled = len({r["env"] for r in complete})
+    label = (f"all {pooled} tasks" if not left_out else
+             f"{pooled} tasks pooled (left out, unfinished: {analysis.left_out_text(left_out)})")
+    parts = [(t, [r for r in scores if r["env"] == t]) for t in tasks] + [(label, scores)]
     rows = []
     for label, subset in parts:
         rows += _iqm_rows(label, analysis.summary_rows(subset, random, reps=reps, scores=("final_eval_return",)))

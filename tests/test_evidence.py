@@ -407,3 +407,57 @@ def test_claim_1_names_a_task_the_pooled_iqm_trims(tmp_path, monkeypatch):
     write_group(one, "a", "ppo_clip", {1: 1.0, 16: 0.5})
     write_group(one, "a", "vaco", {1: 1.0, 16: 1.0})
     assert "per task" not in {r["claim"]: r for r in claims.evaluate(one, reps=50)}["1a"]["why"]
+
+
+def test_complete_tasks_names_what_an_unfinished_task_lacks():
+    rows = [{"env": t, "method": m, "lag_depth": b} for t in ("a", "b") for m in ("ppo_clip", "spo") for b in (1, 16)]
+    rows += [{"env": "c", "method": "ppo_clip", "lag_depth": b} for b in (1, 16)]  # spo not run on c yet
+    rows += [{"env": "d", "method": m, "lag_depth": 1} for m in ("ppo_clip", "spo")] + [
+        {"env": "d", "method": "ppo_clip", "lag_depth": 16}]  # spo at B=1 only
+    kept, left_out = analysis.complete_tasks(rows)
+    assert {r["env"] for r in kept} == {"a", "b"} and len(kept) == 8
+    assert left_out == {"c": ["spo"], "d": ["spo B=16"]}
+    assert analysis.left_out_text(left_out) == "c (no spo); d (no spo B=16)"
+    assert analysis.complete_tasks(kept) == (kept, {})
+
+
+def test_a_task_part_way_through_the_study_is_left_out_of_every_pooled_reading(tmp_path, monkeypatch):
+    """A study adds task c and has finished three of the lag design's four methods there: claims,
+    summary.csv and the pooled figures use tasks a and b only (the same numbers as a study without c)
+    and say that c was left out; c's own rows still read alone."""
+    import shutil
+
+    monkeypatch.setitem(SCALE, "c", 10.0)
+    full = str(tmp_path / "with_c")
+    lag = os.path.join(full, "lag")
+    os.makedirs(lag)
+    results.write_json(os.path.join(lag, "run.json"), {})
+    results.write_json(os.path.join(lag, "random_scores.json"), {"a": 0.0, "b": 0.0, "c": 0.0})
+    rng = np.random.default_rng(11)
+    levels = {"ppo_clip": {1: 1.0, 16: 0.6}, "ppo_kl": {1: 1.0, 16: 0.7}, "spo": {1: 1.0, 16: 0.5},
+              "vaco": {1: 1.1, 16: 1.05}}
+    for t in ("a", "b", "c"):
+        for m, lv in levels.items():
+            if not (t == "c" and m == "spo"):
+                write_group(lag, t, m, lv, rng=rng, seconds=1.0,
+                            diag={b: {"mean_filtered_fraction" if m == "vaco" else "mean_clip_fraction": 0.1 * b ** 0.5}
+                                  for b in lv})
+    without = str(tmp_path / "without_c")
+    shutil.copytree(full, without)
+    shutil.rmtree(os.path.join(without, "lag", "c"))
+    with_c = {r["claim"]: r for r in claims.evaluate_study(full, reps=200)}
+    no_c = {r["claim"]: r for r in claims.evaluate_study(without, reps=200)}
+    for part in ("1a", "1b", "1c", "1d", "2a", "2b", "6"):
+        a, b = with_c[part], no_c[part]
+        assert (a["verdict"], a["point"], a["ci_low"], a["ci_high"]) == (b["verdict"], b["point"], b["ci_low"],
+                                                                         b["ci_high"]), part
+        assert a["rests_on"] == b["rests_on"] + "; left out, unfinished: c (no spo) in lag", part
+    assert with_c["1d"]["verdict"] == "holds"  # SPO is not dropped from claim 1 for lacking c
+    # summary.csv pools the same two tasks; c alone still has its own rows
+    pooled = analysis.summary_rows(results.load_scores(lag), {"a": 0.0, "b": 0.0, "c": 0.0}, reps=50)
+    assert pooled == analysis.summary_rows(results.load_scores(os.path.join(without, "lag")),
+                                           {"a": 0.0, "b": 0.0}, reps=50)
+    assert {r["n_tasks"] for r in pooled} == {2} and "spo" in {r["method"] for r in pooled}
+    alone = analysis.summary_rows([r for r in results.load_scores(lag) if r["env"] == "c"], {"c": 0.0}, reps=50)
+    assert {r["method"] for r in alone} == {"ppo_clip", "ppo_kl", "vaco"}
+    assert {r["env"] for r in plots._score_rows(lag)} == {"a", "b"}

@@ -145,12 +145,44 @@ def _row_order(row: dict) -> tuple:
             results.cell_key(row))
 
 
+def complete_tasks(rows: list[dict]) -> tuple[list[dict], dict[str, list[str]]]:
+    """``(rows of the complete tasks, {other task: what it lacks})``.
+
+    A task is complete when it holds every (method, lag depth) cell that some task holds. Anything
+    pooled over tasks is computed on the complete tasks only: a study part-way through (one method's
+    group not yet finished on a newly added task) would otherwise pool that method over fewer tasks
+    than the others, or drop it. What a task lacks reads "spo" (the method at every lag depth) or
+    "spo B=16". Per-task readings (one task's rows alone) are unaffected: one task is complete."""
+    cells: dict[str, set] = {}
+    for r in rows:
+        cells.setdefault(r["env"], set()).add((r["method"], int(r["lag_depth"])))
+    every = set().union(*cells.values()) if cells else set()
+    left_out = {}
+    for task, have in sorted(cells.items()):
+        lacks = every - have
+        if not lacks:
+            continue
+        names = []
+        for method in sorted({m for m, _ in lacks}):
+            lags = sorted(b for m, b in lacks if m == method)
+            whole = lags == sorted(b for m, b in every if m == method)
+            names.append(method if whole else f"{method} B={', '.join(map(str, lags))}")
+        left_out[task] = names
+    return [r for r in rows if r["env"] not in left_out], left_out
+
+
+def left_out_text(left_out: dict[str, list[str]]) -> str:
+    """'FingerSpin (no spo)' for :func:`complete_tasks`'s second value; '' when nothing was left out."""
+    return "; ".join(f"{task} (no {', '.join(lacks)})" for task, lacks in sorted(left_out.items()))
+
+
 def summary_rows(rows: list[dict], random: dict | None, reps: int = 2000, seed: int = 0,
                  scores: tuple[str, ...] = SCORES) -> list[dict]:
     """The rows of ``summary.csv`` (score x method x lag depth x normalisation x aggregate) for score
     rows already loaded: all tasks pooled, or one task's rows alone for per-task aggregates (its
-    reference is then that task's PPO-Clip at B = 1)."""
-    rows = sorted(rows, key=_row_order)  # the same numbers however the rows were split into groups, shards, directories
+    reference is then that task's PPO-Clip at B = 1). Tasks pool only when complete
+    (:func:`complete_tasks`): ``n_tasks`` counts the tasks pooled."""
+    rows = sorted(complete_tasks(rows)[0], key=_row_order)  # the same numbers however the rows were split
     tasks = sorted({r["env"] for r in rows})
     methods = sorted({r["method"] for r in rows})
     lags = sorted({int(r["lag_depth"]) for r in rows})
@@ -185,8 +217,9 @@ def summary_rows(rows: list[dict], random: dict | None, reps: int = 2000, seed: 
 
 
 def diagnostic_rows(rows: list[dict]) -> list[dict]:
-    """The rows of ``diagnostics.csv``: each diagnostic's mean and standard error per method x lag depth."""
-    rows = sorted(rows, key=_row_order)
+    """The rows of ``diagnostics.csv``: each diagnostic's mean and standard error per method x lag depth,
+    over the complete tasks (:func:`complete_tasks`)."""
+    rows = sorted(complete_tasks(rows)[0], key=_row_order)
     diag_rows = []
     for method in sorted({r["method"] for r in rows}):
         for b in sorted({int(r["lag_depth"]) for r in rows}):

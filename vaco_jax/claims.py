@@ -6,6 +6,9 @@ evaluation curve: the secondary reading, for tasks whose final return saturates)
 (:func:`vaco_jax.analysis.clean_cell`: diverged runs and runs without a score are dropped, whole seeds
 across tasks). Every interval is a 95% percentile bootstrap that resamples runs with replacement
 within each task, independently for the two samples compared (``REPS`` replicates, fixed seed).
+Runs pool over the *complete* tasks only (:func:`vaco_jax.analysis.complete_tasks`, per design of
+the study): a task on which a design has not finished every (method, lag depth) cell is left out of
+that design's claims, and every part's ``rests_on`` names it ("left out, unfinished: ...").
 
 Verdicts: ``holds``, ``fails``, ``inconclusive`` or ``no data`` (a method, lag depth, column or
 reference the claim needs is absent; never an error). A claim with several parts gets one row per
@@ -107,9 +110,11 @@ class Data:
     """Score rows, tasks, references and curves of the run directories, with cleaned cells."""
 
     def __init__(self, rows: list[dict], random: dict | None, curves: list[dict] | None = None,
-                 reps: int = REPS, seed: int = 0, score: str = SCORE, costs: list[dict] | None = None):
+                 reps: int = REPS, seed: int = 0, score: str = SCORE, costs: list[dict] | None = None,
+                 left_out: str = ""):
         _check_score(score)
         self.rows, self.random, self.curves, self.costs = rows, random, curves or [], costs or []
+        self.left_out = left_out  # tasks left out as incomplete (analysis.complete_tasks), said in every part
         self.tasks = sorted({r["env"] for r in rows})
         self.reps, self.seed, self.score = reps, seed, score
         self.ref = analysis.reference_scores(rows, self.tasks, score, random) if rows else None
@@ -122,7 +127,7 @@ class Data:
             return self
         curves = [c for c in self.curves if c.get("env") in tasks]
         return Data([r for r in self.rows if r["env"] in tasks], self.random, curves, reps=self.reps, seed=self.seed,
-                    score=self.score, costs=[c for c in self.costs if c.get("env") in tasks])
+                    score=self.score, costs=[c for c in self.costs if c.get("env") in tasks], left_out=self.left_out)
 
     def has(self, method: str, lag: int, where: Callable | None = None) -> bool:
         return any(r["method"] == method and int(r["lag_depth"]) == lag and (where is None or where(r))
@@ -157,7 +162,8 @@ class Data:
         for label, n, n_div, n_miss in parts:
             extra = ([f"{n_div} diverged"] if n_div else []) + ([f"{n_miss} no score"] if n_miss else [])
             out.append(f"{label}: {n} runs" + (f" ({', '.join(extra)} dropped)" if extra else ""))
-        return "; ".join(out) + f"; {len(self.tasks)} task(s) ({', '.join(self.tasks)})"
+        text = "; ".join(out) + f"; {len(self.tasks)} task(s) ({', '.join(self.tasks)})"
+        return text + (f"; left out, unfinished: {self.left_out}" if self.left_out else "")
 
 
 def _row(claim, statement, verdict, statistic="", point=np.nan, low=np.nan, high=np.nan, rests_on="", why=""):
@@ -525,10 +531,19 @@ def study_designs() -> list[str]:
 STEP_VARIANT_PREFIX = "ppo_clip_"
 
 
-def _design_rows(study_dir: str, design: str) -> tuple[list[dict], list[dict], dict, list[dict]]:
+def _complete(rows: list[dict], curves: list[dict], costs: list[dict]) -> tuple[list, list, list, dict]:
+    """Rows, curves and costs of the complete tasks only (analysis.complete_tasks), and the others."""
+    rows, left_out = analysis.complete_tasks(rows)
+    keep = lambda r: r.get("env") not in left_out  # noqa: E731
+    return rows, [c for c in curves if keep(c)], [c for c in costs if keep(c)], left_out
+
+
+def _design_rows(study_dir: str, design: str) -> tuple[list[dict], list[dict], dict, list[dict], dict]:
+    """One design's score rows, curves, random scores and costs, on the tasks where it is complete
+    (a task the design has not finished on is left out of it, and returned last)."""
     path = os.path.join(study_dir, design)
     if not os.path.exists(os.path.join(path, "run.json")):
-        return [], [], {}, []
+        return [], [], {}, [], {}
     rows = load_scores(path)
     try:
         curves = load_curves(path)
@@ -538,7 +553,8 @@ def _design_rows(study_dir: str, design: str) -> tuple[list[dict], list[dict], d
         variant = r.get("variant")
         if isinstance(variant, str) and variant:
             r["method"] = f"{r['method']}_{variant}"
-    return rows, curves, load_random_scores(path) or {}, load_costs(path)
+    rows, curves, costs, left_out = _complete(rows, curves, load_costs(path))
+    return rows, curves, load_random_scores(path) or {}, costs, left_out
 
 
 def evaluate_study(study_dir: str, reps: int = REPS, seed: int = 0, out: str | None = None,
@@ -554,18 +570,21 @@ def evaluate_study(study_dir: str, reps: int = REPS, seed: int = 0, out: str | N
     for fn, designs in STUDY_SOURCES.items():
         runs += [(fn, designs, "")] + [(fn, (design,), f" [{design}]") for design in STUDY_REPEATS.get(fn, ())]
     for fn, designs, tag in runs:
-        rows, curves, random, costs = [], [], {}, []
+        rows, curves, random, costs, notes = [], [], {}, [], []
         for design in designs:
             if design not in cache:
                 cache[design] = _design_rows(study_dir, design)
-            r, c, rnd, cost = cache[design]
+            r, c, rnd, cost, left = cache[design]
             rows, curves, random, costs = rows + r, curves + c, {**random, **rnd}, costs + cost
+            if left:
+                notes.append(f"{analysis.left_out_text(left)} in {design}")
         if not rows:  # the claim's own no-data rows (with its statements), saying which designs are missing
             note = f"no results in {', '.join(designs)} under {study_dir}"
             part = [{**r, "why": f"{note}; {r['why']}" if r["why"] else note} for r in fn(Data([], None))]
         else:
             rows = sorted(rows, key=analysis._row_order)
-            part = fn(Data(rows, random or None, curves, reps=reps, seed=seed, score=score, costs=costs))
+            part = fn(Data(rows, random or None, curves, reps=reps, seed=seed, score=score, costs=costs,
+                           left_out="; ".join(notes)))
         table += [{**r, "claim": f"{r['claim']}{tag}"} for r in part]
     _mark_score(table, score)
     _write(table, out)
@@ -582,8 +601,9 @@ def evaluate(run_dirs, reps: int = REPS, seed: int = 0, out: str | None = None, 
         curves = load_curves(run_dirs)
     except OSError:
         curves = []
-    d = Data(rows, load_random_scores(run_dirs), curves, reps=reps, seed=seed, score=score,
-             costs=load_costs(run_dirs))
+    rows, curves, costs, left_out = _complete(rows, curves, load_costs(run_dirs))
+    d = Data(rows, load_random_scores(run_dirs), curves, reps=reps, seed=seed, score=score, costs=costs,
+             left_out=analysis.left_out_text(left_out))
     table = []
     for fn in CLAIMS:
         table += fn(d) if rows else [_no_data(fn.__name__.split("_")[1], "", "", "no scores.csv rows")]

@@ -289,10 +289,17 @@ def _data(run_dir: str, sources) -> str | list[str]:
 
 
 def _score_rows(run_dir) -> list[dict]:
+    """Score rows of the complete tasks (``analysis.complete_tasks``): a figure pooled over tasks never
+    pools one method over fewer tasks than another while a study is part-way through."""
+    from vaco_jax import analysis
+
     rows = load_scores(run_dir)
     if not rows:
         raise NoData(f"no scores.csv under {run_dir} (no group has finished)")
-    return rows
+    kept, left_out = analysis.complete_tasks(rows)
+    if not kept:
+        raise NoData(f"no task under {run_dir} holds every method and lag depth: {analysis.left_out_text(left_out)}")
+    return kept
 
 
 def variant_keys(rows: Sequence[dict]) -> list[str]:
