@@ -451,8 +451,14 @@ def test_a_task_part_way_through_the_study_is_left_out_of_every_pooled_reading(t
         a, b = with_c[part], no_c[part]
         assert (a["verdict"], a["point"], a["ci_low"], a["ci_high"]) == (b["verdict"], b["point"], b["ci_low"],
                                                                          b["ci_high"]), part
-        assert a["rests_on"] == b["rests_on"] + "; left out, unfinished: c (no spo) in lag", part
+        assert a["rests_on"] == b["rests_on"] + "; left out, unfinished: c (no spo in lag)", part
     assert with_c["1d"]["verdict"] == "holds"  # SPO is not dropped from claim 1 for lacking c
+    abl = os.path.join(full, "ablation")  # a design on task a only: c would never enter its comparison
+    os.makedirs(abl)
+    results.write_json(os.path.join(abl, "run.json"), {})
+    write_group(abl, "a", "vaco_filter_only", {16: 0.5}, rng=rng)
+    five = {r["claim"]: r for r in claims.evaluate_study(full, reps=100)}["5b"]
+    assert five["verdict"] == "holds" and "left out" not in five["rests_on"], five["rests_on"]
     # summary.csv pools the same two tasks; c alone still has its own rows
     pooled = analysis.summary_rows(results.load_scores(lag), {"a": 0.0, "b": 0.0, "c": 0.0}, reps=50)
     assert pooled == analysis.summary_rows(results.load_scores(os.path.join(without, "lag")),

@@ -111,23 +111,26 @@ class Data:
 
     def __init__(self, rows: list[dict], random: dict | None, curves: list[dict] | None = None,
                  reps: int = REPS, seed: int = 0, score: str = SCORE, costs: list[dict] | None = None,
-                 left_out: str = ""):
+                 left_out: dict[str, str] | None = None):
         _check_score(score)
         self.rows, self.random, self.curves, self.costs = rows, random, curves or [], costs or []
-        self.left_out = left_out  # tasks left out as incomplete (analysis.complete_tasks), said in every part
+        # tasks left out as unfinished (analysis.complete_tasks) -> what they lack, said in every part
+        self.left_out = dict(left_out or {})
         self.tasks = sorted({r["env"] for r in rows})
         self.reps, self.seed, self.score = reps, seed, score
         self.ref = analysis.reference_scores(rows, self.tasks, score, random) if rows else None
 
     def on_tasks_of(self, method: str) -> "Data":
         """The same data restricted to the tasks where ``method`` has rows (a design run on fewer tasks
-        than another is compared on the tasks both cover, not dropped for the others)."""
+        than another is compared on the tasks both cover, not dropped for the others); a task left out
+        as unfinished is no longer mentioned when ``method`` was never run on it."""
         tasks = {r["env"] for r in self.rows if r["method"] == method}
         if tasks == set(self.tasks):
             return self
         curves = [c for c in self.curves if c.get("env") in tasks]
         return Data([r for r in self.rows if r["env"] in tasks], self.random, curves, reps=self.reps, seed=self.seed,
-                    score=self.score, costs=[c for c in self.costs if c.get("env") in tasks], left_out=self.left_out)
+                    score=self.score, costs=[c for c in self.costs if c.get("env") in tasks],
+                    left_out={t: v for t, v in self.left_out.items() if t in tasks})
 
     def has(self, method: str, lag: int, where: Callable | None = None) -> bool:
         return any(r["method"] == method and int(r["lag_depth"]) == lag and (where is None or where(r))
@@ -163,7 +166,8 @@ class Data:
             extra = ([f"{n_div} diverged"] if n_div else []) + ([f"{n_miss} no score"] if n_miss else [])
             out.append(f"{label}: {n} runs" + (f" ({', '.join(extra)} dropped)" if extra else ""))
         text = "; ".join(out) + f"; {len(self.tasks)} task(s) ({', '.join(self.tasks)})"
-        return text + (f"; left out, unfinished: {self.left_out}" if self.left_out else "")
+        left = "; ".join(f"{t} ({v})" for t, v in sorted(self.left_out.items()))
+        return text + (f"; left out, unfinished: {left}" if left else "")
 
 
 def _row(claim, statement, verdict, statistic="", point=np.nan, low=np.nan, high=np.nan, rests_on="", why=""):
@@ -570,21 +574,21 @@ def evaluate_study(study_dir: str, reps: int = REPS, seed: int = 0, out: str | N
     for fn, designs in STUDY_SOURCES.items():
         runs += [(fn, designs, "")] + [(fn, (design,), f" [{design}]") for design in STUDY_REPEATS.get(fn, ())]
     for fn, designs, tag in runs:
-        rows, curves, random, costs, notes = [], [], {}, [], []
+        rows, curves, random, costs, notes = [], [], {}, [], {}
         for design in designs:
             if design not in cache:
                 cache[design] = _design_rows(study_dir, design)
             r, c, rnd, cost, left = cache[design]
             rows, curves, random, costs = rows + r, curves + c, {**random, **rnd}, costs + cost
-            if left:
-                notes.append(f"{analysis.left_out_text(left)} in {design}")
+            for task, lacks in left.items():
+                notes[task] = "; ".join(filter(None, [notes.get(task), f"no {', '.join(lacks)} in {design}"]))
         if not rows:  # the claim's own no-data rows (with its statements), saying which designs are missing
             note = f"no results in {', '.join(designs)} under {study_dir}"
             part = [{**r, "why": f"{note}; {r['why']}" if r["why"] else note} for r in fn(Data([], None))]
         else:
             rows = sorted(rows, key=analysis._row_order)
             part = fn(Data(rows, random or None, curves, reps=reps, seed=seed, score=score, costs=costs,
-                           left_out="; ".join(notes)))
+                           left_out=notes))
         table += [{**r, "claim": f"{r['claim']}{tag}"} for r in part]
     _mark_score(table, score)
     _write(table, out)
@@ -603,7 +607,7 @@ def evaluate(run_dirs, reps: int = REPS, seed: int = 0, out: str | None = None, 
         curves = []
     rows, curves, costs, left_out = _complete(rows, curves, load_costs(run_dirs))
     d = Data(rows, load_random_scores(run_dirs), curves, reps=reps, seed=seed, score=score, costs=costs,
-             left_out=analysis.left_out_text(left_out))
+             left_out={t: f"no {', '.join(lacks)}" for t, lacks in left_out.items()})
     table = []
     for fn in CLAIMS:
         table += fn(d) if rows else [_no_data(fn.__name__.split("_")[1], "", "", "no scores.csv rows")]
