@@ -303,7 +303,7 @@ def study_iqm_table(build: Build) -> str:
     complete, left_out = analysis.complete_tasks(scores)  # what summary_rows pools
     pooled = len({r["env"] for r in complete})
     label = (f"all {pooled} tasks" if not left_out else
-             f"{pooled} tasks pooled (left out, unfinished: {analysis.left_out_text(left_out)})")
+             f"{pooled} tasks pooled (not {', '.join(sorted(left_out))}: unfinished)")
     parts = [(t, [r for r in scores if r["env"] == t]) for t in tasks] + [(label, scores)]
     rows = []
     for label, subset in parts:
