@@ -39,7 +39,6 @@ A finished table is kept: delete it to measure again.
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import os
 import sys
 from typing import Literal
@@ -262,14 +261,13 @@ def tuned_path(out: str) -> str:
 def freeze(out: str, groups, learning_rates=None) -> dict:
     """Choose and freeze every tuned (task, method) of ``groups`` in ``OUT/tuned.json``; a frozen
     choice is never changed (a different choice from the same rows is an error: the rows changed)."""
-    from vaco_jax import results
+    from vaco_jax import results, sweep
 
     learning_rates = learning_rates or LEARNING_RATES
     path = tuned_path(out)
     os.makedirs(out, exist_ok=True)
     # processes tuning other --methods may freeze at the same moment: one read-modify-write at a time
-    with open(path + ".lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with sweep.directory_lock(out):
         frozen = results.read_json(path) if os.path.exists(path) else {
             "criterion": "max mean auc_eval_return over the tuning seeds, no diverged run",
             "tuning_seeds": list(TUNING_SEEDS), "learning_rates": [float(x) for x in learning_rates],
