@@ -12,8 +12,9 @@ the same batch shape (benchmarks/throughput.py's ``bench_brax``): the grid's ste
 between Brax's timed epochs (interleaved rounds), and the report gives, per round, the steady-state
 ratio (grid env steps/s over Brax's) and the ratio with compilation for a run of ``total_env_steps``
 per cell (``run_env_steps``: G x (Brax compile + steps / Brax rate) over grid compile + G x steps /
-grid rate). A target
-is met only when every round clears it.
+grid rate). A target is met only when every round clears it. Each round times the same number of env
+steps on both sides (by default one grid call of ``grid_phases`` phases x G cells, then one Brax epoch
+of G x ``grid_phases`` training steps), so both windows last about as long and see the same load.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ class Args:
     out: str = "runs/benchmarks/sweep_scaling.json"  # JSON output
     brax: bool = False  # also compare the largest grid with G separate runs of Brax's PPO trainer
     repeats: int = 5  # interleaved rounds for --brax
-    brax_phases: int = 4  # training steps (our phases) per timed Brax epoch
+    grid_phases: int = 4  # --brax: phases per timed grid call (one chunk of the grid program)
+    brax_phases: int | None = None  # --brax: training steps per timed Brax epoch; default G x grid_phases (the grid call's env steps)
     run_env_steps: int = 300_000  # --brax: run length per cell for the ratio with compilation (the cpu preset's)
 
 
@@ -112,6 +114,8 @@ def _grid_vs_own_runs(args: Args, config, steps: int, cmd: str) -> list[dict]:
 def main(args: Args) -> dict:
     config = Config(env=args.env, method=args.method, num_envs=args.num_envs, unroll_length=args.unroll_length,
                     total_env_steps=args.total_env_steps, num_evals=1, eval_episodes=0, buffer_capacity=16)
+    if args.brax:  # one timed grid call = one chunk of grid_phases phases
+        config = config.replace(total_env_steps=args.grid_phases * config.batch_size)
     steps = config.num_evals * config.env_steps_per_chunk
     cmd = "python " + " ".join(sys.argv)
     if args.brax:  # only the comparison with Brax's trainer (the grid's own separate runs: without --brax)
@@ -157,7 +161,8 @@ def compare_brax(args: Args, config, g: int) -> dict:
                            unroll_length=config.unroll_length, num_minibatches=config.num_minibatches,
                            num_epochs=config.num_epochs, policy_hidden=tuple(config.policy_hidden),
                            value_hidden=tuple(config.value_hidden), episode_length=config.episode_length,
-                           phases=args.brax_phases, repeats=args.repeats, warmup=1, seed=0)
+                           phases=args.brax_phases or g * config.phases_per_chunk, repeats=args.repeats,
+                           warmup=1, seed=0)
     brax = bench_brax(targs, CompileLog(), grid_round)
     grid_compile = first - g * steps / float(np.median(grid_sps))
     total = args.run_env_steps
@@ -171,7 +176,8 @@ def compare_brax(args: Args, config, g: int) -> dict:
            "steady_target_met": min(steady) >= 1.0, "with_compile_target_met": min(with_compile) >= 5.0}
     print(f"\n{g}-cell grid vs {g} separate runs of Brax's trainer ({config.num_envs} envs x "
           f"{config.unroll_length} steps, {config.num_epochs}x{config.num_minibatches} updates per phase; "
-          f"{args.repeats} interleaved rounds)")
+          f"{args.repeats} interleaved rounds; per round {g * steps:,} env steps of the grid "
+          f"({config.phases_per_chunk} phases x {g} cells), then {brax['env_steps_per_call']:,} of Brax)")
     print(f"grid: compile {grid_compile:.1f} s, env steps/s (all cells) per round "
           + ", ".join(f"{x:,.0f}" for x in grid_sps))
     print(f"Brax: compile {brax['compile_seconds']:.1f} s, env steps/s per round "

@@ -225,6 +225,21 @@ def test_run_identity_ignores_display_settings_and_names_a_real_difference(tmp_p
         sweep.write_run_metadata(run, [sweep.Group(tiny_config(gamma=0.9), (), "t/ppo_clip")], {})
 
 
+def test_a_run_recorded_before_minibatch_shuffle_existed_resumes_only_with_the_old_shuffle(tmp_path):
+    """A run.json written before the ``minibatch_shuffle`` setting existed was trained with
+    ``jax.random.permutation`` ('sort'): resuming it under the new default is refused, naming the
+    setting; with ``minibatch_shuffle='sort'`` it resumes."""
+    run = str(tmp_path)
+    sweep.write_run_metadata(run, [sweep.Group(tiny_config(minibatch_shuffle="sort"), (), "t/ppo_clip")], {})
+    path = os.path.join(run, "run.json")
+    meta = results.read_json(path)
+    del meta["identity"]["t/ppo_clip"]["minibatch_shuffle"]  # as recorded before the field existed
+    results.write_json(path, meta)
+    with pytest.raises(ConfigError, match="minibatch_shuffle: 'sort' there, 'rank' now"):
+        sweep.write_run_metadata(run, [sweep.Group(tiny_config(), (), "t/ppo_clip")], {})
+    sweep.write_run_metadata(run, [sweep.Group(tiny_config(minibatch_shuffle="sort"), (), "t/ppo_clip")], {})
+
+
 def test_two_processes_starting_at_once_both_enter_run_json(tmp_path, monkeypatch):
     """study.py --methods lets two processes share one run directory; each records its groups in
     ``run.json`` by a read-modify-write. Writes are slowed here so the two overlap: without the

@@ -13,7 +13,7 @@ import dataclasses
 import typing
 from typing import Annotated, Any, Literal, Optional
 
-from vaco_jax.config import ACTOR_DTYPES, BACKENDS, Config
+from vaco_jax.config import ACTOR_DTYPES, BACKENDS, SHUFFLES, Config
 from vaco_jax.knobs import KNOBS
 
 FIELD_HELP = {
@@ -28,6 +28,7 @@ FIELD_HELP = {
     "eval_episodes": "episodes per evaluation of the learner's policy (0: no evaluation)",
     "num_epochs": "epochs E per phase (forward lag)",
     "num_minibatches": "minibatches M per epoch (forward lag)",
+    "minibatch_shuffle": "how each epoch's random permutation is drawn: 'rank' (fast) or 'sort' (jax.random.permutation, as runs before 2026-12-01); docs/estimators.md",
     "buffer_capacity": "policy-buffer capacity K (1 <= lag_depth <= K); docs/lag.md",
     "lag_model": "how each actor's snapshot age is drawn; docs/lag.md",
     "envs_per_actor": "envs sharing one actor (one snapshot)",
@@ -63,7 +64,7 @@ def field_choices() -> dict[str, tuple]:
     from vaco_jax.pieces import PIECE_KINDS, STATIC_CHOICES
 
     choices = {"env": tuple(available_envs()), "backend": BACKENDS, "lag_model": LAG_MODELS,
-               "actor_dtype": ACTOR_DTYPES, "network": tuple(NETWORKS), "activation": tuple(ACTIVATIONS),
+               "actor_dtype": ACTOR_DTYPES, "minibatch_shuffle": SHUFFLES, "network": tuple(NETWORKS), "activation": tuple(ACTIVATIONS),
                "method": tuple(METHODS) + (CUSTOM,)}
     choices.update({k: tuple(reg) for k, (_, _, reg) in PIECE_KINDS.items()})
     choices.update(STATIC_CHOICES)

@@ -40,6 +40,7 @@ TASKS = (
 )  # Brax's MuJoCo set; any other Brax-registered, Playground DM Control or user env works too (envs.py)
 BACKENDS = ("mjx", "generalized", "positional")
 ACTOR_DTYPES = ("float32", "bfloat16", "float16")
+SHUFFLES = ("rank", "sort")  # update.permutation's methods; 'sort' reproduces runs made before 2026-12-01
 
 __all__ = ["Config", "ConfigError", "STATIC_FIELDS", "TRACED_FIELDS", "TracedParams", "make_traced",
            "stack_traced"]
@@ -81,6 +82,7 @@ class Config:
     # --- forward lag: E epochs x M minibatches per phase
     num_epochs: int = 4
     num_minibatches: int = 8
+    minibatch_shuffle: str = "rank"  # how each epoch's permutation is drawn (update.SHUFFLES; docs/estimators.md)
 
     # --- simulated asynchrony (docs/lag.md)
     buffer_capacity: int = 16  # K; the traced lag depth B must satisfy 1 <= B <= K
@@ -144,6 +146,7 @@ class Config:
         _check_choice("backend", self.backend, BACKENDS)
         _check_choice("lag_model", self.lag_model, LAG_MODELS)
         _check_choice("actor_dtype", self.actor_dtype, ACTOR_DTYPES)
+        _check_choice("minibatch_shuffle", self.minibatch_shuffle, SHUFFLES)
         from vaco_jax.networks import ACTIVATIONS, NETWORKS
 
         _check_choice("network", self.network, tuple(NETWORKS))

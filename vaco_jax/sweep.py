@@ -764,11 +764,18 @@ def _identity(groups: Sequence[Group]) -> dict:
     return json.loads(json.dumps({g.subdir: dataclasses.asdict(g.config) for g in groups}, default=str))
 
 
+# A setting added to Config after runs were recorded without it: the value that reproduces those runs.
+# A record lacking the field is read with this value, so such a run resumes only with that setting
+# (and says so) instead of silently continuing under another algorithm.
+SETTINGS_BEFORE_THEY_EXISTED = {"minibatch_shuffle": "sort"}
+
+
 def _compare_identity(run_dir: str, old: dict, identity: dict) -> None:
     for subdir in sorted(set(old) & set(identity)):
-        diff = [k for k in identity[subdir] if old[subdir].get(k) != identity[subdir][k]]
+        recorded = {**SETTINGS_BEFORE_THEY_EXISTED, **old[subdir]}
+        diff = [k for k in identity[subdir] if recorded.get(k) != identity[subdir][k]]
         if diff:
-            shown = ", ".join(f"{k}: {old[subdir].get(k)!r} there, {identity[subdir][k]!r} now" for k in diff[:4])
+            shown = ", ".join(f"{k}: {recorded.get(k)!r} there, {identity[subdir][k]!r} now" for k in diff[:4])
             raise ConfigError(f"{run_dir} holds group {subdir} with other settings ({shown}); resume with "
                               "the same settings or choose another --out")
 

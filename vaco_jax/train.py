@@ -99,6 +99,7 @@ class Trainer:
     def shape(self) -> UpdateShape:
         cfg = self.config
         return UpdateShape(num_epochs=cfg.num_epochs, num_minibatches=cfg.num_minibatches,
+                           minibatch_shuffle=cfg.minibatch_shuffle,
                            normalize_advantages=cfg.normalize_advantages,
                            normalize_observations=cfg.normalize_observations,
                            measure_mismatch=cfg.actor_dtype != "float32",

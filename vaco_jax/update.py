@@ -15,6 +15,7 @@ import optax
 
 from vaco_jax import objectives as obj
 from vaco_jax import proximal as prox
+from vaco_jax.config import SHUFFLES
 from vaco_jax.lag import PolicyBuffer
 from vaco_jax.networks import NormalizerState, gaussian_entropy, gaussian_logp, normalize
 from vaco_jax.pieces import Method, PolicyInputs
@@ -52,6 +53,7 @@ class UpdateShape(NamedTuple):
 
     num_epochs: int
     num_minibatches: int
+    minibatch_shuffle: str = "rank"  # permutation(): 'rank' or 'sort'
     normalize_advantages: bool = True
     normalize_observations: bool = True
     measure_mismatch: bool = False  # actor in low precision: compute the float32 snapshot for r_d
@@ -63,6 +65,34 @@ class UpdateShape(NamedTuple):
     @property
     def steps_per_phase(self) -> int:
         return self.num_epochs * self.num_minibatches
+
+
+RANK_SHUFFLE_MAX = 1 << 16  # 'rank' draws keys until they are distinct: P(a tie) ~ n^2 / 2^33 per draw
+
+
+def permutation(key: jax.Array, n: int, method: str = "rank") -> jnp.ndarray:
+    """A uniformly random permutation of ``0..n-1`` (int32), drawn from ``key``.
+
+    ``'rank'``: n independent uniform 32-bit keys, redrawn (a ``while_loop``) until all are distinct;
+    element i goes to the rank of its key among them. Given distinct keys every ordering is equally
+    likely, so the permutation is exactly uniform. It needs one single-array sort and a binary search,
+    several times cheaper on a CPU than ``'sort'`` = ``jax.random.permutation`` (a sort of keys
+    carrying values, twice), which ``'rank'`` also uses above ``RANK_SHUFFLE_MAX`` elements, where ties
+    would make redraws frequent. The two give different permutations from one key (docs/estimators.md,
+    "Minibatches")."""
+    if method == "sort" or n > RANK_SHUFFLE_MAX:
+        return jax.random.permutation(key, n).astype(jnp.int32)
+    if method != "rank":
+        raise ValueError(f"minibatch_shuffle={method!r} must be one of {SHUFFLES}")
+
+    def draw(k):
+        k, sub = jax.random.split(k)
+        bits = jax.random.bits(sub, (n,), jnp.uint32)
+        ordered = jnp.sort(bits)
+        return k, bits, ordered, jnp.all(ordered[1:] != ordered[:-1])
+
+    _, bits, ordered, _ = jax.lax.while_loop(lambda c: ~c[3], lambda c: draw(c[0]), draw(key))
+    return jnp.searchsorted(ordered, bits).astype(jnp.int32)
 
 
 def _logp_under(policy_apply, variables, obs_n, action):
@@ -280,11 +310,11 @@ def update_phase(shape: UpdateShape, method: Method, nets: Networks, opt, learne
 
     def minibatches(epoch_key):
         if every_step:  # split the env axis: [U, N] -> [M, U, N/M]
-            perm = jax.random.permutation(epoch_key, num_envs)
+            perm = permutation(epoch_key, num_envs, shape.minibatch_shuffle)
             return jax.tree.map(
                 lambda x: jnp.swapaxes(x[:, perm].reshape((x.shape[0], n_mb, -1) + x.shape[2:]), 0, 1),
                 aligned)
-        perm = jax.random.permutation(epoch_key, batch)
+        perm = permutation(epoch_key, batch, shape.minibatch_shuffle)
         return jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:])[perm].reshape((n_mb, -1) + x.shape[2:]),
                             aligned)
 
