@@ -19,8 +19,9 @@ How it is timed. (a), (a') and (b) are compiled ahead of time (``jit(f).lower(..
 during its first epoch; its steady state is read from the wall-clock times of its ``progress_fn``
 callbacks (one after every epoch of ``phases`` training steps). The ``repeats`` timed rounds are
 interleaved: between two consecutive timed Brax epochs, inside Brax's ``progress_fn`` (and outside
-the interval charged to Brax), one timed call each of (a), (a') and (b) runs, so load drift on a
-shared machine hits every measurement alike. Each timed call ends with ``block_until_ready``; each
+the interval charged to Brax), one timed call each of (a), (a'), (b') and (b'') and then (b) runs,
+so load drift on a shared machine hits every measurement alike and (b) runs right before the Brax
+epoch it is compared with. Each timed call ends with ``block_until_ready``; each
 reported steps/s is the median over the rounds. A ``jax.monitoring`` listener counts the XLA
 compilations inside every timed interval, so a timing that contains a compile is flagged.
 
@@ -577,7 +578,8 @@ def main(args: Args | None = None) -> dict:
 
     def run_round(r: int) -> None:
         nonlocal rounds_done
-        rates = [f"{p.label} {p.timed_call(log):,.0f}" for p in programs]
+        # ours (b) last: right before the Brax epoch its ratio is taken against; (b') and (b'') adjacent
+        rates = [f"{p.label} {p.timed_call(log):,.0f}" for p in sorted(programs, key=lambda p: p.label == "ours")]
         rounds_done += 1
         print(f"[round {r + 1}/{args.repeats}] steps/s: {', '.join(rates)}", flush=True)
 
