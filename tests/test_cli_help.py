@@ -8,13 +8,16 @@ two options sharing one text (a comment attached to the wrong field)."""
 import contextlib
 import importlib
 import io
+import pathlib
 import re
 
 from conftest import load_script
 import pytest
 
 SCRIPTS = ["lag_sweep", "delta_sweep", "mismatch", "forward_lag", "screen", "study"]
-BENCHMARKS = ["throughput", "method_cost", "sweep_scaling"]
+_ROOT = pathlib.Path(__file__).resolve().parent.parent
+# every benchmark with a command line (an ``Args`` class), so a new one cannot be forgotten here
+BENCHMARKS = sorted(p.stem for p in (_ROOT / "benchmarks").glob("*.py") if "class Args" in p.read_text())
 
 
 def option_help(args_class, monkeypatch) -> dict[str, str]:
