@@ -52,3 +52,4 @@ def test_the_screen_runs_at_the_learning_rate_it_is_given():
     assert settings["learning_rate"] == 1e-3 and settings["lag_depths"] == (1, 16)
     lag_sweep.Args(**settings)  # every setting is one the lag sweep takes
     assert screen.sweep_settings(screen.Args())["learning_rate"] is None  # the Config default
+    assert settings["minibatch_shuffle"] == "sort"  # the committed screens' permutation: one protocol
