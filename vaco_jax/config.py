@@ -82,7 +82,7 @@ class Config:
     # --- forward lag: E epochs x M minibatches per phase
     num_epochs: int = 4
     num_minibatches: int = 8
-    minibatch_shuffle: str = "rank"  # how each epoch's permutation is drawn (update.SHUFFLES; docs/estimators.md)
+    minibatch_shuffle: str = "rank"  # how each epoch's permutation is drawn (SHUFFLES, update.permutation; docs/estimators.md)
 
     # --- simulated asynchrony (docs/lag.md)
     buffer_capacity: int = 16  # K; the traced lag depth B must satisfy 1 <= B <= K

@@ -80,10 +80,10 @@ def permutation(key: jax.Array, n: int, method: str = "rank") -> jnp.ndarray:
     carrying values, twice), which ``'rank'`` also uses above ``RANK_SHUFFLE_MAX`` elements, where ties
     would make redraws frequent. The two give different permutations from one key (docs/estimators.md,
     "Minibatches")."""
+    if method not in SHUFFLES:
+        raise ValueError(f"minibatch_shuffle={method!r} must be one of {SHUFFLES}")
     if method == "sort" or n > RANK_SHUFFLE_MAX:
         return jax.random.permutation(key, n).astype(jnp.int32)
-    if method != "rank":
-        raise ValueError(f"minibatch_shuffle={method!r} must be one of {SHUFFLES}")
 
     def draw(k):
         k, sub = jax.random.split(k)
