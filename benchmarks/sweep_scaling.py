@@ -12,9 +12,11 @@ the same batch shape (benchmarks/throughput.py's ``bench_brax``): the grid's ste
 between Brax's timed epochs (interleaved rounds), and the report gives, per round, the steady-state
 ratio (grid env steps/s over Brax's) and the ratio with compilation for a run of ``total_env_steps``
 per cell (``run_env_steps``: G x (Brax compile + steps / Brax rate) over grid compile + G x steps /
-grid rate). A target is met only when every round clears it. Each round times the same number of env
-steps on both sides (by default one grid call of ``grid_phases`` phases x G cells, then one Brax epoch
-of G x ``grid_phases`` training steps), so both windows last about as long and see the same load.
+grid rate). A target is met only when every round clears it. Each round times one grid call of
+``grid_phases`` phases x G cells right before a Brax epoch of (by default) as many env steps
+(G x ``grid_phases`` training steps) and one more grid call right after it; the grid's rate for the
+round is taken over both calls, which bracket the epoch in time, so a drift of the machine's speed
+during the round moves both sides alike (the call before alone is reported beside it).
 """
 
 from __future__ import annotations
@@ -150,12 +152,18 @@ def compare_brax(args: Args, config, g: int) -> dict:
     state = jax.block_until_ready(chunk(init(keys, traced), traced)[0])
     first = time.perf_counter() - t0
     steps = config.env_steps_per_chunk  # per cell per call
-    grid_sps, holder = [], [state]
+    before, after, holder = [], [], [state]
 
-    def grid_round(_r):
+    def timed_grid_call(into):
         t = time.perf_counter()
         holder[0] = jax.block_until_ready(chunk(holder[0], traced)[0])
-        grid_sps.append(g * steps / (time.perf_counter() - t))
+        into.append(time.perf_counter() - t)
+
+    def grid_round(_r):  # right before Brax's timed epoch r
+        timed_grid_call(before)
+
+    def grid_after(_r):  # right after it: the two calls bracket the epoch in time
+        timed_grid_call(after)
 
     targs = ThroughputArgs(env=config.env, backend=config.backend, num_envs=config.num_envs,
                            unroll_length=config.unroll_length, num_minibatches=config.num_minibatches,
@@ -163,27 +171,36 @@ def compare_brax(args: Args, config, g: int) -> dict:
                            value_hidden=tuple(config.value_hidden), episode_length=config.episode_length,
                            phases=args.brax_phases or g * config.phases_per_chunk, repeats=args.repeats,
                            warmup=1, seed=0)
-    brax = bench_brax(targs, CompileLog(), grid_round)
-    grid_compile = first - g * steps / float(np.median(grid_sps))
+    brax = bench_brax(targs, CompileLog(), grid_round, grid_after)
+    grid_sps = [2 * g * steps / (a + b) for a, b in zip(before, after)]  # round r: both calls together
+    before_sps = [g * steps / a for a in before]
+    grid_compile = first - g * steps / float(np.median(before_sps))
     total = args.run_env_steps
     steady = [a / b for a, b in zip(grid_sps, brax["steps_per_second_each"])]
+    steady_before = [a / b for a, b in zip(before_sps, brax["steps_per_second_each"])]
     with_compile = [g * (brax["compile_seconds"] + total / b) / (grid_compile + g * total / a)
                     for a, b in zip(grid_sps, brax["steps_per_second_each"])]
     row = {"grid_size": g, "brax_compile_seconds": brax["compile_seconds"],
            "brax_steps_per_second_each": brax["steps_per_second_each"], "grid_compile_seconds": grid_compile,
            "grid_steps_per_second_each": grid_sps, "steady_ratio_each": steady,
+           "grid_before_steps_per_second_each": before_sps, "steady_ratio_before_only_each": steady_before,
+           "grid_seconds_before_each": before, "grid_seconds_after_each": after,
            "with_compile_ratio_each": with_compile, "env_steps_per_cell": total,
            "steady_target_met": min(steady) >= 1.0, "with_compile_target_met": min(with_compile) >= 5.0}
     print(f"\n{g}-cell grid vs {g} separate runs of Brax's trainer ({config.num_envs} envs x "
           f"{config.unroll_length} steps, {config.num_epochs}x{config.num_minibatches} updates per phase; "
           f"{args.repeats} interleaved rounds; per round {g * steps:,} env steps of the grid "
-          f"({config.phases_per_chunk} phases x {g} cells), then {brax['env_steps_per_call']:,} of Brax)")
-    print(f"grid: compile {grid_compile:.1f} s, env steps/s (all cells) per round "
-          + ", ".join(f"{x:,.0f}" for x in grid_sps))
+          f"({config.phases_per_chunk} phases x {g} cells) right before and again right after "
+          f"{brax['env_steps_per_call']:,} of Brax)")
+    print(f"grid: compile {grid_compile:.1f} s, env steps/s (all cells) per round, both calls together "
+          + ", ".join(f"{x:,.0f}" for x in grid_sps) + "; the call before alone "
+          + ", ".join(f"{x:,.0f}" for x in before_sps))
     print(f"Brax: compile {brax['compile_seconds']:.1f} s, env steps/s per round "
           + ", ".join(f"{x:,.0f}" for x in brax["steps_per_second_each"]))
     print(f"target steady state, grid / Brax >= 1.0: median {np.median(steady):.3f}, rounds "
-          f"{min(steady):.3f}..{max(steady):.3f} -> {'met' if row['steady_target_met'] else 'NOT met'}")
+          f"{min(steady):.3f}..{max(steady):.3f} -> {'met' if row['steady_target_met'] else 'NOT met'} (per round "
+          + ", ".join(f"{x:.3f}" for x in steady) + "; the call before alone: "
+          + ", ".join(f"{x:.3f}" for x in steady_before) + ")")
     print(f"target with compilation ({total:,} env steps per cell), {g} Brax runs / grid >= 5: median "
           f"{np.median(with_compile):.2f}, rounds {min(with_compile):.2f}..{max(with_compile):.2f} -> "
           f"{'met' if row['with_compile_target_met'] else 'NOT met'}")

@@ -105,7 +105,7 @@ def test_ppo_learns_inverted_double_pendulum():
     from vaco_jax.config import Config
 
     config = Config(env="inverted_double_pendulum", method="ppo_clip", num_envs=32, unroll_length=32,
-                    total_env_steps=120_000, num_evals=2, eval_episodes=8, num_epochs=4,
+                    total_env_steps=80_000, num_evals=2, eval_episodes=8, num_epochs=4,
                     num_minibatches=4, buffer_capacity=2)
     trainer = make_train(config)
     traced = make_traced(config, 1, learning_rate=1e-3)

@@ -1,0 +1,51 @@
+"""How the benchmarks pair their rounds: the call of ours before a Brax epoch and the one after it
+bracket that epoch, and the targets are decided round by round (BENCHMARKS.md)."""
+
+import pytest
+
+from benchmarks import throughput
+from benchmarks.throughput import Args, Program, targets
+
+
+def test_the_hooks_run_right_before_and_right_after_each_timed_epoch(monkeypatch):
+    """A stand-in for Brax's trainer that only calls ``progress_fn`` after each epoch: round r's
+    ``between_epochs`` runs right before timed epoch r and ``after_epoch`` right after it."""
+    from brax.training.agents.ppo import train as ppo_train
+
+    events = []
+
+    def fake_train(*, progress_fn, num_timesteps, num_evals, **_):
+        per_epoch = num_timesteps // (num_evals - 1)
+        for epoch in range(num_evals - 1):
+            events.append(("epoch", epoch))
+            progress_fn((epoch + 1) * per_epoch, {})
+
+    monkeypatch.setattr(ppo_train, "train", fake_train)
+    args = Args(num_envs=8, unroll_length=4, num_minibatches=2, phases=2, repeats=3, warmup=2)
+    out = throughput.bench_brax(args, throughput.CompileLog(), lambda r: events.append(("before", r)),
+                                lambda r: events.append(("after", r)))
+    # epochs 0 and 1 are untimed (warm-up 2); timed epoch r is epoch r + 2
+    assert events == [("epoch", 0), ("epoch", 1), ("before", 0), ("epoch", 2), ("after", 0), ("before", 1),
+                      ("epoch", 3), ("after", 1), ("before", 2), ("epoch", 4), ("after", 2)]
+    assert len(out["steps_per_second_each"]) == 3
+
+
+def test_the_bracketing_rate_and_the_round_by_round_targets():
+    ours = Program("ours", None, (), None, steps_per_call=100, compile_seconds=0.0, xla_compile_seconds=0.0,
+                   seconds=[1.0, 2.0, 1.0], seconds_after=[3.0, 2.0, 1.0])
+    summary = ours.summary()
+    assert summary["steps_per_second_each"] == [100.0, 50.0, 100.0]  # the calls before the epochs
+    assert summary["bracket_steps_per_second_each"] == [50.0, 50.0, 100.0]  # both calls of a round together
+    results = {"ours": summary, "brax": {"steps_per_second_each": [40.0, 50.0, 90.0]},
+               "ours_sync": {"steps_per_second_each": [100.0, 100.0, 100.0]},
+               "ours_b32": {"steps_per_second_each": [95.0, 91.0, 100.0]}}
+    found = {(t["decides"], t["bound"]): t for t in targets(Args(compare_lag_depths=(32,)), results)}
+    brax = found[(True, ">= 1.05")]
+    assert brax["each"] == pytest.approx([1.25, 1.0, 100 / 90]) and not brax["met"]  # round 2 is under 1.05
+    assert found[(False, ">= 1.05")]["each"] == pytest.approx([2.5, 1.0, 100 / 90])  # the call before alone
+    cost = found[(True, "<= 1.10")]
+    assert cost["each"] == pytest.approx([100 / 95, 100 / 91, 1.0]) and cost["met"]
+    # without bracketing calls (a run without Brax) the target has nothing to decide on
+    plain = Program("ours", None, (), None, steps_per_call=100, compile_seconds=0.0, xla_compile_seconds=0.0,
+                    seconds=[1.0])
+    assert "bracket_steps_per_second_each" not in plain.summary()
