@@ -17,7 +17,7 @@
 #   tests       on the real devices: a tiny grid sharded over all local devices vs on one device,
 #               and stopped after one chunk and resumed; then the sharding/resume tests as written
 #               (forced host devices on the CPU): tests/test_integrity.py -k device_count and
-#               tests/test_sweep.py -k "sharded or interrupted"
+#               tests/test_sweep.py -k interrupted
 # Everything goes to $OUT if set, else runs/gpu_check/: gpu_check.log (every line printed, so every
 # number), versions.json, summary.json (exit code and seconds of every step, the slice's sizing),
 # the throughput JSONs and the slice's tables (its checkpoints stay in GPU_CHECK_SLICE_DIR).
@@ -449,7 +449,7 @@ if want tests; then
   run_step tests_integrity 20 0 env JAX_PLATFORMS=cpu "$PY" -m pytest -q -p no:cacheprovider "${collect[@]}" \
     tests/test_integrity.py -k device_count
   run_step tests_sweep 20 0 env JAX_PLATFORMS=cpu "$PY" -m pytest -q -p no:cacheprovider "${collect[@]}" \
-    tests/test_sweep.py -k "sharded or interrupted"
+    tests/test_sweep.py -k interrupted
 else
   echo "=== [tests] not requested (GPU_CHECK_STEPS)"
 fi

@@ -8,15 +8,19 @@ cells (lag depths x seeds) for the same number of env steps.
     python benchmarks/sweep_scaling.py --brax --grid-sizes 16 --separate-runs 1 --repeats 5
 
 With ``--brax`` the largest grid is also compared with G separate runs of Brax's own PPO trainer on
-the same batch shape (benchmarks/throughput.py's ``bench_brax``): the grid's steady calls are timed
-between Brax's timed epochs (interleaved rounds), and the report gives, per round, the steady-state
-ratio (grid env steps/s over Brax's) and the ratio with compilation for a run of ``total_env_steps``
-per cell (``run_env_steps``: G x (Brax compile + steps / Brax rate) over grid compile + G x steps /
-grid rate). A target is met only when every round clears it. Each round times one grid call of
-``grid_phases`` phases x G cells right before a Brax epoch of (by default) as many env steps
-(G x ``grid_phases`` training steps) and one more grid call right after it; the grid's rate for the
-round is taken over both calls, which bracket the epoch in time, so a drift of the machine's speed
-during the round moves both sides alike (the call before alone is reported beside it).
+the same batch shape (benchmarks/throughput.py's ``bench_brax``), at the same stage of training. One
+Brax run stands for each of the G separate runs. Its epochs are ``grid_phases`` training steps, the
+env steps one grid call gives each cell, and one grid call runs right before each of its epochs
+(inside Brax's ``progress_fn``, outside the time charged to Brax), so after every pair the Brax run
+and each cell of the grid have taken the same number of env steps: the cost of an env step changes
+as a policy learns (the simulator's solver works harder in some states), and comparing a grid whose
+cells are early in training with a Brax run far ahead of them would measure that instead. A round
+is ``pairs_per_round`` consecutive pairs: the grid's env steps/s over its calls of the round
+against Brax's over its epochs of the round (Brax's own ``training/sps`` for each epoch, the epoch
+call alone: its per-epoch host work, which short epochs would inflate, is not charged to it). The
+report gives, per round, the steady-state ratio and the ratio with compilation for a run of
+``run_env_steps`` per cell (G x (Brax compile + steps / Brax rate) over grid compile + G x steps /
+grid rate). A target is met only when every round clears it.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import jax.numpy as jnp
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from vaco_jax.config import Config, make_traced, stack_traced  # noqa: E402
+from vaco_jax.sweep import grid_program  # noqa: E402
 from vaco_jax.train import make_train  # noqa: E402
 
 
@@ -50,9 +55,11 @@ class Args:
     total_env_steps: int = 65_536  # env steps per cell of each timed program
     out: str = "runs/benchmarks/sweep_scaling.json"  # JSON output
     brax: bool = False  # also compare the largest grid with G separate runs of Brax's PPO trainer
-    repeats: int = 5  # interleaved rounds for --brax
-    grid_phases: int = 4  # --brax: phases per timed grid call (one chunk of the grid program)
-    brax_phases: int | None = None  # --brax: training steps per timed Brax epoch; default G x grid_phases (the grid call's env steps)
+    repeats: int = 5  # --brax: rounds (each of pairs_per_round grid calls and Brax epochs)
+    pairs_per_round: int = 8  # --brax: (grid call, Brax epoch) pairs per round
+    grid_phases: int = 4  # --brax: phases per grid call = training steps per Brax epoch (the same stage)
+    learning_rate: float = 3e-4  # Adam step size of every run (both trainers with --brax); 1e-9 holds every policy near its initialisation, so both sides' simulators see the same kind of states
+    grid_batch: int | None = None  # the grid's cells in vmapped batches of this many, one batch after another (Config.grid_batch; default: all at once)
     run_env_steps: int = 300_000  # --brax: run length per cell for the ratio with compilation (the cpu preset's)
 
 
@@ -68,7 +75,7 @@ def time_grid(config, g):
     traced = stack_traced([make_traced(config, b) for _, b in cells])
     jax.clear_caches()
     t0 = time.perf_counter()
-    fn = jax.jit(jax.vmap(trainer.train))
+    fn = jax.jit(grid_program(trainer.train, config.grid_batch))  # grid_batch must divide g
     jax.block_until_ready(fn(keys, traced))
     total = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -115,7 +122,8 @@ def _grid_vs_own_runs(args: Args, config, steps: int, cmd: str) -> list[dict]:
 
 def main(args: Args) -> dict:
     config = Config(env=args.env, method=args.method, num_envs=args.num_envs, unroll_length=args.unroll_length,
-                    total_env_steps=args.total_env_steps, num_evals=1, eval_episodes=0, buffer_capacity=16)
+                    total_env_steps=args.total_env_steps, num_evals=1, eval_episodes=0, buffer_capacity=16,
+                    learning_rate=args.learning_rate, grid_batch=args.grid_batch)
     if args.brax:  # one timed grid call = one chunk of grid_phases phases
         config = config.replace(total_env_steps=args.grid_phases * config.batch_size)
     steps = config.num_evals * config.env_steps_per_chunk
@@ -145,62 +153,64 @@ def compare_brax(args: Args, config, g: int) -> dict:
     cells = _cells(config, g)
     keys = jnp.stack([jax.random.PRNGKey(s) for s, _ in cells])
     traced = stack_traced([make_traced(config, b) for _, b in cells])
-    init = jax.jit(jax.vmap(trainer.init))
-    chunk = jax.jit(jax.vmap(trainer.run_chunk))
+    init = jax.jit(grid_program(trainer.init, config.grid_batch))
+    chunk = jax.jit(grid_program(trainer.run_chunk, config.grid_batch))
     jax.clear_caches()
     t0 = time.perf_counter()
     state = jax.block_until_ready(chunk(init(keys, traced), traced)[0])
     first = time.perf_counter() - t0
-    steps = config.env_steps_per_chunk  # per cell per call
-    before, after, holder = [], [], [state]
+    steps = config.env_steps_per_chunk  # per cell per call = env steps of one Brax epoch
+    seconds, holder = [], [state]
 
-    def timed_grid_call(into):
+    def grid_call(_i):  # right before Brax's timed epoch i: both then stand at the same env steps
         t = time.perf_counter()
         holder[0] = jax.block_until_ready(chunk(holder[0], traced)[0])
-        into.append(time.perf_counter() - t)
+        seconds.append(time.perf_counter() - t)
 
-    def grid_round(_r):  # right before Brax's timed epoch r
-        timed_grid_call(before)
-
-    def grid_after(_r):  # right after it: the two calls bracket the epoch in time
-        timed_grid_call(after)
-
+    k = args.pairs_per_round
     targs = ThroughputArgs(env=config.env, backend=config.backend, num_envs=config.num_envs,
                            unroll_length=config.unroll_length, num_minibatches=config.num_minibatches,
                            num_epochs=config.num_epochs, policy_hidden=tuple(config.policy_hidden),
                            value_hidden=tuple(config.value_hidden), episode_length=config.episode_length,
-                           phases=args.brax_phases or g * config.phases_per_chunk, repeats=args.repeats,
-                           warmup=1, seed=0)
-    brax = bench_brax(targs, CompileLog(), grid_round, grid_after)
-    grid_sps = [2 * g * steps / (a + b) for a, b in zip(before, after)]  # round r: both calls together
-    before_sps = [g * steps / a for a in before]
-    grid_compile = first - g * steps / float(np.median(before_sps))
+                           phases=config.phases_per_chunk, repeats=args.repeats * k, warmup=1, seed=0,
+                           learning_rate=config.learning_rate)
+    brax = bench_brax(targs, CompileLog(), grid_call)
+    if brax["env_steps_per_call"] != steps:
+        raise RuntimeError(f"a Brax epoch ran {brax['env_steps_per_call']} env steps, a grid call {steps} per cell")
+    own = brax["brax_reported_sps_each"]  # the epoch call alone
+    wall = brax["steps_per_second_each"]  # with Brax's per-epoch host work
+    rounds = [slice(r * k, (r + 1) * k) for r in range(args.repeats)]
+    grid_sps = [g * steps * k / sum(seconds[r]) for r in rounds]
+    brax_sps = [steps * k / sum(steps / x for x in own[r]) for r in rounds]
+    brax_wall_sps = [steps * k / sum(steps / x for x in wall[r]) for r in rounds]
+    grid_compile = first - g * steps / float(np.median(grid_sps))
     total = args.run_env_steps
-    steady = [a / b for a, b in zip(grid_sps, brax["steps_per_second_each"])]
-    steady_before = [a / b for a, b in zip(before_sps, brax["steps_per_second_each"])]
+    steady = [a / b for a, b in zip(grid_sps, brax_sps)]
+    steady_wall = [a / b for a, b in zip(grid_sps, brax_wall_sps)]
     with_compile = [g * (brax["compile_seconds"] + total / b) / (grid_compile + g * total / a)
-                    for a, b in zip(grid_sps, brax["steps_per_second_each"])]
+                    for a, b in zip(grid_sps, brax_sps)]
     row = {"grid_size": g, "brax_compile_seconds": brax["compile_seconds"],
-           "brax_steps_per_second_each": brax["steps_per_second_each"], "grid_compile_seconds": grid_compile,
-           "grid_steps_per_second_each": grid_sps, "steady_ratio_each": steady,
-           "grid_before_steps_per_second_each": before_sps, "steady_ratio_before_only_each": steady_before,
-           "grid_seconds_before_each": before, "grid_seconds_after_each": after,
+           "brax_steps_per_second_each": brax_sps, "brax_wall_steps_per_second_each": brax_wall_sps,
+           "grid_compile_seconds": grid_compile, "grid_steps_per_second_each": grid_sps,
+           "steady_ratio_each": steady, "steady_ratio_brax_wall_each": steady_wall,
+           "pairs_per_round": k, "grid_seconds_per_call": seconds, "brax_epoch_sps_own": own,
+           "brax_epoch_sps_wall": wall,
            "with_compile_ratio_each": with_compile, "env_steps_per_cell": total,
            "steady_target_met": min(steady) >= 1.0, "with_compile_target_met": min(with_compile) >= 5.0}
     print(f"\n{g}-cell grid vs {g} separate runs of Brax's trainer ({config.num_envs} envs x "
-          f"{config.unroll_length} steps, {config.num_epochs}x{config.num_minibatches} updates per phase; "
-          f"{args.repeats} interleaved rounds; per round {g * steps:,} env steps of the grid "
-          f"({config.phases_per_chunk} phases x {g} cells) right before and again right after "
-          f"{brax['env_steps_per_call']:,} of Brax)")
-    print(f"grid: compile {grid_compile:.1f} s, env steps/s (all cells) per round, both calls together "
-          + ", ".join(f"{x:,.0f}" for x in grid_sps) + "; the call before alone "
-          + ", ".join(f"{x:,.0f}" for x in before_sps))
-    print(f"Brax: compile {brax['compile_seconds']:.1f} s, env steps/s per round "
-          + ", ".join(f"{x:,.0f}" for x in brax["steps_per_second_each"]))
+          f"{config.unroll_length} steps, {config.num_epochs}x{config.num_minibatches} updates per phase); "
+          f"{args.repeats} rounds of {k} pairs: a grid call ({config.phases_per_chunk} phases x {g} cells) "
+          f"right before a Brax epoch of {config.phases_per_chunk} training steps ({steps:,} env steps, one "
+          "cell's share), so both stand at the same stage of training after every pair")
+    print(f"grid: compile {grid_compile:.1f} s, env steps/s (all cells) per round "
+          + ", ".join(f"{x:,.0f}" for x in grid_sps))
+    print(f"Brax: compile {brax['compile_seconds']:.1f} s, env steps/s per round (epoch calls alone) "
+          + ", ".join(f"{x:,.0f}" for x in brax_sps) + "; with its per-epoch host work "
+          + ", ".join(f"{x:,.0f}" for x in brax_wall_sps))
     print(f"target steady state, grid / Brax >= 1.0: median {np.median(steady):.3f}, rounds "
           f"{min(steady):.3f}..{max(steady):.3f} -> {'met' if row['steady_target_met'] else 'NOT met'} (per round "
-          + ", ".join(f"{x:.3f}" for x in steady) + "; the call before alone: "
-          + ", ".join(f"{x:.3f}" for x in steady_before) + ")")
+          + ", ".join(f"{x:.3f}" for x in steady) + "; against Brax with its host work: "
+          + ", ".join(f"{x:.3f}" for x in steady_wall) + ")")
     print(f"target with compilation ({total:,} env steps per cell), {g} Brax runs / grid >= 5: median "
           f"{np.median(with_compile):.2f}, rounds {min(with_compile):.2f}..{max(with_compile):.2f} -> "
           f"{'met' if row['with_compile_target_met'] else 'NOT met'}")

@@ -24,6 +24,10 @@ so load drift on a shared machine hits every measurement alike and (b) runs righ
 epoch it is compared with; right after that epoch (b) runs once more, and the round's ours / Brax
 ratio is taken from those two calls together (env steps over their seconds), which bracket the
 epoch in time: a machine that speeds up or slows down during the round moves both sides alike.
+When Brax runs (and ``phases`` is even), (b)'s calls are of ``phases / 2`` phases and its warm-up is
+twice Brax's untimed epochs, so at the start and at the end of every timed Brax epoch our run and
+Brax's have taken the same number of env steps: the simulator's cost per step changes as a policy
+learns, and two runs at different stages of training would compare that instead.
 Each timed call ends with ``block_until_ready``; each reported steps/s is the median over the
 rounds (for (b): over its calls before the epochs; the bracketing rate is reported beside it). A ``jax.monitoring`` listener counts the XLA
 compilations inside every timed interval, so a timing that contains a compile is flagged.
@@ -84,6 +88,7 @@ class Args:
     repeats: int = 3  # timed rounds (one call of each measurement, one Brax epoch); medians are reported
     warmup: int = 1  # untimed calls after compilation (Brax: untimed epochs, at least its compiling one)
     seed: int = 0  # PRNG seed of every measurement
+    learning_rate: float = 3e-4  # Adam step size of both trainers; a tiny one (1e-9) holds both policies near their initialisation, so the simulator sees the same kind of states on both sides
     skip_brax: bool = False  # skip (c), Brax's PPO trainer
     raw_brax: bool = True  # also time (a'): the env under Brax's own training wrappers instead of ours
     out: str | None = None  # JSON output; default runs/benchmarks/throughput_<env>.json
@@ -244,21 +249,24 @@ def prepare_raw_brax(args: Args, log: CompileLog) -> Program:
 
 # ----------------------------------------------------------------------------- (b) our trainer
 
-def our_config(args: Args, lag_model: str | None = None, lag_depth: int | None = None) -> Config:
+def our_config(args: Args, lag_model: str | None = None, lag_depth: int | None = None,
+               phases: int | None = None) -> Config:
     depth = args.lag_depth if lag_depth is None else lag_depth
+    phases = phases or args.phases
     return Config(
         env=args.env, backend=args.backend, episode_length=args.episode_length, method="ppo_clip",
         lag_model=lag_model or args.lag_model, buffer_capacity=max(16, depth), lag_depth=depth,
         num_envs=args.num_envs, unroll_length=args.unroll_length, num_epochs=args.num_epochs,
         num_minibatches=args.num_minibatches, policy_hidden=tuple(args.policy_hidden),
-        value_hidden=tuple(args.value_hidden),
-        total_env_steps=args.phases * args.num_envs * args.unroll_length, num_evals=1, eval_episodes=0)
+        value_hidden=tuple(args.value_hidden), learning_rate=args.learning_rate,
+        total_env_steps=phases * args.num_envs * args.unroll_length, num_evals=1, eval_episodes=0)
 
 
-def init_ours(args: Args, lag_model: str | None = None, lag_depth: int | None = None) -> dict:
+def init_ours(args: Args, lag_model: str | None = None, lag_depth: int | None = None,
+              phases: int | None = None) -> dict:
     """Our trainer and its initial state (whose env batch (a) starts from too: one reset compile)."""
-    config = our_config(args, lag_model, lag_depth)
-    assert config.phases_per_chunk == args.phases
+    config = our_config(args, lag_model, lag_depth, phases)
+    assert config.phases_per_chunk == (phases or args.phases)
     traced = make_traced(config, config.lag_depth)
     trainer = make_train(config)
     t0 = time.perf_counter()
@@ -267,10 +275,10 @@ def init_ours(args: Args, lag_model: str | None = None, lag_depth: int | None = 
             "init_seconds": time.perf_counter() - t0}
 
 
-def prepare_ours(args: Args, log: CompileLog, setup: dict, label: str = "ours") -> Program:
+def prepare_ours(args: Args, log: CompileLog, setup: dict, label: str = "ours", warmup: int | None = None) -> Program:
     return prepare(label, setup["trainer"].run_chunk, (setup["state"], setup["traced"]),
                    lambda out, prev: (out[0], prev[1]), steps_per_call=setup["config"].env_steps_per_chunk,
-                   warmup=args.warmup, log=log,
+                   warmup=args.warmup if warmup is None else warmup, log=log,
                    init_seconds=setup["init_seconds"])  # jit(trainer.init): compile + env reset
 
 
@@ -376,7 +384,7 @@ def bench_brax(args: Args, log: CompileLog, between_epochs: Callable[[int], None
         num_timesteps=num_timesteps, episode_length=args.episode_length, num_envs=args.num_envs,
         unroll_length=args.unroll_length, batch_size=batch_size, num_minibatches=args.num_minibatches,
         num_updates_per_batch=args.num_epochs, num_evals=num_evals, run_evals=False,
-        normalize_observations=True, learning_rate=3e-4, entropy_cost=0.0, discounting=0.99,
+        normalize_observations=True, learning_rate=args.learning_rate, entropy_cost=0.0, discounting=0.99,
         gae_lambda=0.95, clipping_epsilon=0.2, max_grad_norm=0.5, normalize_advantage=True,
         seed=args.seed)
 
@@ -507,7 +515,9 @@ def report(args: Args, results: dict, meta: dict) -> str:
     brax = results.get("brax")
     rows = [("raw_env", "(a)  raw env, our make_env step"),
             ("raw_brax_env", "(a') raw env, Brax's training wrappers"),
-            ("ours", f"(b)  ours: ppo_clip, {args.lag_model} B={args.lag_depth}"),
+            ("ours", f"(b)  ours: ppo_clip, {args.lag_model} B={args.lag_depth}"
+                     + (" (calls of half the phases)" if (results.get("ours") or {}).get("env_steps_per_call")
+                        == args.phases // 2 * args.num_envs * args.unroll_length else "")),
             *[(f"ours_b{d}", f"(b') ours: ppo_clip, {args.lag_model} B={d}") for d in args.compare_lag_depths],
             ("ours_sync", "(b'') ours: ppo_clip, synchronous"),
             ("brax", "(c)  Brax ppo.train" + (" (shimmed)" if brax and brax.get("shim_used") else ""))]
@@ -592,11 +602,17 @@ def main(args: Args | None = None) -> dict:
     setup = init_ours(args)
     print("[compile] (a) raw env, our make_env step ...", flush=True)
     programs = [prepare_raw(args, log, setup["state"].env_state)]
+    # (b) against Brax: calls of half an epoch, one right before and one right after each Brax epoch, and
+    # twice Brax's untimed epochs as warm-up, so ours and Brax's run stand at the same env steps at the
+    # start and end of every timed epoch (the cost of an env step changes as the policy learns)
+    halves = not args.skip_brax and args.phases % 2 == 0
+    if halves:
+        setup = init_ours(args, phases=args.phases // 2)
     if args.raw_brax:
         print("[compile] (a') raw env, Brax's training wrappers ...", flush=True)
         programs.append(prepare_raw_brax(args, log))
     print(f"[compile] (b) ours: ppo_clip trainer, lag model {args.lag_model!r} at B={args.lag_depth} ...", flush=True)
-    programs.append(prepare_ours(args, log, setup))
+    programs.append(prepare_ours(args, log, setup, warmup=2 * max(args.warmup, 1) if halves else None))
     del setup
     for depth in args.compare_lag_depths:
         print(f"[compile] (b') ours, lag model {args.lag_model!r} at B={depth} ...", flush=True)

@@ -442,13 +442,18 @@ def _on_devices(n, group_dir, max_chunks, config):
 def test_a_group_stopped_on_one_device_count_resumes_on_another(tmp_path):
     """3 cells: padded to 4 on 2 or 4 devices. Stopped on 2 devices and resumed on 1, stopped on 1
     and resumed on 4: each ends with the scores of an uninterrupted run on 1 device (checkpoints hold
-    the real cells only and are laid out again on the devices at hand)."""
+    the real cells only and are laid out again on the devices at hand). This is also the test that
+    a grid sharded over devices (initialised on 2; run on 4) computes what the unsharded grid does."""
+    import jax
+
     config = tiny_config(**CONFIG)
-    straight = sweep.run_group(config, sweep.grid([1, 4, 2], [0]), str(tmp_path / "straight"), progress=False)
+    cells = sweep.grid([1, 4, 2], [0])
+    assert len(jax.local_devices()) == 1  # this process is the 1-device machine
+    straight = sweep.run_group(config, cells, str(tmp_path / "straight"), progress=False)
     a, b = str(tmp_path / "a"), str(tmp_path / "b")
     assert _on_devices(2, a, 1, config) is None
-    resumed_on_1 = _on_devices(1, a, 0, config)
-    assert _on_devices(1, b, 1, config) is None
+    resumed_on_1 = sweep.run_group(config, cells, a, progress=False)
+    assert sweep.run_group(config, cells, b, progress=False, max_chunks=1) is None
     resumed_on_4 = _on_devices(4, b, 0, config)
     for rows in (resumed_on_1, resumed_on_4):
         for r1, r2 in zip(rows, straight):

@@ -1,5 +1,6 @@
 """Scale (docs/scale.md): the memory estimate printed before compiling, groups split into programs of
-at most ``--max-cells-per-program`` cells, and one sweep over two ``jax.distributed`` processes.
+at most ``--max-cells-per-program`` cells, a group's cells run in batches (``--grid-batch``), and one
+sweep over two ``jax.distributed`` processes.
 Training runs only on the tiny pure-JAX point_mass task."""
 
 import os
@@ -120,6 +121,43 @@ def test_splitting_is_nearly_even_and_keeps_the_plan_order():
     assert [c for p in parts for c in p.cells] == list(g.cells)
     assert parts[2].subdir == os.path.join("t/m", "part-2-of-3")
     assert sweep.split_group(g, None) == [g] and sweep.split_group(g, 9) == [g]
+
+
+# ----------------------------------------------------------------------------- grid_batch
+
+def test_a_group_run_in_batches_of_cells_gives_the_same_scores_and_is_its_own_setting(tmp_path, whole):
+    out = str(tmp_path / "batched")
+    _run(out, grid_batch=1)  # the 2 cells one after another
+    _assert_same_scores(whole, out)
+    with pytest.raises(ConfigError, match="grid_batch: None there, 1 now"):
+        _run(whole, grid_batch=1)  # the numbers differ in rounding: a resume keeps one layout
+    with pytest.raises(ConfigError, match=r"grid_batch=0 must be an integer >= 1, or None"):
+        _run(str(tmp_path / "bad"), grid_batch=0)
+    assert not os.path.exists(tmp_path / "bad")
+
+
+def test_grid_program_maps_over_batches_and_pads_nothing_itself():
+    def fn(x, t):
+        return {"y": x["a"] * t + 1.0, "empty": x["empty"]}
+
+    x = {"a": jnp.arange(12.0).reshape(6, 2), "empty": jnp.zeros((6, 0))}
+    t = jnp.arange(6.0)
+    whole = jax.jit(sweep.grid_program(fn))(x, t)
+    for batch in (1, 2, 3, 6):
+        out = jax.jit(sweep.grid_program(fn, batch))(x, t)
+        np.testing.assert_array_equal(out["y"], whole["y"])
+        assert out["empty"].shape == (6, 0)
+    with pytest.raises(ValueError, match="6 cells are not a multiple of grid_batch=4"):
+        sweep.grid_program(fn, 4)(x, t)
+
+
+def test_grid_batch_is_refused_before_anything_runs_where_groups_would_be_sharded(monkeypatch):
+    groups = [sweep.Group(tiny_config(grid_batch=2), tuple(sweep.grid([1, 2], [0])), "t/m", "t/m")]
+    sweep.check_grid_batch(groups)  # one device: fine
+    monkeypatch.setattr(jax, "local_devices", lambda: ["cpu:0", "cpu:1"])
+    with pytest.raises(ConfigError, match="grid_batch=2 runs a group on one device.*2 devices"):
+        sweep.check_grid_batch(groups)
+    sweep.check_grid_batch([sweep.Group(tiny_config(), groups[0].cells, "t/m", "t/m")])  # unset: sharded as before
 
 
 # ----------------------------------------------------------------------------- jax.distributed

@@ -90,6 +90,11 @@ class Config:
     envs_per_actor: int = 1  # an actor is a group of envs sharing one snapshot
     partial_resync_every: int = 8  # 'partial' lag model: steps between re-syncs
     actor_dtype: str = "float32"
+    # a sweep group's cells run in vmapped batches of this many, one batch after another (None: all at
+    # once). On a CPU smaller batches are faster once the policies drive the simulator into states its
+    # solver iterates on: a vmapped solver loop runs until the slowest env of the batch is done
+    # (docs/scale.md, "Cells per batch"). One device only; single runs ignore it.
+    grid_batch: int | None = None
 
     # --- networks (networks.NETWORKS; networks.register_network adds your own modules)
     network: str = "mlp"
@@ -155,6 +160,9 @@ class Config:
                      "num_epochs", "num_minibatches", "buffer_capacity", "envs_per_actor", "partial_resync_every"):
             _check_int(name, getattr(self, name))
         _check_int("eval_episodes", self.eval_episodes, minimum=0)
+        if self.grid_batch is not None and (not isinstance(self.grid_batch, (int, np.integer))
+                                            or isinstance(self.grid_batch, bool) or self.grid_batch < 1):
+            raise ConfigError(f"grid_batch={self.grid_batch!r} must be an integer >= 1, or None (all cells at once)")
         for name in ("normalize_observations", "normalize_rewards", "normalize_advantages", "anneal_lr"):
             _check_bool(name, getattr(self, name))
         for name in ("policy_hidden", "value_hidden"):

@@ -2,7 +2,8 @@
 
 One *group* = one static ``Config`` (task, method, shapes) and a list of cells that differ only in
 traced values and seed. The group runs as ``jit(vmap(run_chunk))`` with the grid axis sharded over
-all local devices; between chunks the host writes results and a checkpoint, so an interrupted sweep
+all local devices (or, with ``Config.grid_batch``, on one device as consecutive vmapped batches of
+cells: ``grid_program``); between chunks the host writes results and a checkpoint, so an interrupted sweep
 resumes from its last chunk. Layout of a group directory::
 
     GROUP/cells.json      the cells (lag_depth, seed, learning_rate, clip_epsilon, tv_budget)
@@ -26,7 +27,7 @@ import math
 import os
 import shutil
 import time
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -475,6 +476,35 @@ def _grid_sharding():
     return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("grid"))
 
 
+def check_grid_batch(groups: Sequence[Group]) -> None:
+    """``grid_batch`` runs a group on one device: refused up front where groups would be sharded."""
+    batched = [g for g in groups if g.config.grid_batch is not None]
+    if batched and len(jax.local_devices()) > 1:
+        raise ConfigError(f"grid_batch={batched[0].config.grid_batch} runs a group on one device; this machine "
+                          f"would shard each group over its {len(jax.local_devices())} devices (leave grid_batch "
+                          "unset, or make one device visible, e.g. CUDA_VISIBLE_DEVICES=0)")
+
+
+def grid_program(fn: Callable, batch: int | None = None) -> Callable:
+    """``fn`` of one cell over the grid axis of every argument: ``vmap(fn)``, or with ``batch`` a
+    ``lax.map`` over consecutive batches of ``batch`` cells, each batch vmapped (the number of cells
+    must be a multiple of ``batch``). The same numbers either way, up to floating-point rounding."""
+    if batch is None:
+        return jax.vmap(fn)
+
+    def batched(*args):
+        n = jax.tree.leaves(args)[0].shape[0]
+        if n % batch:
+            raise ValueError(f"{n} cells are not a multiple of grid_batch={batch}")
+        if n == batch:
+            return jax.vmap(fn)(*args)
+        split = lambda x: x.reshape((n // batch, batch) + x.shape[1:])  # noqa: E731 (explicit shape: 0-size leaves too)
+        out = jax.lax.map(lambda a: jax.vmap(fn)(*a), jax.tree.map(split, args))
+        return jax.tree.map(lambda x: x.reshape((n,) + x.shape[2:]), out)
+
+    return batched
+
+
 def _pad(cells: list[Cell], multiple: int) -> list[Cell]:
     extra = (-len(cells)) % multiple
     return cells + [cells[-1]] * extra
@@ -543,14 +573,17 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
     results.write_cells(group_dir, cell_rows)
 
     trainer = trainer or make_train(config)
-    padded = _pad(cells, len(jax.local_devices())) if shard else list(cells)
+    sharding = _grid_sharding() if shard and len(jax.local_devices()) > 1 else None
+    if config.grid_batch is not None and sharding is not None:
+        raise ConfigError(f"grid_batch={config.grid_batch} runs on one device; this group would be sharded over "
+                          f"{len(jax.local_devices())} devices (leave grid_batch unset, or run on one device)")
+    padded = _pad(cells, len(jax.local_devices())) if sharding is not None else _pad(cells, config.grid_batch or 1)
     keys = jnp.stack([jax.random.PRNGKey(c.seed) for c in padded])
     traced = stack_traced([make_traced(config, c.lag_depth, **c.knob_dict()) for c in padded])
-    sharding = _grid_sharding() if shard and len(jax.local_devices()) > 1 else None
     if sharding is not None:
         keys, traced = jax.device_put((keys, traced), sharding)
-    init = jax.jit(jax.vmap(trainer.init))
-    run_chunk = jax.jit(jax.vmap(trainer.run_chunk))
+    init = jax.jit(grid_program(trainer.init, config.grid_batch))
+    run_chunk = jax.jit(grid_program(trainer.run_chunk, config.grid_batch))
     n = len(cells)
 
     # Checkpoints hold the real cells only (no padding copies, no device layout), so a group stopped
@@ -1078,6 +1111,7 @@ def run_study(run_dir: str, groups: Sequence[Group], args, spec: dict, prepare=N
     check_max_chunks(args.max_chunks)
     max_cells = getattr(args, "max_cells_per_program", None)
     check_max_cells(max_cells)
+    check_grid_batch(groups)
     info = {**dataclasses.asdict(args), **spec}
     if cell is not None:
         print(plan_text(groups))
