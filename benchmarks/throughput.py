@@ -598,16 +598,14 @@ def main(args: Args | None = None) -> dict:
     log = CompileLog()
     t_all = time.perf_counter()
 
-    print(f"[setup] our trainer's init (env reset) on {args.env} ...", flush=True)
-    setup = init_ours(args)
-    print("[compile] (a) raw env, our make_env step ...", flush=True)
-    programs = [prepare_raw(args, log, setup["state"].env_state)]
     # (b) against Brax: calls of half an epoch, one right before and one right after each Brax epoch, and
     # twice Brax's untimed epochs as warm-up, so ours and Brax's run stand at the same env steps at the
     # start and end of every timed epoch (the cost of an env step changes as the policy learns)
     halves = not args.skip_brax and args.phases % 2 == 0
-    if halves:
-        setup = init_ours(args, phases=args.phases // 2)
+    print(f"[setup] our trainer's init (env reset) on {args.env} ...", flush=True)
+    setup = init_ours(args, phases=args.phases // 2 if halves else None)
+    print("[compile] (a) raw env, our make_env step ...", flush=True)
+    programs = [prepare_raw(args, log, setup["state"].env_state)]  # (its own phases per call)
     if args.raw_brax:
         print("[compile] (a') raw env, Brax's training wrappers ...", flush=True)
         programs.append(prepare_raw_brax(args, log))

@@ -476,10 +476,11 @@ def _grid_sharding():
     return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("grid"))
 
 
-def check_grid_batch(groups: Sequence[Group]) -> None:
-    """``grid_batch`` runs a group on one device: refused up front where groups would be sharded."""
+def check_grid_batch(groups: Sequence[Group], sharded: bool = True) -> None:
+    """``grid_batch`` runs a group on one device: refused (before anything runs, in ``run_study``; and
+    in ``run_group``) where the groups would be ``sharded`` over several local devices."""
     batched = [g for g in groups if g.config.grid_batch is not None]
-    if batched and len(jax.local_devices()) > 1:
+    if batched and sharded and len(jax.local_devices()) > 1:
         raise ConfigError(f"grid_batch={batched[0].config.grid_batch} runs a group on one device; this machine "
                           f"would shard each group over its {len(jax.local_devices())} devices (leave grid_batch "
                           "unset, or make one device visible, e.g. CUDA_VISIBLE_DEVICES=0)")
@@ -573,10 +574,8 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
     results.write_cells(group_dir, cell_rows)
 
     trainer = trainer or make_train(config)
+    check_grid_batch([Group(config, tuple(cells), group_dir)], sharded=shard)
     sharding = _grid_sharding() if shard and len(jax.local_devices()) > 1 else None
-    if config.grid_batch is not None and sharding is not None:
-        raise ConfigError(f"grid_batch={config.grid_batch} runs on one device; this group would be sharded over "
-                          f"{len(jax.local_devices())} devices (leave grid_batch unset, or run on one device)")
     padded = _pad(cells, len(jax.local_devices())) if sharding is not None else _pad(cells, config.grid_batch or 1)
     keys = jnp.stack([jax.random.PRNGKey(c.seed) for c in padded])
     traced = stack_traced([make_traced(config, c.lag_depth, **c.knob_dict()) for c in padded])
