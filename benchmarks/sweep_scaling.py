@@ -38,7 +38,7 @@ import jax.numpy as jnp
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from vaco_jax.config import Config, make_traced, stack_traced  # noqa: E402
-from vaco_jax.sweep import grid_program  # noqa: E402
+from vaco_jax.sweep import grid_layout, grid_mesh, grid_program, grid_sharding  # noqa: E402
 from vaco_jax.train import make_train  # noqa: E402
 
 
@@ -61,6 +61,7 @@ class Args:
     learning_rate: float = 3e-4  # Adam step size of every run (both trainers with --brax); 1e-9 holds every policy near its initialisation, so both sides' simulators see the same kind of states
     grid_batch: int | None = None  # the grid's cells in vmapped batches of this many, one batch after another (Config.grid_batch; default: all at once)
     run_env_steps: int = 300_000  # --brax: run length per cell for the ratio with compilation (the cpu preset's)
+    brax_devices: int | None = 1  # --brax: devices of each Brax run (its max_devices_per_host; None: all local devices, its envs split over them)
 
 
 def _cells(config, g):
@@ -73,9 +74,13 @@ def time_grid(config, g):
     cells = _cells(config, g)
     keys = jnp.stack([jax.random.PRNGKey(s) for s, _ in cells])
     traced = stack_traced([make_traced(config, b) for _, b in cells])
+    used, per_device = grid_layout(g, config.grid_batch)
+    mesh = grid_mesh(used) if used * per_device == g else None  # else (padding needed) one device
+    if mesh is not None:
+        keys, traced = jax.device_put((keys, traced), grid_sharding(mesh))
     jax.clear_caches()
     t0 = time.perf_counter()
-    fn = jax.jit(grid_program(trainer.train, config.grid_batch))  # grid_batch must divide g
+    fn = jax.jit(grid_program(trainer.train, config.grid_batch, mesh))  # grid_batch must divide g
     jax.block_until_ready(fn(keys, traced))
     total = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -130,7 +135,9 @@ def main(args: Args) -> dict:
     cmd = "python " + " ".join(sys.argv)
     if args.brax:  # only the comparison with Brax's trainer (the grid's own separate runs: without --brax)
         print(f"{cmd}\n{time.strftime('%Y-%m-%d %H:%M')}, {platform.node()}, jax {jax.__version__}, "
-              f"{jax.devices()[0]}, {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.2f}")
+              f"{len(jax.local_devices())} x {jax.devices()[0].device_kind}, {os.cpu_count()} CPUs; load average "
+              f"{os.getloadavg()[0]:.2f}; the grid's cells split over the {len(jax.local_devices())} device(s), "
+              f"each Brax run on {args.brax_devices or len(jax.local_devices())} of them")
         rows = [compare_brax(args, config, max(args.grid_sizes))]
     else:
         rows = _grid_vs_own_runs(args, config, steps, cmd)
@@ -153,8 +160,14 @@ def compare_brax(args: Args, config, g: int) -> dict:
     cells = _cells(config, g)
     keys = jnp.stack([jax.random.PRNGKey(s) for s, _ in cells])
     traced = stack_traced([make_traced(config, b) for _, b in cells])
-    init = jax.jit(grid_program(trainer.init, config.grid_batch))
-    chunk = jax.jit(grid_program(trainer.run_chunk, config.grid_batch))
+    used, per_device = grid_layout(g, config.grid_batch)
+    if used * per_device != g:
+        raise ValueError(f"{g} cells on {len(jax.local_devices())} devices need padding: choose a multiple")
+    mesh = grid_mesh(used)  # the grid split over the local devices, as a sweep runs it
+    if mesh is not None:
+        keys, traced = jax.device_put((keys, traced), grid_sharding(mesh))
+    init = jax.jit(grid_program(trainer.init, config.grid_batch, mesh))
+    chunk = jax.jit(grid_program(trainer.run_chunk, config.grid_batch, mesh))
     jax.clear_caches()
     t0 = time.perf_counter()
     state = jax.block_until_ready(chunk(init(keys, traced), traced)[0])
@@ -173,7 +186,7 @@ def compare_brax(args: Args, config, g: int) -> dict:
                            num_epochs=config.num_epochs, policy_hidden=tuple(config.policy_hidden),
                            value_hidden=tuple(config.value_hidden), episode_length=config.episode_length,
                            phases=config.phases_per_chunk, repeats=args.repeats * k, warmup=1, seed=0,
-                           learning_rate=config.learning_rate)
+                           learning_rate=config.learning_rate, brax_devices=args.brax_devices)
     brax = bench_brax(targs, CompileLog(), grid_call)
     if brax["env_steps_per_call"] != steps:
         raise RuntimeError(f"a Brax epoch ran {brax['env_steps_per_call']} env steps, a grid call {steps} per cell")

@@ -90,6 +90,7 @@ class Args:
     seed: int = 0  # PRNG seed of every measurement
     learning_rate: float = 3e-4  # Adam step size of both trainers; a tiny one (1e-9) holds both policies near their initialisation, so the simulator sees the same kind of states on both sides
     skip_brax: bool = False  # skip (c), Brax's PPO trainer
+    brax_devices: int | None = 1  # devices Brax's trainer uses (its max_devices_per_host; None: every local device)
     raw_brax: bool = True  # also time (a'): the env under Brax's own training wrappers instead of ours
     out: str | None = None  # JSON output; default runs/benchmarks/throughput_<env>.json
 
@@ -386,7 +387,7 @@ def bench_brax(args: Args, log: CompileLog, between_epochs: Callable[[int], None
         num_updates_per_batch=args.num_epochs, num_evals=num_evals, run_evals=False,
         normalize_observations=True, learning_rate=args.learning_rate, entropy_cost=0.0, discounting=0.99,
         gae_lambda=0.95, clipping_epsilon=0.2, max_grad_norm=0.5, normalize_advantage=True,
-        seed=args.seed)
+        seed=args.seed, max_devices_per_host=args.brax_devices)
 
     stamps: list[tuple[float, float, int, float]] = []  # (entry, exit, env_steps, Brax's sps)
 

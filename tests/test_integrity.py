@@ -440,8 +440,8 @@ def _on_devices(n, group_dir, max_chunks, config):
 
 
 def test_a_group_stopped_on_one_device_count_resumes_on_another(tmp_path):
-    """3 cells: padded to 4 on 2 or 4 devices. Stopped on 2 devices and resumed on 1, stopped on 1
-    and resumed on 4: each ends with the scores of an uninterrupted run on 1 device (checkpoints hold
+    """3 cells: 2 + 2 (one padding copy) on 2 devices, 1 + 1 + 1 on 4 (three of them used). Stopped
+    on 2 devices and resumed on 1, stopped on 1 and resumed on 4: each ends with the scores of an uninterrupted run on 1 device (checkpoints hold
     the real cells only and are laid out again on the devices at hand). This is also the test that
     a grid sharded over devices (initialised on 2; run on 4) computes what the unsharded grid does."""
     import jax

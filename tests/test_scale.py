@@ -151,13 +151,61 @@ def test_grid_program_maps_over_batches_and_pads_nothing_itself():
         sweep.grid_program(fn, 4)(x, t)
 
 
-def test_grid_batch_is_refused_before_anything_runs_where_groups_would_be_sharded(monkeypatch):
-    groups = [sweep.Group(tiny_config(grid_batch=2), tuple(sweep.grid([1, 2], [0])), "t/m", "t/m")]
-    sweep.check_grid_batch(groups)  # one device: fine
-    monkeypatch.setattr(jax, "local_devices", lambda: ["cpu:0", "cpu:1"])
-    with pytest.raises(ConfigError, match="grid_batch=2 runs a group on one device.*2 devices"):
-        sweep.check_grid_batch(groups)
-    sweep.check_grid_batch([sweep.Group(tiny_config(), groups[0].cells, "t/m", "t/m")])  # unset: sharded as before
+def test_grid_layout_uses_as_few_cells_per_device_then_as_few_devices_as_it_can():
+    assert sweep.grid_layout(16, None, 1) == (1, 16)
+    assert sweep.grid_layout(16, None, 2) == (2, 8)
+    assert sweep.grid_layout(12, None, 8) == (6, 2)  # not 8 x 2 with 4 copies: the same time, no padding
+    assert sweep.grid_layout(60, None, 8) == (8, 8)  # 4 copies
+    assert sweep.grid_layout(3, None, 4) == (3, 1)
+    assert sweep.grid_layout(3, None, 2) == (2, 2)
+    assert sweep.grid_layout(5, 2, 1) == (1, 6)  # grid_batch: a multiple of the batch per device
+    assert sweep.grid_layout(16, 3, 2) == (2, 9)
+    assert sweep.grid_layout(6, 4, 2) == (2, 4)
+
+
+_SHARD_MAP_SCRIPT = """
+import json
+import jax, jax.numpy as jnp, numpy as np
+from vaco_jax import sweep
+
+def fn(x, t):  # a while_loop whose trip count depends on the cell, like MJX's constraint solver
+    def body(c):
+        i, v = c
+        return i + 1, v * 0.5 + t
+    return jax.lax.while_loop(lambda c: c[0] < x, body, (0, t))[1]
+
+x = jnp.arange(8) % 5
+t = jnp.linspace(0.0, 1.0, 8)
+mesh = sweep.grid_mesh(2)
+sh = sweep.grid_sharding(mesh)
+xs, ts = jax.device_put((x, t), sh)
+plain = jax.jit(sweep.grid_program(fn))(x, t)
+out = {"devices": len(jax.local_devices())}
+for batch in (None, 2):
+    prog = jax.jit(sweep.grid_program(fn, batch, mesh))
+    got = prog(xs, ts)
+    out[f"equal_{batch}"] = bool(np.array_equal(np.asarray(got), np.asarray(plain)))
+    out[f"spread_{batch}"] = len(got.sharding.device_set)
+    out[f"collectives_{batch}"] = "all-reduce" in prog.lower(xs, ts).compile().as_text()
+spmd = jax.jit(sweep.grid_program(fn), in_shardings=sh, out_shardings=sh)
+out["collectives_spmd"] = "all-reduce" in spmd.lower(xs, ts).compile().as_text()
+print(json.dumps(out))
+"""
+
+
+def test_a_sharded_grid_runs_each_devices_cells_alone_with_no_value_crossing_devices():
+    """On 2 forced host devices: ``grid_program`` with a mesh gives vmap's numbers (with and without
+    ``grid_batch``), spreads the cells over both devices, and compiles no collective, where the same
+    vmap split by shardings (SPMD) reduces the while_loop's condition over the devices."""
+    import json
+
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+    res = subprocess.run([sys.executable, "-c", _SHARD_MAP_SCRIPT], capture_output=True, text=True, env=env,
+                         cwd=ROOT, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out == {"devices": 2, "equal_None": True, "spread_None": 2, "collectives_None": False,
+                   "equal_2": True, "spread_2": 2, "collectives_2": False, "collectives_spmd": True}
 
 
 # ----------------------------------------------------------------------------- jax.distributed

@@ -1,9 +1,9 @@
 """A grid of cells (lag depths x seeds x traced hyper-parameters) as one compiled, vmapped program.
 
 One *group* = one static ``Config`` (task, method, shapes) and a list of cells that differ only in
-traced values and seed. The group runs as ``jit(vmap(run_chunk))`` with the grid axis sharded over
-all local devices (or, with ``Config.grid_batch``, on one device as consecutive vmapped batches of
-cells: ``grid_program``); between chunks the host writes results and a checkpoint, so an interrupted sweep
+traced values and seed. The group runs as ``jit(vmap(run_chunk))``, its grid axis split over the
+local devices by ``shard_map`` (each device runs its own block of cells; with ``Config.grid_batch``
+as consecutive vmapped batches: ``grid_program``, ``grid_layout``); between chunks the host writes results and a checkpoint, so an interrupted sweep
 resumes from its last chunk. Layout of a group directory::
 
     GROUP/cells.json      the cells (lag_depth, seed, learning_rate, clip_epsilon, tv_budget)
@@ -285,6 +285,50 @@ def with_knobs(configs: Sequence[Config], knobs: dict) -> list[Config]:
     return out
 
 
+CPU_DEVICES_FLAG = "--xla_force_host_platform_device_count"
+ACCELERATOR_PLUGINS = ("jax-cuda12-plugin", "jax-cuda13-plugin", "libtpu", "jax-rocm-plugin")
+
+
+def use_cpu_cores() -> int | None:
+    """On a CPU, one JAX device per core this process may use, so a group's cells run on every core
+    at once (``grid_program`` splits them over the devices). One XLA program of these small env
+    steps keeps about one core busy, whatever its batch; docs/scale.md, "Every core of a CPU".
+
+    Sets ``XLA_FLAGS=--xla_force_host_platform_device_count=<cores>`` before JAX starts its
+    backends, unless XLA_FLAGS already sets that count (``=1`` keeps one device), JAX has already
+    started, there is one core, or JAX_PLATFORMS or an installed accelerator plugin (CUDA, ROCm,
+    TPU) says the run is not on the CPU. Returns the count it set, or None."""
+    import importlib.metadata
+
+    flags = os.environ.get("XLA_FLAGS", "")
+    if CPU_DEVICES_FLAG in flags:
+        return None
+    platforms = os.environ.get("JAX_PLATFORMS", "")
+    if platforms and platforms != "cpu":
+        return None
+    if not platforms:
+        for name in ACCELERATOR_PLUGINS:
+            try:
+                importlib.metadata.version(name)
+                return None
+            except importlib.metadata.PackageNotFoundError:
+                pass
+    try:
+        from jax._src import xla_bridge
+        if xla_bridge.backends_are_initialized():
+            return None
+    except (ImportError, AttributeError):
+        return None
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    if cores <= 1:
+        return None
+    os.environ["XLA_FLAGS"] = f"{flags} {CPU_DEVICES_FLAG}={cores}".strip()
+    return cores
+
+
 def cli_main(main, args) -> None:
     """Run a script's ``main``: a bad setting is one line on stderr and exit code 2, a damaged result
     file or checkpoint one line and exit code 3, an OS error (a full disk) one line and exit code 1
@@ -296,8 +340,9 @@ def cli_main(main, args) -> None:
 
     debug = os.environ.get("VACO_JAX_DEBUG") == "1"
     try:
+        use_cpu_cores()  # before anything touches a device
         if getattr(args, "distributed", False):
-            init_distributed()  # before anything touches a device
+            init_distributed()
         code = main(args)
     except (ConfigError, ValueError) as e:
         if debug:
@@ -440,7 +485,7 @@ def memory_plan(groups: Sequence[Group], max_cells: int | None = None, show: boo
         per_cell = _CELL_BYTES[key]
         out[g.subdir] = per_cell
         n = len(g.cells) if max_cells is None else min(len(g.cells), max_cells)
-        per_device = per_cell * math.ceil(n / devices)
+        per_device = per_cell * grid_layout(n, c.grid_batch, devices)[1]
         fit = memory.cells_that_fit(per_cell, devices, device_memory)
         lines.append(f"  {g.subdir:<44} ~{memory.fmt_bytes(per_cell)} per cell; {n} cells per program -> "
                      f"~{memory.fmt_bytes(per_device)} per device")
@@ -470,40 +515,62 @@ def _warn(message: str) -> None:
 
 # ----------------------------------------------------------------------------- sharding
 
-def _grid_sharding():
-    """Shard the leading (grid) axis over all local devices."""
-    mesh = jax.sharding.Mesh(np.array(jax.local_devices()), ("grid",))
+def grid_layout(n_cells: int, batch: int | None = None, devices: int | None = None) -> tuple[int, int]:
+    """``(d, k)``: a group of ``n_cells`` runs on ``d`` devices with ``k`` cells each (``d * k - n_cells``
+    padding copies). ``k`` is as small as the ``devices`` (default: this process's local devices)
+    allow, ``ceil(n / devices)`` rounded up to a multiple of ``batch`` (``grid_batch``), and ``d`` as
+    small as that ``k`` allows: 12 cells on 8 devices run as 6 devices x 2 cells (no padding, the
+    same time as 8 x 2), 60 cells as 8 x 8 (4 copies)."""
+    if devices is None:
+        devices = len(jax.local_devices())
+    k = -(-n_cells // devices)
+    if batch:
+        k = -(-k // batch) * batch
+    return -(-n_cells // k), k
+
+
+def grid_mesh(devices: int):
+    """A one-axis mesh ``grid`` over the first ``devices`` local devices (None for one device)."""
+    if devices <= 1:
+        return None
+    return jax.sharding.Mesh(np.array(jax.local_devices()[:devices]), ("grid",))
+
+
+def grid_sharding(mesh):
+    """The grid axis (leading) of every array split over ``mesh``'s devices (None: one device)."""
+    if mesh is None:
+        return None
     return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("grid"))
 
 
-def check_grid_batch(groups: Sequence[Group], sharded: bool = True) -> None:
-    """``grid_batch`` runs a group on one device: refused (before anything runs, in ``run_study``; and
-    in ``run_group``) where the groups would be ``sharded`` over several local devices."""
-    batched = [g for g in groups if g.config.grid_batch is not None]
-    if batched and sharded and len(jax.local_devices()) > 1:
-        raise ConfigError(f"grid_batch={batched[0].config.grid_batch} runs a group on one device; this machine "
-                          f"would shard each group over its {len(jax.local_devices())} devices (leave grid_batch "
-                          "unset, or make one device visible, e.g. CUDA_VISIBLE_DEVICES=0)")
-
-
-def grid_program(fn: Callable, batch: int | None = None) -> Callable:
+def grid_program(fn: Callable, batch: int | None = None, mesh=None) -> Callable:
     """``fn`` of one cell over the grid axis of every argument: ``vmap(fn)``, or with ``batch`` a
     ``lax.map`` over consecutive batches of ``batch`` cells, each batch vmapped (the number of cells
-    must be a multiple of ``batch``). The same numbers either way, up to floating-point rounding."""
+    must be a multiple of ``batch``). The same numbers either way, up to floating-point rounding.
+
+    With a ``mesh`` (``grid_mesh``) the grid axis is split over its devices by ``shard_map``: each
+    device runs that program on its own block of cells, and no value crosses devices. (Splitting
+    the axis of one ``vmap`` program with shardings instead lets the SPMD partitioner couple the
+    devices: every ``while_loop`` whose condition depends on the batch, such as MJX's constraint
+    solver, then reduces that condition over all devices at every iteration, and every device runs
+    as many iterations as the slowest env anywhere; on a 2-core CPU split into 2 devices that ran
+    at half the speed of one device, docs/scale.md.)"""
     if batch is None:
-        return jax.vmap(fn)
-
-    def batched(*args):
-        n = jax.tree.leaves(args)[0].shape[0]
-        if n % batch:
-            raise ValueError(f"{n} cells are not a multiple of grid_batch={batch}")
-        if n == batch:
-            return jax.vmap(fn)(*args)
-        split = lambda x: x.reshape((n // batch, batch) + x.shape[1:])  # noqa: E731 (explicit shape: 0-size leaves too)
-        out = jax.lax.map(lambda a: jax.vmap(fn)(*a), jax.tree.map(split, args))
-        return jax.tree.map(lambda x: x.reshape((n,) + x.shape[2:]), out)
-
-    return batched
+        body = jax.vmap(fn)
+    else:
+        def body(*args):
+            n = jax.tree.leaves(args)[0].shape[0]
+            if n % batch:
+                raise ValueError(f"{n} cells are not a multiple of grid_batch={batch}")
+            if n == batch:
+                return jax.vmap(fn)(*args)
+            split = lambda x: x.reshape((n // batch, batch) + x.shape[1:])  # noqa: E731 (explicit shape: 0-size leaves too)
+            out = jax.lax.map(lambda a: jax.vmap(fn)(*a), jax.tree.map(split, args))
+            return jax.tree.map(lambda x: x.reshape((n,) + x.shape[2:]), out)
+    if mesh is None:
+        return body
+    spec = jax.sharding.PartitionSpec("grid")
+    return jax.shard_map(body, mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False)
 
 
 def _pad(cells: list[Cell], multiple: int) -> list[Cell]:
@@ -574,15 +641,16 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
     results.write_cells(group_dir, cell_rows)
 
     trainer = trainer or make_train(config)
-    check_grid_batch([Group(config, tuple(cells), group_dir)], sharded=shard)
-    sharding = _grid_sharding() if shard and len(jax.local_devices()) > 1 else None
-    padded = _pad(cells, len(jax.local_devices())) if sharding is not None else _pad(cells, config.grid_batch or 1)
+    used, per_device = grid_layout(len(cells), config.grid_batch, None if shard else 1)
+    mesh = grid_mesh(used)
+    sharding = grid_sharding(mesh)
+    padded = _pad(cells, used * per_device)
     keys = jnp.stack([jax.random.PRNGKey(c.seed) for c in padded])
     traced = stack_traced([make_traced(config, c.lag_depth, **c.knob_dict()) for c in padded])
     if sharding is not None:
         keys, traced = jax.device_put((keys, traced), sharding)
-    init = jax.jit(grid_program(trainer.init, config.grid_batch))
-    run_chunk = jax.jit(grid_program(trainer.run_chunk, config.grid_batch))
+    init = jax.jit(grid_program(trainer.init, config.grid_batch, mesh))
+    run_chunk = jax.jit(grid_program(trainer.run_chunk, config.grid_batch, mesh))
     n = len(cells)
 
     # Checkpoints hold the real cells only (no padding copies, no device layout), so a group stopped
@@ -1110,7 +1178,6 @@ def run_study(run_dir: str, groups: Sequence[Group], args, spec: dict, prepare=N
     check_max_chunks(args.max_chunks)
     max_cells = getattr(args, "max_cells_per_program", None)
     check_max_cells(max_cells)
-    check_grid_batch(groups)
     info = {**dataclasses.asdict(args), **spec}
     if cell is not None:
         print(plan_text(groups))

@@ -1,0 +1,95 @@
+"""One group's grid on one device vs split over several: by ``shard_map`` (how sweeps run it) and by
+shardings of one vmapped program (the SPMD partitioner; how sweeps ran it before).
+
+On a CPU, split it into devices first (JAX reads the flag when it starts)::
+
+    XLA_FLAGS=--xla_force_host_platform_device_count=2 python benchmarks/grid_devices.py
+
+Each layout runs the same cells (seeds 0..G-1 at lag depths 1, 2, 4, 8, 16 in turn) from the same
+initial state for ``chunks`` timed chunks after one untimed (compiling) chunk; printed: env steps/s
+and the process's CPU time over wall time (how many cores it kept busy). docs/scale.md, "A group
+over several devices".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import platform
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from vaco_jax.config import Config, make_traced, stack_traced  # noqa: E402
+from vaco_jax.sweep import grid_mesh, grid_program, grid_sharding  # noqa: E402
+from vaco_jax.train import make_train  # noqa: E402
+
+
+@dataclasses.dataclass
+class Args:
+    """One group's grid on one device vs split over several (shard_map, SPMD shardings)."""
+
+    env: str = "inverted_double_pendulum"  # task of every cell
+    method: str = "ppo_clip"  # method of every cell
+    cells: int = 16  # cells G of the group (a multiple of the device count)
+    num_envs: int = 64  # parallel envs per cell
+    unroll_length: int = 32  # env steps per env per phase
+    phases_per_chunk: int = 4  # phases per timed chunk
+    chunks: int = 5  # timed chunks per layout (one untimed compiling chunk before them)
+    repeats: int = 2  # rounds over the layouts (each round starts every layout from the initial state)
+
+
+def main(args: Args) -> dict:
+    devices = len(jax.local_devices())
+    if args.cells % devices:
+        raise ValueError(f"cells={args.cells} must be a multiple of the {devices} local devices")
+    config = Config(env=args.env, method=args.method, num_envs=args.num_envs, unroll_length=args.unroll_length,
+                    total_env_steps=args.phases_per_chunk * args.num_envs * args.unroll_length, num_evals=1,
+                    eval_episodes=0, buffer_capacity=16)
+    trainer = make_train(config)
+    depths = [1, 2, 4, 8, 16]
+    keys = jnp.stack([jax.random.PRNGKey(s) for s in range(args.cells)])
+    traced = stack_traced([make_traced(config, depths[s % len(depths)]) for s in range(args.cells)])
+    mesh = grid_mesh(devices)
+    sharding = grid_sharding(mesh)
+    layouts = {"one device": (None, None)}
+    if mesh is not None:
+        layouts["shard_map"] = (mesh, None)
+        layouts["SPMD shardings"] = (None, sharding)
+    programs = {}
+    for name, (m, sh) in layouts.items():
+        k, t = (keys, traced) if m is None and sh is None else jax.device_put((keys, traced), sharding)
+        if sh is None:
+            init = jax.jit(grid_program(trainer.init, None, m))
+            chunk = jax.jit(grid_program(trainer.run_chunk, None, m))
+        else:
+            init = jax.jit(jax.vmap(trainer.init), in_shardings=sh, out_shardings=sh)
+            chunk = jax.jit(jax.vmap(trainer.run_chunk), in_shardings=sh, out_shardings=sh)
+        programs[name] = (init, chunk, k, t)
+    steps = args.cells * config.env_steps_per_chunk
+    results = {name: [] for name in programs}
+    print(f"python {' '.join(sys.argv)}\n{time.strftime('%Y-%m-%d %H:%M')}, {platform.node()}, jax {jax.__version__}, "
+          f"{devices} x {jax.devices()[0].device_kind}, {os.cpu_count()} CPUs; {args.env}/{args.method}, "
+          f"{args.cells} cells x {args.num_envs} envs, {config.env_steps_per_chunk:,} env steps per cell per chunk")
+    for r in range(args.repeats):
+        for name, (init, chunk, k, t) in programs.items():
+            state = jax.block_until_ready(chunk(init(k, t), t)[0])  # compiles in round 0
+            w0, c0 = time.perf_counter(), time.process_time()
+            for _ in range(args.chunks):
+                state = chunk(state, t)[0]
+            jax.block_until_ready(state)
+            wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+            results[name].append({"env_steps_per_second": steps * args.chunks / wall, "cores_busy": cpu / wall})
+            print(f"round {r + 1}: {name:<15} {steps * args.chunks / wall:>9,.0f} env steps/s, "
+                  f"CPU time / wall time {cpu / wall:.2f}", flush=True)
+    return results
+
+
+if __name__ == "__main__":
+    import tyro
+
+    main(tyro.cli(Args))
