@@ -1,5 +1,6 @@
 """One group's grid on one device vs split over several: by ``shard_map`` (how sweeps run it) and by
-shardings of one vmapped program (the SPMD partitioner; how sweeps ran it before).
+shardings of one vmapped program (the SPMD partitioner; sweeps ran it so before, with only the
+inputs placed: "SPMD, inputs").
 
 On a CPU, split it into devices first (JAX reads the flag when it starts)::
 
@@ -56,13 +57,15 @@ def main(args: Args) -> dict:
     traced = stack_traced([make_traced(config, depths[s % len(depths)]) for s in range(args.cells)])
     mesh = grid_mesh(devices)
     sharding = grid_sharding(mesh)
-    layouts = {"one device": (None, None)}
+    # name: (mesh for shard_map, inputs placed with the sharding, in/out shardings of jit)
+    layouts = {"one device": (None, False, None)}
     if mesh is not None:
-        layouts["shard_map"] = (mesh, None)
-        layouts["SPMD shardings"] = (None, sharding)
+        layouts["shard_map"] = (mesh, True, None)
+        layouts["SPMD, inputs"] = (None, True, None)  # what run_group did before shard_map
+        layouts["SPMD, in/out"] = (None, True, sharding)  # jit told the shardings of inputs and outputs
     programs = {}
-    for name, (m, sh) in layouts.items():
-        k, t = (keys, traced) if m is None and sh is None else jax.device_put((keys, traced), sharding)
+    for name, (m, placed, sh) in layouts.items():
+        k, t = jax.device_put((keys, traced), sharding) if placed else (keys, traced)
         if sh is None:
             init = jax.jit(grid_program(trainer.init, None, m))
             chunk = jax.jit(grid_program(trainer.run_chunk, None, m))

@@ -187,6 +187,8 @@ for batch in (None, 2):
     out[f"equal_{batch}"] = bool(np.array_equal(np.asarray(got), np.asarray(plain)))
     out[f"spread_{batch}"] = len(got.sharding.device_set)
     out[f"collectives_{batch}"] = "all-reduce" in prog.lower(xs, ts).compile().as_text()
+    prog(xs, prog(xs, got))  # a chunk's output is the next chunk's input: the same program
+    out[f"compiles_{batch}"] = prog._cache_size()
 spmd = jax.jit(sweep.grid_program(fn), in_shardings=sh, out_shardings=sh)
 out["collectives_spmd"] = "all-reduce" in spmd.lower(xs, ts).compile().as_text()
 print(json.dumps(out))
@@ -195,8 +197,9 @@ print(json.dumps(out))
 
 def test_a_sharded_grid_runs_each_devices_cells_alone_with_no_value_crossing_devices():
     """On 2 forced host devices: ``grid_program`` with a mesh gives vmap's numbers (with and without
-    ``grid_batch``), spreads the cells over both devices, and compiles no collective, where the same
-    vmap split by shardings (SPMD) reduces the while_loop's condition over the devices."""
+    ``grid_batch``), spreads the cells over both devices, compiles no collective (where the same
+    vmap split by shardings, SPMD, reduces the while_loop's condition over the devices), and its
+    output feeds the next call without a second compile."""
     import json
 
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
@@ -204,8 +207,8 @@ def test_a_sharded_grid_runs_each_devices_cells_alone_with_no_value_crossing_dev
                          cwd=ROOT, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     out = json.loads(res.stdout.strip().splitlines()[-1])
-    assert out == {"devices": 2, "equal_None": True, "spread_None": 2, "collectives_None": False,
-                   "equal_2": True, "spread_2": 2, "collectives_2": False, "collectives_spmd": True}
+    assert out == {"devices": 2, "equal_None": True, "spread_None": 2, "collectives_None": False, "compiles_None": 1,
+                   "equal_2": True, "spread_2": 2, "collectives_2": False, "compiles_2": 1, "collectives_spmd": True}
 
 
 # ----------------------------------------------------------------------------- jax.distributed

@@ -32,8 +32,8 @@ FIELD_HELP = {
     "buffer_capacity": "policy-buffer capacity K (1 <= lag_depth <= K); docs/lag.md",
     "lag_model": "how each actor's snapshot age is drawn; docs/lag.md",
     "envs_per_actor": "envs sharing one actor (one snapshot)",
-    "grid_batch": "run a sweep group's cells in vmapped batches of this many, one batch after another "
-                  "(default: all at once); faster on a CPU, one device only; docs/scale.md",
+    "grid_batch": "run each device's cells of a sweep group in vmapped batches of this many, one batch "
+                  "after another (default: all at once); docs/scale.md",
     "partial_resync_every": "lag_model='partial': env steps between re-syncs one version newer",
     "actor_dtype": "precision of the actors' forward pass (training-inference mismatch); docs/lag.md",
     "network": "policy and value network builder (networks.NETWORKS; register_network adds yours)",

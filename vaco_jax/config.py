@@ -93,7 +93,8 @@ class Config:
     # a sweep group's cells run in vmapped batches of this many, one batch after another (None: all at
     # once). On a CPU smaller batches are faster once the policies drive the simulator into states its
     # solver iterates on: a vmapped solver loop runs until the slowest env of the batch is done
-    # (docs/scale.md, "Cells per batch"). One device only; single runs ignore it.
+    # (docs/scale.md, "Cells per batch"). Per device when a group is split over several; single runs
+    # ignore it.
     grid_batch: int | None = None
 
     # --- networks (networks.NETWORKS; networks.register_network adds your own modules)
