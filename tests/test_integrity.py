@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import tiny_config, load_script
+from conftest import FAST_COMPILE, tiny_config, load_script
 from vaco_jax import results, sweep
 from vaco_jax.config import ConfigError
 from vaco_jax.results import ResultsError
@@ -431,7 +431,8 @@ print(json.dumps(rows, default=float))
 def _on_devices(n, group_dir, max_chunks, config):
     import dataclasses
 
-    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={n}", JAX_PLATFORMS="cpu")
+    env = dict(os.environ, XLA_FLAGS=f"{FAST_COMPILE} --xla_force_host_platform_device_count={n}",
+               JAX_PLATFORMS="cpu")
     res = subprocess.run([sys.executable, "-c", _RESUME_SCRIPT, group_dir, str(max_chunks),
                           json.dumps(dataclasses.asdict(config))], capture_output=True, text=True, env=env,
                          cwd=ROOT, timeout=900)

@@ -67,6 +67,19 @@ def test_a_user_env_trains_and_its_action_bounds_come_from_the_env():
     assert np.isfinite(float(jax.jit(trainer.random_score)(jax.random.PRNGKey(1))))
 
 
+def test_the_observation_size_comes_from_resets_shapes_and_a_wrong_declared_one_is_an_error():
+    """make_env reads the size from ``jax.eval_shape(reset)`` (Brax's own property runs reset op by op,
+    ~30 s of small compiles per MJX task); an env that declares another size is refused by name."""
+
+    class Misdeclared(PointMass):
+        observation_size = 3
+
+    register_env("misdeclared_mass", lambda backend: Misdeclared())
+    with pytest.raises(ConfigError, match="misdeclared_mass.*observation_size=3.*length 2"):
+        make_env("misdeclared_mass")
+    assert make_env("point_mass").observation_size == 2
+
+
 def test_an_env_registered_with_brax_is_reached_by_name():
     from brax import envs as brax_envs
 

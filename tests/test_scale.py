@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import tiny_config, load_script
+from conftest import FAST_COMPILE, tiny_config, load_script
 from vaco_jax import memory, results, sweep
 from vaco_jax.config import ConfigError, make_traced, stack_traced
 from vaco_jax.train import make_train
@@ -202,7 +202,7 @@ def test_a_sharded_grid_runs_each_devices_cells_alone_with_no_value_crossing_dev
     output feeds the next call without a second compile."""
     import json
 
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+    env = dict(os.environ, XLA_FLAGS=f"{FAST_COMPILE} --xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
     res = subprocess.run([sys.executable, "-c", _SHARD_MAP_SCRIPT], capture_output=True, text=True, env=env,
                          cwd=ROOT, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import tiny_config
+from conftest import FULL_OPTIMIZATION, tiny_config
 from vaco_jax import lag as lag_lib
 from vaco_jax.config import ConfigError, make_traced, stack_traced
 from vaco_jax.rollout import rollout
@@ -102,18 +102,28 @@ def test_recorded_versions_and_logp_match_the_snapshots_used():
 
 
 def test_ppo_learns_inverted_double_pendulum():
+    """PPO-Clip on an MJX task, 80k env steps: the training episodes of the last 8 phases return more
+    than 5x those of the first phase, whose policy is the initial, nearly random one (measured here:
+    144 -> 1,542; a uniform-random policy scores ~160). Training returns, not a separate evaluation:
+    an evaluation rollout and a random-policy score would each inline the MJX step again and more than
+    double the compile (57 s + 16 s against 22 s). Compiled with full optimisation: this one program
+    runs long enough (1.6 s against 17 s at conftest's level 0) to pay for it."""
     from vaco_jax.config import Config
 
     config = Config(env="inverted_double_pendulum", method="ppo_clip", num_envs=32, unroll_length=32,
-                    total_env_steps=80_000, num_evals=2, eval_episodes=8, num_epochs=4,
+                    total_env_steps=80_000, num_evals=2, eval_episodes=0, num_epochs=4,
                     num_minibatches=4, buffer_capacity=2)
     trainer = make_train(config)
     traced = make_traced(config, 1, learning_rate=1e-3)
-    state, metrics = jax.jit(trainer.train)(jax.random.PRNGKey(0), traced)
-    random_return = float(jax.jit(trainer.random_score)(jax.random.PRNGKey(1)))
-    final = float(metrics.eval_return[-1])
+    key = jax.random.PRNGKey(0)
+    train = jax.jit(trainer.train).lower(key, traced).compile(compiler_options=FULL_OPTIMIZATION)
+    state, metrics = train(key, traced)
     assert not bool(jnp.any(metrics.diverged))
-    assert final > 5 * random_return, (final, random_return)
+    returns, episodes = np.asarray(metrics.phases.episode_return_sum), np.asarray(metrics.phases.episode_count)
+    assert episodes[0, 0] > 0 and episodes[-1, -8:].sum() > 0
+    first = returns[0, 0] / episodes[0, 0]
+    last = returns[-1, -8:].sum() / episodes[-1, -8:].sum()
+    assert last > 5 * first, (first, last)
 
 
 def test_bad_values_fail_before_compilation_naming_the_field():
