@@ -57,20 +57,27 @@ FIELD_HELP = {
 }
 
 
-def field_choices() -> dict[str, tuple]:
-    """The registered names a choice field accepts (read when the CLI is built: user registrations count)."""
-    from vaco_jax.envs import available_envs
+def field_choices(skip: tuple | set = ()) -> dict[str, tuple]:
+    """The registered names a choice field accepts (read when the CLI is built: user registrations count).
+
+    ``skip``: fields not wanted. The env list is the costly one: naming every Brax and Playground task
+    imports both packages (~6 s of a script's start on a 2-core CPU), so scripts whose tasks come from
+    their own ``--tasks`` flag skip it, and a point_mass run never imports them."""
     from vaco_jax.lag import LAG_MODELS
     from vaco_jax.methods import CUSTOM, METHODS
     from vaco_jax.networks import ACTIVATIONS, NETWORKS
     from vaco_jax.pieces import PIECE_KINDS, STATIC_CHOICES
 
-    choices = {"env": tuple(available_envs()), "backend": BACKENDS, "lag_model": LAG_MODELS,
+    choices = {"backend": BACKENDS, "lag_model": LAG_MODELS,
                "actor_dtype": ACTOR_DTYPES, "minibatch_shuffle": SHUFFLES, "network": tuple(NETWORKS), "activation": tuple(ACTIVATIONS),
                "method": tuple(METHODS) + (CUSTOM,)}
+    if "env" not in skip:
+        from vaco_jax.envs import available_envs
+
+        choices["env"] = tuple(available_envs())
     choices.update({k: tuple(reg) for k, (_, _, reg) in PIECE_KINDS.items()})
     choices.update(STATIC_CHOICES)
-    return choices
+    return {k: v for k, v in choices.items() if k not in skip}
 
 
 def _help(name: str, default: Any, piece_note: bool = True) -> str:
@@ -120,8 +127,8 @@ def with_config_flags(base: type, name: str = "Args", exclude: tuple = ()) -> ty
     and ``method`` through ``--tasks`` / ``--methods``). ``config_flags(args, base)`` returns the
     ones given."""
     hints = typing.get_type_hints(Config)
-    choices = field_choices()
     own = {f.name for f in dataclasses.fields(base)} | set(exclude)
+    choices = field_choices(skip=own)
     fields = _own_help(base)
     for f in dataclasses.fields(Config):
         if f.name in own:
