@@ -38,7 +38,7 @@ import jax.numpy as jnp
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from vaco_jax.config import Config, make_traced, stack_traced  # noqa: E402
-from vaco_jax.sweep import grid_layout, grid_mesh, grid_program, grid_sharding  # noqa: E402
+from vaco_jax.sweep import grid_layout, grid_mesh, grid_program, grid_put  # noqa: E402
 from vaco_jax.train import make_train  # noqa: E402
 
 
@@ -76,8 +76,7 @@ def time_grid(config, g):
     traced = stack_traced([make_traced(config, b) for _, b in cells])
     used, per_device = grid_layout(g, config.grid_batch)
     mesh = grid_mesh(used) if used * per_device == g else None  # else (padding needed) one device
-    if mesh is not None:
-        keys, traced = jax.device_put((keys, traced), grid_sharding(mesh))
+    keys, traced = grid_put((keys, traced), mesh)
     jax.clear_caches()
     t0 = time.perf_counter()
     fn = jax.jit(grid_program(trainer.train, config.grid_batch, mesh))  # grid_batch must divide g
@@ -164,8 +163,7 @@ def compare_brax(args: Args, config, g: int) -> dict:
     if used * per_device != g:
         raise ValueError(f"{g} cells on {len(jax.local_devices())} devices need padding: choose a multiple")
     mesh = grid_mesh(used)  # the grid split over the local devices, as a sweep runs it
-    if mesh is not None:
-        keys, traced = jax.device_put((keys, traced), grid_sharding(mesh))
+    keys, traced = grid_put((keys, traced), mesh)
     init = jax.jit(grid_program(trainer.init, config.grid_batch, mesh))
     chunk = jax.jit(grid_program(trainer.run_chunk, config.grid_batch, mesh))
     jax.clear_caches()

@@ -543,6 +543,11 @@ def grid_sharding(mesh):
     return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("grid"))
 
 
+def grid_put(tree, mesh):
+    """``tree`` with the grid axis of every leaf split over ``mesh``'s devices (unchanged for None)."""
+    return tree if mesh is None else jax.device_put(tree, grid_sharding(mesh))
+
+
 def grid_program(fn: Callable, batch: int | None = None, mesh=None) -> Callable:
     """``fn`` of one cell over the grid axis of every argument: ``vmap(fn)``, or with ``batch`` a
     ``lax.map`` over consecutive batches of ``batch`` cells, each batch vmapped (the number of cells
@@ -643,12 +648,10 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
     trainer = trainer or make_train(config)
     used, per_device = grid_layout(len(cells), config.grid_batch, None if shard else 1)
     mesh = grid_mesh(used)
-    sharding = grid_sharding(mesh)
     padded = _pad(cells, used * per_device)
     keys = jnp.stack([jax.random.PRNGKey(c.seed) for c in padded])
     traced = stack_traced([make_traced(config, c.lag_depth, **c.knob_dict()) for c in padded])
-    if sharding is not None:
-        keys, traced = jax.device_put((keys, traced), sharding)
+    keys, traced = grid_put((keys, traced), mesh)
     init = jax.jit(grid_program(trainer.init, config.grid_batch, mesh))
     run_chunk = jax.jit(grid_program(trainer.run_chunk, config.grid_batch, mesh))
     n = len(cells)
@@ -663,7 +666,7 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
         extra = len(padded) - n
         if extra:
             tree = jax.tree.map(lambda x: jnp.concatenate([x, jnp.repeat(x[-1:], extra, axis=0)]), tree)
-        return jax.device_put(tree, sharding) if sharding is not None else tree
+        return grid_put(tree, mesh)
 
     ckpt_dir = os.path.join(group_dir, "checkpoint")
     curves_path = os.path.join(group_dir, "curves.csv")
