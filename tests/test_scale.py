@@ -254,3 +254,90 @@ def test_distributed_settings_are_checked(monkeypatch):
     monkeypatch.setenv("VACO_JAX_PROCESS_ID", "2")
     with pytest.raises(ConfigError, match="must be in 0..1"):
         sweep.init_distributed()
+
+
+# ----------------------------------------------------------------------------- compile time
+
+def test_groups_of_one_task_share_one_compiled_evaluation():
+    """The chunk's evaluation reads no method, lag or knob: the groups of a task compile it once."""
+    from vaco_jax.envs import make_env
+    from vaco_jax.train import evaluation_program
+
+    evaluating = dict(eval_episodes=2)
+    clip, vaco = make_train(tiny_config(method="ppo_clip", **evaluating)), make_train(tiny_config(method="vaco", **evaluating))
+    assert clip.evaluation_signature() == vaco.evaluation_signature()
+    assert evaluation_program(clip) is evaluation_program(vaco)
+    assert evaluation_program(clip, layout=("grid", 2)) is not evaluation_program(clip)  # another layout
+    for other in (dict(eval_episodes=3), dict(policy_hidden=(8,)), dict(activation="relu"),
+                  dict(normalize_observations=False), dict(episode_length=40)):
+        trainer = make_train(tiny_config(method="vaco", **{**evaluating, **other}))
+        assert evaluation_program(trainer) is not evaluation_program(clip), other
+    handed = make_train(tiny_config(**evaluating), env=make_env("point_mass", episode_length=50))
+    assert handed.evaluation_signature() is None  # an env object of unknown make: never shared
+    assert evaluation_program(handed) is not evaluation_program(handed)
+
+
+def test_a_chunk_then_its_evaluation_program_is_run_chunk():
+    """The host drivers' two programs (train_chunk, then the shared evaluation) give run_chunk's state
+    and numbers; the evaluation reads the state the chunk ends in."""
+    from vaco_jax.train import evaluated, evaluation_program
+
+    config = tiny_config(method="vaco", eval_episodes=2)
+    trainer = make_train(config)
+    traced = make_traced(config, 2)
+    state = jax.jit(trainer.init)(jax.random.PRNGKey(3), traced)
+    whole_state, whole = jax.jit(trainer.run_chunk)(state, traced)
+    split_state, split = jax.jit(trainer.train_chunk)(state, traced)
+    assert np.isnan(split.eval_return)
+    split = evaluated(split, evaluation_program(trainer), split_state, config)
+    for a, b in zip(jax.tree.leaves((whole_state, whole)), jax.tree.leaves((split_state, split))):
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-6, atol=1e-7)
+    assert np.isfinite(split.eval_return)
+    unevaluated = split._replace(eval_return=jnp.nan)  # eval_episodes=0: no program is called
+    assert evaluated(unevaluated, None, split_state, tiny_config(eval_episodes=0)) is unevaluated
+
+
+def test_the_compiled_program_cache_goes_where_asked_and_can_be_turned_off(monkeypatch, tmp_path):
+    monkeypatch.delenv(sweep.CACHE_ENV, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    default = sweep.compilation_cache_dir()
+    assert os.path.dirname(default) == os.path.join(str(tmp_path), "vaco_jax", "xla")
+    assert os.path.basename(default) == sweep._machine_tag()  # one folder per kind of processor
+    for off in ("off", "0", "", "none"):
+        monkeypatch.setenv(sweep.CACHE_ENV, off)
+        assert sweep.compilation_cache_dir() is None
+    monkeypatch.setenv(sweep.CACHE_ENV, str(tmp_path / "mine"))
+    assert sweep.compilation_cache_dir() == str(tmp_path / "mine")
+
+
+_CACHE_SCRIPT = """
+import os, sys, jax, jax.numpy as jnp
+from vaco_jax import sweep
+path = sweep.use_compilation_cache()
+print("DIR", path)
+jax.jit(lambda x: jnp.sin(x) * 2)(jnp.ones(3)).block_until_ready()
+print("FILES", sorted(f for f in os.listdir(path) if f.endswith("-cache")) if path else [])
+"""
+
+
+def test_scripts_keep_compiled_programs_unless_the_user_chose_a_cache_or_turned_it_off(tmp_path):
+    """``cli_main`` (every script) calls ``use_compilation_cache``: by default the programs land in the
+    user's cache folder; JAX_COMPILATION_CACHE_DIR set by the user wins; 'off' keeps nothing."""
+    def run(**env_vars):
+        env = {**os.environ, "PYTHONPATH": ROOT, "XDG_CACHE_HOME": str(tmp_path / "xdg"),
+               "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0", **env_vars}
+        env.pop("JAX_COMPILATION_CACHE_DIR", None)
+        env.pop(sweep.CACHE_ENV, None)
+        env.update(env_vars)
+        out = subprocess.run([sys.executable, "-c", _CACHE_SCRIPT], capture_output=True, text=True, env=env,
+                             timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        lines = dict(line.split(" ", 1) for line in out.stdout.splitlines() if line.startswith(("DIR", "FILES")))
+        return lines["DIR"], lines["FILES"]
+
+    path, files = run()
+    assert path.startswith(str(tmp_path / "xdg" / "vaco_jax" / "xla")) and "jit__lambda" in files
+    path, files = run(JAX_COMPILATION_CACHE_DIR=str(tmp_path / "users"))
+    assert path == str(tmp_path / "users") and "jit__lambda" in files
+    path, files = run(**{sweep.CACHE_ENV: "off"})
+    assert path == "None" and files == "[]"

@@ -1,9 +1,11 @@
 """A grid of cells (lag depths x seeds x traced hyper-parameters) as one compiled, vmapped program.
 
 One *group* = one static ``Config`` (task, method, shapes) and a list of cells that differ only in
-traced values and seed. The group runs as ``jit(vmap(run_chunk))``, its grid axis split over the
+traced values and seed. The group runs as ``jit(vmap(train_chunk))``, its grid axis split over the
 local devices by ``shard_map`` (each device runs its own block of cells; with ``Config.grid_batch``
-as consecutive vmapped batches: ``grid_program``, ``grid_layout``); between chunks the host writes
+as consecutive vmapped batches: ``grid_program``, ``grid_layout``), each chunk followed by the
+evaluation, a program of its own that every group of the same task shares
+(``train.evaluation_program``); between chunks the host writes
 results and a checkpoint, so an interrupted sweep resumes from its last chunk. Layout of a group directory::
 
     GROUP/cells.json      the cells (lag_depth, seed, learning_rate, clip_epsilon, tv_budget)
@@ -37,7 +39,7 @@ from vaco_jax.config import STATIC_FIELDS, TRACED_FIELDS, Config, _ages_depth, m
 from vaco_jax import results
 from vaco_jax.knobs import ConfigError, check_knob
 from vaco_jax.results import ResultsError
-from vaco_jax.train import Trainer, chunk_summary, make_train
+from vaco_jax.train import Trainer, chunk_summary, evaluated, evaluation_program, make_train
 
 @dataclasses.dataclass(frozen=True)
 class Cell:
@@ -329,6 +331,60 @@ def use_cpu_cores() -> int | None:
     return cores
 
 
+CACHE_ENV = "VACO_JAX_XLA_CACHE"  # a directory, or "off"
+
+
+def _machine_tag() -> str:
+    """A short name for this machine's kind of processor: compiled CPU code is built for the CPU it
+    was compiled on, so a cache in a home directory shared by different nodes keeps one folder per kind."""
+    import hashlib
+    import platform
+
+    text = platform.machine() + platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            lines = [line for line in f if line.startswith(("model name", "flags", "Features", "CPU part"))]
+        text += "".join(sorted(set(lines)))
+    except OSError:
+        pass
+    return f"{platform.machine() or 'cpu'}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
+
+
+def compilation_cache_dir() -> str | None:
+    """The directory of compiled programs the scripts keep (None: off): ``$VACO_JAX_XLA_CACHE`` ("off"
+    turns it off), else ``$XDG_CACHE_HOME/vaco_jax/xla/<machine kind>`` (``~/.cache`` by default)."""
+    value = os.environ.get(CACHE_ENV)
+    if value is not None:
+        return None if value.strip().lower() in ("", "0", "off", "no", "none", "false") else os.path.expanduser(value)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "vaco_jax", "xla", _machine_tag())
+
+
+def use_compilation_cache() -> str | None:
+    """Keep compiled programs on disk (JAX's persistent compilation cache), so that a resumed or
+    re-run sweep, another shard on the same machine, a ``--cell`` re-run and every group whose
+    program is the same as an earlier one's (e.g. ``init`` for every method of a task) load them
+    instead of compiling again: a program is keyed by its XLA text, the compile options, the
+    jax/jaxlib versions and the devices, so a hit is the executable the compiler would build.
+    A cache the user set (``JAX_COMPILATION_CACHE_DIR``) is left as it is. Returns the directory
+    in use, or None (off, or not writable: then a one-line warning). docs/scale.md, "Compile time"."""
+    own = os.environ.get("JAX_COMPILATION_CACHE_DIR") or jax.config.jax_compilation_cache_dir
+    if own:
+        return own
+    path = compilation_cache_dir()
+    if path is None:
+        return None
+    try:
+        os.makedirs(path, exist_ok=True)
+        if not os.access(path, os.W_OK):
+            raise PermissionError(f"{path} is not writable")
+    except OSError as e:
+        _warn(f"compiled programs are not kept ({e}); set {CACHE_ENV} to a writable directory, or to 'off'")
+        return None
+    jax.config.update("jax_compilation_cache_dir", path)
+    return path
+
+
 def cli_main(main, args) -> None:
     """Run a script's ``main``: a bad setting is one line on stderr and exit code 2, a damaged result
     file or checkpoint one line and exit code 3, an OS error (a full disk) one line and exit code 1
@@ -341,6 +397,7 @@ def cli_main(main, args) -> None:
     debug = os.environ.get("VACO_JAX_DEBUG") == "1"
     try:
         use_cpu_cores()  # before anything touches a device
+        use_compilation_cache()
         if getattr(args, "distributed", False):
             init_distributed()
         code = main(args)
@@ -653,7 +710,10 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
     traced = stack_traced([make_traced(config, c.lag_depth, **c.knob_dict()) for c in padded])
     keys, traced = grid_put((keys, traced), mesh)
     init = jax.jit(grid_program(trainer.init, config.grid_batch, mesh))
-    run_chunk = jax.jit(grid_program(trainer.run_chunk, config.grid_batch, mesh))
+    run_chunk = jax.jit(grid_program(trainer.train_chunk, config.grid_batch, mesh))
+    evaluation = evaluation_program(  # one compiled evaluation for the groups that evaluate alike
+        trainer, lambda fn: grid_program(fn, config.grid_batch, mesh),
+        ("grid", config.grid_batch, None if mesh is None else tuple(d.id for d in mesh.devices.flat)))
     n = len(cells)
 
     # Checkpoints hold the real cells only (no padding copies, no device layout), so a group stopped
@@ -673,7 +733,7 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
     phase_path = os.path.join(group_dir, "phase_returns.npz")
     stale_path = os.path.join(group_dir, "staleness.npz")
     state, start, curve_rows, phase_ret, phase_cnt, stale = None, 0, [], [], [], []
-    if checkpoint:
+    if checkpoint and os.path.exists(ckpt_dir):  # (the template traces init: seconds for an MJX task)
         try:
             restored = ckpt.restore_checkpoint(ckpt_dir, jax.eval_shape(lambda k, t: unpad(init(k, t)), keys, traced))
         except ckpt.CheckpointDamaged as e:
@@ -698,7 +758,7 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
     for chunk in range(start, stop):
         t0 = time.perf_counter()
         state, metrics = run_chunk(state, traced)
-        metrics = jax.device_get(metrics)
+        metrics = jax.device_get(evaluated(metrics, evaluation, state, config))
         seconds = time.perf_counter() - t0
         summary = chunk_summary(metrics)
         phase_ret.append(np.asarray(metrics.phases.episode_return_sum)[: len(cells)])

@@ -6,8 +6,10 @@ Shape of one phase (docs/methods.md, "The update step")::
 
 ``Trainer.run_chunk(state, traced)`` runs ``phases_per_chunk`` phases (a ``lax.scan``) and then
 evaluates the learner's own policy; ``Trainer.train(key, traced)`` scans over all chunks, so
-``jax.vmap(trainer.train)`` over seeds x lag depths is one compiled program. The host driver
-``run`` jits one chunk at a time and shows progress between chunks (no host callbacks inside).
+``jax.vmap(trainer.train)`` over seeds x lag depths is one compiled program. The host drivers
+(``run`` here, ``sweep.run_group``) call two programs per chunk: ``train_chunk`` (the phases) and the
+evaluation, compiled once for every trainer that evaluates alike (``evaluation_program``: the methods
+of one task share it). They show progress between chunks (no host callbacks inside).
 
 CLI::
 
@@ -16,11 +18,12 @@ CLI::
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import os
 import time
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -90,6 +93,7 @@ class Trainer:
     value_net: Any
     learner_diagnostics: bool = True  # UpdateShape.learner_diagnostics (False: each method pays for pi_T
     # only when it reads it; benchmarks of a method's own cost)
+    env_from_config: bool = False  # make_train built the env from the config (the evaluation can be shared)
 
     # ------------------------------------------------------------------ pure pieces
     def snapshot(self, policy_params, normalizer):
@@ -219,7 +223,11 @@ class Trainer:
             alive = alive * (1.0 - (nxt.done > 0.5))
             return (frozen, alive, total), None
 
-        carry = (state.core, jnp.ones(num_episodes), jnp.zeros(num_episodes))
+        # alive and total are computed from the reset observations (always 1 and 0): under a grid's vmap
+        # they are then batched from the first step, as the loop makes them, and the scan is traced
+        # once; as constants the batching rule traced the whole MJX step a second time to find that out.
+        ones = jnp.where(jnp.isnan(state.core.obs[:, 0]), 1.0, 1.0).astype(jnp.float32)
+        carry = (state.core, ones, 0.0 * ones)
         (_, _, total), _ = jax.lax.scan(step, carry, jnp.arange(cfg.episode_length))
         return jnp.mean(total)
 
@@ -227,17 +235,44 @@ class Trainer:
         """Mean return of a uniform-random policy (docs/evaluation.md normalisation)."""
         return self.evaluate(key, None, None, num_episodes=num_episodes, uniform_random=True)
 
-    def run_chunk(self, state: TrainState, traced: TracedParams) -> tuple[TrainState, ChunkMetrics]:
+    def train_chunk(self, state: TrainState, traced: TracedParams) -> tuple[TrainState, ChunkMetrics]:
+        """``phases_per_chunk`` phases; the chunk's evaluation is left out (``eval_return`` NaN): the
+        host drivers run it as a program of its own, :func:`evaluation_program`."""
         cfg = self.config
         state, phases = jax.lax.scan(lambda s, _: self.phase(s, traced), state, None,
                                      length=cfg.phases_per_chunk)
-        if cfg.eval_episodes > 0:
-            eval_key = jax.random.fold_in(jax.random.fold_in(state.run_key, EVAL_STREAM), state.phase)
-            eval_return = self.evaluate(eval_key, state.learner.policy_params, state.normalizer)
-        else:
-            eval_return = jnp.asarray(jnp.nan, jnp.float32)
         diverged = ~_all_finite((state.learner.policy_params, state.learner.value_params))
-        return state, ChunkMetrics(phases, eval_return, diverged, jnp.sum(phases.staleness_counts, axis=0))
+        return state, ChunkMetrics(phases, jnp.asarray(jnp.nan, jnp.float32), diverged,
+                                   jnp.sum(phases.staleness_counts, axis=0))
+
+    @staticmethod
+    def evaluation_inputs(state: TrainState) -> tuple:
+        """What the evaluation closing a chunk reads from the state (the same shapes for every method)."""
+        return state.run_key, state.phase, state.learner.policy_params, state.normalizer
+
+    def chunk_evaluation(self, run_key: jax.Array, phase, policy_params, normalizer) -> jnp.ndarray:
+        """The evaluation that closes a chunk: ``eval_episodes`` episodes of the learner's policy, from
+        the run key's evaluation stream at the phase reached (NaN with ``eval_episodes = 0``)."""
+        if self.config.eval_episodes <= 0:
+            return jnp.asarray(jnp.nan, jnp.float32)
+        eval_key = jax.random.fold_in(jax.random.fold_in(run_key, EVAL_STREAM), phase)
+        return self.evaluate(eval_key, policy_params, normalizer)
+
+    def evaluation_signature(self) -> tuple | None:
+        """Everything the chunk's evaluation depends on besides its inputs' shapes, or None when that
+        cannot be told (an env object handed to ``make_train``). Two trainers with the same signature
+        (e.g. two methods on one task) compute the same evaluation, so they share one compiled
+        program (:func:`evaluation_program`): it does not read the method, the lag or any traced knob."""
+        if not self.env_from_config:
+            return None
+        cfg = self.config
+        return (cfg.env, cfg.backend, cfg.episode_length, cfg.eval_episodes, cfg.normalize_observations,
+                type(self.policy_net), repr(self.policy_net))
+
+    def run_chunk(self, state: TrainState, traced: TracedParams) -> tuple[TrainState, ChunkMetrics]:
+        """:meth:`train_chunk`, then the chunk's evaluation, as one function (``train`` scans it)."""
+        state, metrics = self.train_chunk(state, traced)
+        return state, metrics._replace(eval_return=self.chunk_evaluation(*self.evaluation_inputs(state)))
 
     def train(self, key: jax.Array, traced: TracedParams) -> tuple[TrainState, ChunkMetrics]:
         """The whole run as one pure function (vmap it over seeds x traced values)."""
@@ -252,13 +287,49 @@ def annealed_fraction(phase, phases_run: int):
 
 
 def make_train(config: Config, env=None, learner_diagnostics: bool = True) -> Trainer:
+    env_from_config = env is None
     env = env if env is not None else make_env(config.env, config.backend, config.episode_length)
     spec = NETWORKS[config.network]
     policy_net = spec.policy(config, env.action_size)
     value_net = spec.value(config)
     nets = Networks(policy_apply=policy_net.apply, value_apply=value_net.apply)
     return Trainer(config=config, env=env, nets=nets, policy_net=policy_net, value_net=value_net,
-                   learner_diagnostics=learner_diagnostics)
+                   learner_diagnostics=learner_diagnostics, env_from_config=env_from_config)
+
+
+# Compiled evaluations, shared: key (Trainer.evaluation_signature(), layout) -> (jitted program, the
+# trainer it was built from, kept alive with it). Oldest dropped beyond EVALUATIONS_KEPT.
+_EVALUATIONS: "collections.OrderedDict[tuple, tuple]" = collections.OrderedDict()
+EVALUATIONS_KEPT = 16
+
+
+def evaluation_program(trainer: Trainer, wrap: Callable[[Callable], Callable] | None = None,
+                       layout: tuple = ()) -> Callable:
+    """``jit`` of ``trainer.chunk_evaluation`` (wrapped by ``wrap``, e.g. a grid's ``shard_map`` of
+    ``vmap``s, described by ``layout``), shared by every trainer with the same
+    ``evaluation_signature``: the groups of a study that differ only in method or lag compile it once.
+    (Inside the training program the evaluation's MJX rollout doubled its compile time: ~20 s of
+    tracing and ~21 s of XLA per group for inverted_double_pendulum on a 2-core CPU, docs/scale.md.)
+    Call it as ``program(*Trainer.evaluation_inputs(state))``."""
+    fn = trainer.chunk_evaluation if wrap is None else wrap(trainer.chunk_evaluation)
+    signature = trainer.evaluation_signature()
+    if signature is None:
+        return jax.jit(fn)
+    key = (signature, layout)
+    if key in _EVALUATIONS:
+        _EVALUATIONS.move_to_end(key)
+    else:
+        _EVALUATIONS[key] = (jax.jit(fn), trainer)
+        while len(_EVALUATIONS) > EVALUATIONS_KEPT:
+            _EVALUATIONS.popitem(last=False)
+    return _EVALUATIONS[key][0]
+
+
+def evaluated(metrics: ChunkMetrics, evaluation: Callable, state: TrainState, config: Config) -> ChunkMetrics:
+    """``metrics`` of a ``train_chunk`` with the chunk's evaluation filled in (when ``config`` evaluates)."""
+    if config.eval_episodes <= 0:
+        return metrics
+    return metrics._replace(eval_return=evaluation(*Trainer.evaluation_inputs(state)))
 
 
 # ----------------------------------------------------------------------------- host driver
@@ -296,7 +367,8 @@ def run(config: Config, traced: TracedParams, seed: int = 0, progress: bool = Tr
     trainer = trainer or make_train(config)
     key = jax.random.PRNGKey(seed)
     init = jax.jit(trainer.init)
-    chunk = jax.jit(trainer.run_chunk)
+    chunk = jax.jit(trainer.train_chunk)
+    evaluation = evaluation_program(trainer)
     state, history = None, []
     if checkpoint_dir:
         from vaco_jax import checkpoint as ckpt
@@ -324,6 +396,7 @@ def run(config: Config, traced: TracedParams, seed: int = 0, progress: bool = Tr
     for _ in range(len(history), config.num_evals):
         t0 = time.perf_counter()
         state, metrics = chunk(state, traced)
+        metrics = evaluated(metrics, evaluation, state, config)
         summary = chunk_summary(jax.device_get(metrics))
         elapsed = time.perf_counter() - t0
         summary["seconds"] = elapsed
