@@ -191,6 +191,14 @@ for batch in (None, 2):
     out[f"compiles_{batch}"] = prog._cache_size()
 spmd = jax.jit(sweep.grid_program(fn), in_shardings=sh, out_shardings=sh)
 out["collectives_spmd"] = "all-reduce" in spmd.lower(xs, ts).compile().as_text()
+# a state restored from a checkpoint (grid_put) is laid out as the program's own output, zero-size
+# leaves included (MJX keeps empty arrays), so the resumed chunk is the same compiled program
+with_empty = jax.jit(sweep.grid_program(lambda a, e: (a + 1.0, e * 2.0), None, mesh))
+restored = sweep.grid_put((t, jnp.zeros((8, 0))), mesh)
+own = with_empty(*restored)
+out["restored_layout"] = [str(a.sharding.spec) for a in restored] == [str(a.sharding.spec) for a in own]
+with_empty(*own)
+out["restored_compiles"] = with_empty._cache_size()
 print(json.dumps(out))
 """
 
@@ -199,7 +207,8 @@ def test_a_sharded_grid_runs_each_devices_cells_alone_with_no_value_crossing_dev
     """On 2 forced host devices: ``grid_program`` with a mesh gives vmap's numbers (with and without
     ``grid_batch``), spreads the cells over both devices, compiles no collective (where the same
     vmap split by shardings, SPMD, reduces the while_loop's condition over the devices), and its
-    output feeds the next call without a second compile."""
+    output feeds the next call without a second compile, as does a state placed by ``grid_put`` (a
+    restored checkpoint), zero-size leaves included."""
     import json
 
     env = dict(os.environ, XLA_FLAGS=f"{FAST_COMPILE} --xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
@@ -208,7 +217,8 @@ def test_a_sharded_grid_runs_each_devices_cells_alone_with_no_value_crossing_dev
     assert res.returncode == 0, res.stderr[-3000:]
     out = json.loads(res.stdout.strip().splitlines()[-1])
     assert out == {"devices": 2, "equal_None": True, "spread_None": 2, "collectives_None": False, "compiles_None": 1,
-                   "equal_2": True, "spread_2": 2, "collectives_2": False, "compiles_2": 1, "collectives_spmd": True}
+                   "equal_2": True, "spread_2": 2, "collectives_2": False, "compiles_2": 1, "collectives_spmd": True,
+                   "restored_layout": True, "restored_compiles": 1}
 
 
 # ----------------------------------------------------------------------------- jax.distributed

@@ -601,8 +601,17 @@ def grid_sharding(mesh):
 
 
 def grid_put(tree, mesh):
-    """``tree`` with the grid axis of every leaf split over ``mesh``'s devices (unchanged for None)."""
-    return tree if mesh is None else jax.device_put(tree, grid_sharding(mesh))
+    """``tree`` with the grid axis of every leaf split over ``mesh``'s devices (unchanged for None).
+
+    A leaf of size zero (MJX keeps empty arrays for absent contacts, and a checkpoint rebuilds them)
+    is placed whole on every device instead: that is how ``grid_program``'s ``shard_map`` returns
+    such outputs, and a program compiles once per layout of its inputs, so a restored state laid out
+    otherwise would compile the group's chunk again (and miss the compilation cache)."""
+    if mesh is None:
+        return tree
+    split = grid_sharding(mesh)
+    whole = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    return jax.tree.map(lambda x: jax.device_put(x, whole if np.size(x) == 0 else split), tree)
 
 
 def grid_program(fn: Callable, batch: int | None = None, mesh=None) -> Callable:
