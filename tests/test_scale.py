@@ -282,6 +282,13 @@ def test_groups_of_one_task_share_one_compiled_evaluation():
                   dict(normalize_observations=False), dict(episode_length=40)):
         trainer = make_train(tiny_config(method="vaco", **{**evaluating, **other}))
         assert evaluation_program(trainer) is not evaluation_program(clip), other
+    from vaco_jax.envs import PointMass, register_env
+
+    register_env("point_mass_again", lambda backend: PointMass())
+    first = make_train(tiny_config(env="point_mass_again", **evaluating))
+    assert evaluation_program(make_train(tiny_config(env="point_mass_again", **evaluating))) is evaluation_program(first)
+    register_env("point_mass_again", lambda backend: PointMass())  # the name now means another env object
+    assert evaluation_program(make_train(tiny_config(env="point_mass_again", **evaluating))) is not evaluation_program(first)
     handed = make_train(tiny_config(**evaluating), env=make_env("point_mass", episode_length=50))
     assert handed.evaluation_signature() is None  # an env object of unknown make: never shared
     assert evaluation_program(handed) is not evaluation_program(handed)

@@ -266,8 +266,10 @@ class Trainer:
         if not self.env_from_config:
             return None
         cfg = self.config
-        return (cfg.env, cfg.backend, cfg.episode_length, cfg.eval_episodes, cfg.normalize_observations,
-                type(self.policy_net), repr(self.policy_net))
+        # id(env.raw): the env object itself (re-registering a name builds a new one); a cached program
+        # keeps its trainer, so the id is not reused while the program is kept
+        return (cfg.env, cfg.backend, cfg.episode_length, id(self.env.raw), cfg.eval_episodes,
+                cfg.normalize_observations, type(self.policy_net), repr(self.policy_net))
 
     def run_chunk(self, state: TrainState, traced: TracedParams) -> tuple[TrainState, ChunkMetrics]:
         """:meth:`train_chunk`, then the chunk's evaluation, as one function (``train`` scans it)."""
