@@ -350,11 +350,14 @@ def test_scripts_keep_compiled_programs_unless_the_user_chose_a_cache_or_turned_
                              timeout=300)
         assert out.returncode == 0, out.stderr[-2000:]
         lines = dict(line.split(" ", 1) for line in out.stdout.splitlines() if line.startswith(("DIR", "FILES")))
-        return lines["DIR"], lines["FILES"]
+        return lines["DIR"], lines["FILES"], out.stderr
 
-    path, files = run()
+    path, files, _ = run()
     assert path.startswith(str(tmp_path / "xdg" / "vaco_jax" / "xla")) and "jit__lambda" in files
-    path, files = run(JAX_COMPILATION_CACHE_DIR=str(tmp_path / "users"))
+    path, files, _ = run(JAX_COMPILATION_CACHE_DIR=str(tmp_path / "users"))
     assert path == str(tmp_path / "users") and "jit__lambda" in files
-    path, files = run(**{sweep.CACHE_ENV: "off"})
+    path, files, _ = run(**{sweep.CACHE_ENV: "off"})
     assert path == "None" and files == "[]"
+    (tmp_path / "a_file").write_text("")
+    path, files, err = run(**{sweep.CACHE_ENV: str(tmp_path / "a_file" / "cache")})  # cannot be made
+    assert path == "None" and "warning: compiled programs are not kept" in err and sweep.CACHE_ENV in err
