@@ -611,7 +611,7 @@ def grid_put(tree, mesh):
         return tree
     split = grid_sharding(mesh)
     whole = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-    return jax.tree.map(lambda x: jax.device_put(x, whole if np.size(x) == 0 else split), tree)
+    return jax.device_put(tree, jax.tree.map(lambda x: whole if np.size(x) == 0 else split, tree))
 
 
 def grid_program(fn: Callable, batch: int | None = None, mesh=None) -> Callable:
