@@ -19,7 +19,7 @@ How it is timed. (a), (a') and (b) are compiled ahead of time (``jit(f).lower(..
 during its first epoch; its steady state is read from the wall-clock times of its ``progress_fn``
 callbacks (one after every epoch of ``phases`` training steps). The ``repeats`` timed rounds are
 interleaved: between two consecutive timed Brax epochs, inside Brax's ``progress_fn`` (and outside
-the interval charged to Brax), one timed call each of (a), (a'), (b') and (b'') and then (b) runs,
+the interval charged to Brax), one timed call each of (a) and (a'), the round of (b'') and (b') and then (b) run,
 so load drift on a shared machine hits every measurement alike and (b) runs right before the Brax
 epoch it is compared with; right after that epoch (b) runs once more, and the round's ours / Brax
 ratio is taken from those two calls together (env steps over their seconds), which bracket the
@@ -28,6 +28,15 @@ When Brax runs (and ``phases`` is even), (b)'s calls are of ``phases / 2`` phase
 twice Brax's untimed epochs, so at the start and at the end of every timed Brax epoch our run and
 Brax's have taken the same number of env steps: the simulator's cost per step changes as a policy
 learns, and two runs at different stages of training would compare that instead.
+The cost pair, (b') at each ``compare_lag_depths`` and (b'') the synchronous path, runs ``phases``
+phases of each per round in short calls of ``cost_phases_per_call`` phases (default 1), timed in
+cycles A B ... B A ((b''), (b'), then the reverse), and a round's ratio is each side's env steps over
+its summed seconds: this machine's speed swings by tens of percent within seconds, and only calls
+this short and this finely interleaved see the same swings. Every half-cycle starts both from the
+synchronous run's env states (``--no-cost-same-states``: each from its own), since an MJX step's cost
+depends on the state. ``--cost-learning-rate 1e-9`` holds both policies near their common
+initialisation: the ratio is then the lag machinery's cost alone; at the default learning rate it
+also holds what the simulator charges for the states a lagged policy's actions lead to.
 Each timed call ends with ``block_until_ready``; each reported steps/s is the median over the
 rounds (for (b): over its calls before the epochs; the bracketing rate is reported beside it). A ``jax.monitoring`` listener counts the XLA
 compilations inside every timed interval, so a timing that contains a compile is flagged.
@@ -89,6 +98,9 @@ class Args:
     warmup: int = 1  # untimed calls after compilation (Brax: untimed epochs, at least its compiling one)
     seed: int = 0  # PRNG seed of every measurement
     learning_rate: float = 3e-4  # Adam step size of both trainers; a tiny one (1e-9) holds both policies near their initialisation, so the simulator sees the same kind of states on both sides
+    cost_phases_per_call: int = 1  # phases per timed call of (b') and (b''); each round runs `phases` of each in A B B A cycles of such calls (must divide phases / 2)
+    cost_same_states: bool = True  # (b') and (b'') start each half of a round from the same env states (the synchronous run's): an MJX step's cost depends on the state, and two runs that learn differently drift apart
+    cost_learning_rate: float | None = None  # Adam step size of (b') and (b'') only (None: learning_rate); 1e-9 holds both near their common initialisation, so they step the same kind of states and their ratio is the lag machinery's cost alone
     skip_brax: bool = False  # skip (c), Brax's PPO trainer
     brax_devices: int | None = 1  # devices Brax's trainer uses (its max_devices_per_host; None: every local device)
     raw_brax: bool = True  # also time (a'): the env under Brax's own training wrappers instead of ours
@@ -140,14 +152,19 @@ class Program:
         self.args = self.next_args(out, self.args)
         return t1 - t0
 
-    def timed_call(self, log: CompileLog, after: bool = False) -> float:
+    def timed_call(self, log: CompileLog, after: bool = False, more: bool = False) -> float:
         """One timed call of round r; ``after=True``: the second call of round r, made right after the
-        Brax epoch that the round's first call preceded (the two bracket that epoch in time)."""
+        Brax epoch that the round's first call preceded (the two bracket that epoch in time).
+        ``more=True``: the call adds its seconds to round r's (a round of several short calls)."""
         t0 = time.perf_counter()
         seconds = self.call()
-        (self.seconds_after if after else self.seconds).append(seconds)
+        times = self.seconds_after if after else self.seconds
+        if more:
+            times[-1] += seconds
+        else:
+            times.append(seconds)
         self.compiles += log.between(t0, time.perf_counter())[0]
-        return self.steps_per_call / seconds
+        return self.steps_per_call / times[-1]
 
     def summary(self) -> dict:
         per_call = [self.steps_per_call / s for s in self.seconds]
@@ -251,7 +268,7 @@ def prepare_raw_brax(args: Args, log: CompileLog) -> Program:
 # ----------------------------------------------------------------------------- (b) our trainer
 
 def our_config(args: Args, lag_model: str | None = None, lag_depth: int | None = None,
-               phases: int | None = None) -> Config:
+               phases: int | None = None, learning_rate: float | None = None) -> Config:
     depth = args.lag_depth if lag_depth is None else lag_depth
     phases = phases or args.phases
     return Config(
@@ -259,14 +276,15 @@ def our_config(args: Args, lag_model: str | None = None, lag_depth: int | None =
         lag_model=lag_model or args.lag_model, buffer_capacity=max(16, depth), lag_depth=depth,
         num_envs=args.num_envs, unroll_length=args.unroll_length, num_epochs=args.num_epochs,
         num_minibatches=args.num_minibatches, policy_hidden=tuple(args.policy_hidden),
-        value_hidden=tuple(args.value_hidden), learning_rate=args.learning_rate,
+        value_hidden=tuple(args.value_hidden),
+        learning_rate=args.learning_rate if learning_rate is None else learning_rate,
         total_env_steps=phases * args.num_envs * args.unroll_length, num_evals=1, eval_episodes=0)
 
 
 def init_ours(args: Args, lag_model: str | None = None, lag_depth: int | None = None,
-              phases: int | None = None) -> dict:
+              phases: int | None = None, learning_rate: float | None = None) -> dict:
     """Our trainer and its initial state (whose env batch (a) starts from too: one reset compile)."""
-    config = our_config(args, lag_model, lag_depth, phases)
+    config = our_config(args, lag_model, lag_depth, phases, learning_rate)
     assert config.phases_per_chunk == (phases or args.phases)
     traced = make_traced(config, config.lag_depth)
     trainer = make_train(config)
@@ -281,6 +299,28 @@ def prepare_ours(args: Args, log: CompileLog, setup: dict, label: str = "ours", 
                    lambda out, prev: (out[0], prev[1]), steps_per_call=setup["config"].env_steps_per_chunk,
                    warmup=args.warmup if warmup is None else warmup, log=log,
                    init_seconds=setup["init_seconds"])  # jit(trainer.init): compile + env reset
+
+
+def share_env_state(pair: list[Program]) -> None:
+    """Every program of ``pair`` continues from the first one's env states (untimed; no copy: the
+    programs do not donate their inputs)."""
+    env_state = pair[0].args[0].env_state
+    for p in pair[1:]:
+        p.args = (p.args[0]._replace(env_state=env_state), *p.args[1:])
+
+
+def cost_pair_round(pair: list[Program], cycles: int, log: CompileLog, same_states: bool = True) -> dict:
+    """One round of the cost pair ((b'') then each (b')): ``cycles`` times A B ... B A, each program's
+    calls before the turn summed into its round's "before" seconds and those after it into its "after"
+    seconds; with ``same_states`` each half-cycle starts every program from the first one's env
+    states. Returns each program's env steps/s over the round."""
+    for i in range(cycles):
+        for order, after in ((pair, False), (pair[::-1], True)):
+            if same_states and len(pair) > 1:
+                share_env_state(pair)
+            for p in order:
+                p.timed_call(log, after=after, more=i > 0)
+    return {p.label: 2 * p.steps_per_call / (p.seconds[-1] + p.seconds_after[-1]) for p in pair}
 
 
 # ----------------------------------------------------------------------------- (c) Brax's trainer
@@ -481,12 +521,13 @@ def _fmt(x, spec=",.0f", missing="-") -> str:
     return missing if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
 
-def _per_round(a: dict | None, b: dict | None, key: str = "steps_per_second_each") -> list[float]:
+def _per_round(a: dict | None, b: dict | None, key: str = "steps_per_second_each",
+               key_b: str = "steps_per_second_each") -> list[float]:
     """Round-by-round ratios of two interleaved measurements (round r of each ran back to back);
-    ``key`` picks which of ``a``'s rates (e.g. the bracketing ones) to divide by ``b``'s."""
-    if not a or not b or key not in a or "steps_per_second_each" not in b:
+    ``key`` and ``key_b`` pick which of ``a``'s and ``b``'s rates (e.g. the bracketing ones) divide."""
+    if not a or not b or key not in a or key_b not in b:
         return []
-    return [x / y for x, y in zip(a[key], b["steps_per_second_each"])]
+    return [x / y for x, y in zip(a[key], b[key_b])]
 
 
 def targets(args: Args, results: dict) -> list[dict]:
@@ -503,11 +544,17 @@ def targets(args: Args, results: dict) -> list[dict]:
             out.append({"name": f"ours ({args.lag_model}, B={args.lag_depth}) / Brax's trainer ({what})",
                         "bound": ">= 1.05", "median": float(np.median(each)), "min": min(each), "max": max(each),
                         "each": each, "met": min(each) >= 1.05, "decides": key.startswith("bracket")})
+    lr = args.learning_rate if args.cost_learning_rate is None else args.cost_learning_rate
     for depth in args.compare_lag_depths:
-        each = _per_round(results.get("ours_sync"), results.get(f"ours_b{depth}"))  # cost ratio = sps ratio inverted
+        sync, lagged = results.get("ours_sync"), results.get(f"ours_b{depth}")
+        key = "bracket_steps_per_second_each"  # A B B A: both calls of each side in round r together
+        ab_ba = bool(sync and lagged and key in sync and key in lagged)
+        each = _per_round(sync, lagged, *(2 * (key,) if ab_ba else ()))  # cost ratio = sps ratio inverted
         if each:
-            out.append({"name": f"cost per env step, {args.lag_model} B={depth} / synchronous", "bound": "<= 1.10",
-                        "median": float(np.median(each)), "min": min(each), "max": max(each),
+            out.append({"name": f"cost per env step, {args.lag_model} B={depth} / synchronous "
+                                f"({'A B B A calls' if ab_ba else 'one call each'}"
+                                f"{', same env states' if ab_ba and args.cost_same_states else ''}, learning rate {lr:g})",
+                        "bound": "<= 1.10", "median": float(np.median(each)), "min": min(each), "max": max(each),
                         "each": each, "met": max(each) <= 1.10, "decides": True})
     return out
 
@@ -550,11 +597,20 @@ def report(args: Args, results: dict, meta: dict) -> str:
             lines.append(f"{label:<42} {_fmt(r['steps_per_second']):>10} {spread:>17} "
                          f"{_fmt(float(np.median(r['seconds_each'])), '.2f'):>8} "
                          f"{_fmt(r['compile_seconds'], '.1f'):>10}")
-    ours = results.get("ours") or {}
-    if "bracket_steps_per_second_each" in ours:
-        each = ours["bracket_steps_per_second_each"]
-        lines.append(f"{'(b)  ours, its calls before + after each epoch':<42} "
-                     f"{_fmt(ours['bracket_steps_per_second']):>10} {_fmt(min(each)) + '..' + _fmt(max(each)):>17}")
+    for key, label in rows:
+        r = results.get(key) or {}
+        if "bracket_steps_per_second_each" in r:
+            each = r["bracket_steps_per_second_each"]
+            label = label.split(" ")[0] + (" ours, its calls before + after each epoch" if key == "ours"
+                                           else f" {key[5:]}, its two calls of a round")
+            lines.append(f"{label:<42} {_fmt(r['bracket_steps_per_second']):>10} "
+                         f"{_fmt(min(each)) + '..' + _fmt(max(each)):>17}")
+    if args.cost_same_states and len([k for k in results if k.startswith("ours_b") or k == "ours_sync"]) > 1:
+        lines.append("(b') and (b'') start each half of a round from the synchronous run's env states "
+                     "(--no-cost-same-states: each from its own)")
+    if args.cost_learning_rate is not None:
+        lines.append(f"(b') and (b'') ran at learning rate {args.cost_learning_rate:g} (the others at "
+                     f"{args.learning_rate:g})")
     ratios = results["ratios"]
     ob, orw = ratios["ours_over_brax"], ratios["ours_over_raw"]
     lines += [
@@ -592,6 +648,11 @@ def main(args: Args | None = None) -> dict:
     import tyro
 
     args = args or tyro.cli(Args)
+    if (args.synchronous or args.compare_lag_depths) and (
+            args.cost_phases_per_call < 1 or args.phases % (2 * args.cost_phases_per_call)):
+        raise SystemExit(f"--cost-phases-per-call={args.cost_phases_per_call} must be >= 1 and divide "
+                         f"--phases / 2 (phases={args.phases}): each round runs `phases` phases of (b') and "
+                         "(b'') as A B B A cycles of such calls")
     out_path = args.out or os.path.join("runs", "benchmarks", f"throughput_{args.env}.json")
     command = shlex.join(getattr(sys, "orig_argv", [sys.executable, *sys.argv]))
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -613,23 +674,39 @@ def main(args: Args | None = None) -> dict:
     print(f"[compile] (b) ours: ppo_clip trainer, lag model {args.lag_model!r} at B={args.lag_depth} ...", flush=True)
     programs.append(prepare_ours(args, log, setup, warmup=2 * max(args.warmup, 1) if halves else None))
     del setup
-    for depth in args.compare_lag_depths:
-        print(f"[compile] (b') ours, lag model {args.lag_model!r} at B={depth} ...", flush=True)
-        programs.append(prepare_ours(args, log, init_ours(args, lag_depth=depth), label=f"ours_b{depth}"))
+    # (b') and (b''), the cost pair: `phases` phases of each per round, in short calls of
+    # `cost_phases_per_call` phases timed A B B A (the synchronous path, each depth, then the same in
+    # reverse), repeated: the machine's speed swings by tens of percent within seconds, and calls this
+    # short and this finely interleaved see the same swings; both runs advance the same env steps
+    c = args.cost_phases_per_call
+    cycles = args.phases // (2 * c)  # A B B A cycles per round
+    pair_kw = dict(phases=c, learning_rate=args.cost_learning_rate)
+    pair = []
     if args.synchronous:
         print("[compile] (b'') ours, lag model 'synchronous' ...", flush=True)
-        programs.append(prepare_ours(args, log, init_ours(args, "synchronous", 1), label="ours_sync"))
+        pair.append(prepare_ours(args, log, init_ours(args, "synchronous", 1, **pair_kw), label="ours_sync",
+                                 warmup=args.warmup * args.phases // c))
+    for depth in args.compare_lag_depths:
+        print(f"[compile] (b') ours, lag model {args.lag_model!r} at B={depth} ...", flush=True)
+        pair.append(prepare_ours(args, log, init_ours(args, lag_depth=depth, **pair_kw), label=f"ours_b{depth}",
+                                 warmup=args.warmup * args.phases // c))
+    for p in pair:  # a round's "call" before (and after) is the sum of its cycles' calls
+        p.extra["phases_per_call"] = c
+        p.steps_per_call *= cycles
+    programs += pair
 
+    ours = next(p for p in programs if p.label == "ours")
     rounds_done = 0
 
     def run_round(r: int) -> None:
         nonlocal rounds_done
-        # ours (b) last: right before the Brax epoch its ratio is taken against; (b') and (b'') adjacent
-        rates = [f"{p.label} {p.timed_call(log):,.0f}" for p in sorted(programs, key=lambda p: p.label == "ours")]
+        rates = [f"{p.label} {p.timed_call(log):,.0f}" for p in programs if p.label.startswith("raw")]
+        rates += [f"{label} {rate:,.0f}" for label, rate in
+                  cost_pair_round(pair, cycles, log, args.cost_same_states).items()]
+        # ours (b) last: right before the Brax epoch its ratio is taken against
+        rates.append(f"{ours.label} {ours.timed_call(log):,.0f}")
         rounds_done += 1
         print(f"[round {r + 1}/{args.repeats}] steps/s: {', '.join(rates)}", flush=True)
-
-    ours = next(p for p in programs if p.label == "ours")
 
     def after_epoch(r: int) -> None:
         print(f"[round {r + 1}/{args.repeats}] after the Brax epoch: ours {ours.timed_call(log, after=True):,.0f}",

@@ -49,3 +49,40 @@ def test_the_bracketing_rate_and_the_round_by_round_targets():
     plain = Program("ours", None, (), None, steps_per_call=100, compile_seconds=0.0, xla_compile_seconds=0.0,
                     seconds=[1.0])
     assert "bracket_steps_per_second_each" not in plain.summary()
+
+
+def test_the_cost_pair_runs_a_b_b_a_cycles_from_the_same_env_states_and_sums_a_round():
+    """(b'') and (b') are timed in A B B A cycles of short calls; every half-cycle starts both from the
+    synchronous run's env states; a round's seconds are its cycles' calls summed, per side."""
+    from typing import NamedTuple
+
+    class State(NamedTuple):
+        env_state: object
+        own: int
+
+    calls = []
+
+    def program(label, advance):
+        def compiled(state, traced):
+            calls.append((label, state.env_state))
+            return (State(env_state=state.env_state + advance, own=state.own + 1),)
+        return Program(label, compiled, (State(0, 0), None), lambda out, prev: (out[0], prev[1]),
+                       steps_per_call=10, compile_seconds=0.0, xla_compile_seconds=0.0)
+
+    sync, lagged = program("ours_sync", 1), program("ours_b32", 100)
+    rates = throughput.cost_pair_round([sync, lagged], 2, throughput.CompileLog())
+    # A B | B A, twice; each half-cycle starts from the env state the synchronous run has reached
+    assert [c[0] for c in calls] == ["ours_sync", "ours_b32", "ours_b32", "ours_sync"] * 2
+    assert [c[1] for c in calls] == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert lagged.args[0].own == 4  # the rest of its state is its own
+    assert len(sync.seconds) == len(sync.seconds_after) == 1 == len(lagged.seconds)  # one round
+    assert set(rates) == {"ours_sync", "ours_b32"} and all(r > 0 for r in rates.values())
+    calls.clear()
+    throughput.cost_pair_round([sync, lagged], 1, throughput.CompileLog(), same_states=False)
+    assert [c[1] for c in calls] == [4, 103, 203, 5]  # each continues from its own states (b32: 3 + 100)
+    assert len(sync.seconds) == 2  # a second round
+
+
+def test_cost_phases_per_call_must_divide_half_the_phases():
+    with pytest.raises(SystemExit, match="cost-phases-per-call=3 must be >= 1 and divide --phases / 2"):
+        throughput.main(Args(phases=10, cost_phases_per_call=3))
