@@ -155,22 +155,33 @@ def main(args: Args) -> str:
 
 
 def print_table(summary: list[dict]) -> None:
-    norm = "normalized" if any(r["normalization"] == "normalized" for r in summary) else "raw"
-    rows = [r for r in summary if r["score"] == "final_eval_return" and r["normalization"] == norm
-            and r.get("aggregate") in ("iqm", "all_diverged")]
-    print(f"IQM of final eval return ({norm}; 1.0 = synchronous PPO-Clip), 95% stratified bootstrap CI:")
-    print(f"{'method':<22}{'lag':>5}  {'IQM':>9}  {'95% CI':>21}  runs  diverged")
-    for r in sorted(rows, key=lambda r: (r["method"], r["lag_depth"])):
-        if r["aggregate"] == "all_diverged":
-            print(f"{r['method']:<22}{r['lag_depth']:>5}  {'every run diverged':>33}  {r['n_runs']:>4}  "
-                  f"{r['n_diverged']:>8}")
-            continue
-        print(f"{r['method']:<22}{r['lag_depth']:>5}  {r['point']:>9.3f}  [{r['low']:>9.3f}, {r['high']:>9.3f}]"
-              f"  {r['n_runs']:>4}  {r['n_diverged']:>8}")
-    total = sum(int(r["n_diverged"]) for r in rows)
-    if total:
-        cells = [f"{r['method']} B={r['lag_depth']} ({r['n_diverged']})" for r in rows if int(r["n_diverged"])]
-        print(f"diverged runs (dropped from every aggregate): {total} in " + ", ".join(cells))
+    """The IQM of the final eval return per method and lag depth; one block per setting when the
+    sweep had axes beyond method, lag depth and seed (summary.csv's ``setting`` column)."""
+    settings = sorted({r.get("setting", "") for r in summary})
+    diverged = []
+    for setting in settings:
+        part = [r for r in summary if r.get("setting", "") == setting and r["score"] == "final_eval_return"]
+        norm = "normalized" if any(r["normalization"] == "normalized" for r in part) else "raw"
+        rows = [r for r in part if r["normalization"] == norm and r.get("aggregate") in ("iqm", "all_diverged")]
+        where = "" if len(settings) == 1 else (f"{setting}: " if setting else
+                                               "methods that do not read the swept values: ")
+        ref = "1.0 = synchronous PPO-Clip" + (" of the same setting" if len(settings) > 1 else "")
+        print(f"{where}IQM of final eval return ({norm}{'; ' + ref if norm == 'normalized' else ''}), "
+              "95% stratified bootstrap CI:")
+        print(f"{'method':<22}{'lag':>5}  {'IQM':>9}  {'95% CI':>21}  runs  diverged")
+        for r in sorted(rows, key=lambda r: (r["method"], r["lag_depth"])):
+            if r["aggregate"] == "all_diverged":
+                print(f"{r['method']:<22}{r['lag_depth']:>5}  {'every run diverged':>33}  {r['n_runs']:>4}  "
+                      f"{r['n_diverged']:>8}")
+            else:
+                print(f"{r['method']:<22}{r['lag_depth']:>5}  {r['point']:>9.3f}  [{r['low']:>9.3f}, "
+                      f"{r['high']:>9.3f}]  {r['n_runs']:>4}  {r['n_diverged']:>8}")
+            if int(r["n_diverged"]):
+                diverged.append((int(r["n_diverged"]), f"{r['method']} B={r['lag_depth']}"
+                                 + (f" {setting}" if setting else "") + f" ({r['n_diverged']})"))
+    if diverged:
+        print(f"diverged runs (dropped from every aggregate): {sum(n for n, _ in diverged)} in "
+              + ", ".join(text for _, text in diverged))
 
 
 if __name__ == "__main__":

@@ -489,3 +489,57 @@ def test_every_cells_trained_policy_is_kept_and_loads_as_a_jitted_act_function(t
     with pytest.raises(ResultsError, match="cell 5"):
         load_policy(d, cell=5)
     del a1
+
+
+def test_a_swept_setting_is_summarised_on_its_own_never_pooled_as_more_seeds(tmp_path, capsys):
+    """Rows that share task, method, lag depth and seed but differ in gamma are two configurations:
+    summary.csv and diagnostics.csv hold each on its own (a ``setting`` column, three runs per cell,
+    not six), the printed table has one block per setting, and the figures one line per method and
+    setting. A method that does not read the swept knob (no gamma column) is a setting of its own."""
+    from vaco_jax import analysis, plots
+
+    rows = []
+    for m in ("ppo_clip", "vaco"):
+        for g in ((0.99, 0.995) if m == "ppo_clip" else (None,)):
+            for b in (1, 4):
+                for s in range(3):
+                    r = {"env": "point_mass", "method": m, "lag_depth": b, "seed": s,
+                         "final_eval_return": 10.0 + s + (100.0 if g == 0.995 else 0.0) + (50.0 if m == "vaco" else 0.0),
+                         "auc_eval_return": 5.0, "train_return_last5pct": 1.0, "diverged": False,
+                         "mean_clip_fraction": 0.1 if g == 0.99 else 0.3}
+                    if g is not None:
+                        r["gamma"] = g
+                    rows.append(r)
+    assert analysis.setting_axes(rows) == ["gamma"]
+    assert analysis.setting_axes([r for r in rows if r.get("gamma") != 0.995]) == []  # one setting: as before
+    for method in ("ppo_clip", "vaco"):
+        g = tmp_path / "run" / "point_mass" / method
+        g.mkdir(parents=True)
+        mine = [r for r in rows if r["method"] == method]
+        results.write_table(str(g / "scores.csv"), mine)
+        results.write_cells(str(g), [{"i": i} for i in range(len(mine))])
+    run = str(tmp_path / "run")
+    summary, diag = analysis.summarise(run, reps=50)
+    means = {(r["setting"], r["method"], r["lag_depth"]): r for r in summary
+             if r["aggregate"] == "mean" and r["normalization"] == "raw" and r["score"] == "final_eval_return"}
+    assert set(means) == {("gamma=0.99", "ppo_clip", 1), ("gamma=0.99", "ppo_clip", 4),
+                          ("gamma=0.995", "ppo_clip", 1), ("gamma=0.995", "ppo_clip", 4), ("", "vaco", 1), ("", "vaco", 4)}
+    assert all(r["n_runs"] == 3 for r in means.values())
+    assert means[("gamma=0.99", "ppo_clip", 1)]["point"] == pytest.approx(11.0)
+    assert means[("gamma=0.995", "ppo_clip", 4)]["point"] == pytest.approx(111.0)
+    assert means[("", "vaco", 1)]["point"] == pytest.approx(61.0)
+    clip = {(r["setting"], r["method"], r["lag_depth"]): r["mean_clip_fraction"] for r in diag}
+    assert clip[("gamma=0.99", "ppo_clip", 1)] == pytest.approx(0.1)
+    assert clip[("gamma=0.995", "ppo_clip", 1)] == pytest.approx(0.3)
+    on_disk = results.read_table(os.path.join(run, "summary.csv"))
+    assert {r["setting"] if isinstance(r["setting"], str) else "" for r in on_disk} == {"gamma=0.99", "gamma=0.995", ""}
+
+    _lag_sweep().print_table(summary)
+    out = capsys.readouterr().out
+    assert "gamma=0.99: IQM of final eval return" in out and "gamma=0.995: IQM of final eval return" in out
+    assert "methods that do not read the swept values: IQM" in out
+    # the figures: one series per method and setting
+    folded = plots.read_summary(run)
+    assert {r["method"] for r in folded} == {"ppo_clip | gamma=0.99", "ppo_clip | gamma=0.995", "vaco"}
+    assert plots.method_label("ppo_clip | gamma=0.99") == "PPO-Clip (gamma=0.99)"
+    assert plots.plot_aggregate_vs_lag(run, normalization="raw")

@@ -145,6 +145,49 @@ def _row_order(row: dict) -> tuple:
             results.cell_key(row))
 
 
+CELL_AXES = ("env", "method", "lag_depth", "seed")
+
+
+def setting_axes(rows: list[dict]) -> list[str]:
+    """The columns in which two score rows of the same task, method, lag depth and seed differ: the
+    axes of a sweep beyond those four (``--sweep gamma=0.99,0.995``, a static field's groups). Empty
+    for a plain lag sweep. Rows that differ in them are different configurations, never more seeds
+    of one: the summary keeps every setting apart (:func:`summary_rows`)."""
+    by_cell: dict[tuple, list[dict]] = {}
+    for r in rows:
+        by_cell.setdefault(tuple(str(r.get(k)) for k in CELL_AXES), []).append(r)
+    axes: list[str] = []
+    for same in by_cell.values():
+        if len(same) < 2:
+            continue
+        for k in sorted({k for r in same for k in r}):
+            if (k in CELL_AXES or k in results.SCORE_COLUMNS or k.startswith("mean_") or k in axes):
+                continue
+            if len({str(r.get(k)) for r in same}) > 1:
+                axes.append(k)
+    return sorted(axes)
+
+
+def _setting_value(v) -> str:
+    return format(v, "g") if isinstance(v, float) else str(v)
+
+
+def setting_of(row: dict, axes: list[str]) -> str:
+    """'gamma=0.99 learning_rate=0.0001': the row's values of ``axes`` (those it has; '' for none)."""
+    return " ".join(f"{k}={_setting_value(row[k])}" for k in axes if k in row and row[k] not in ("", None))
+
+
+def by_setting(rows: list[dict]) -> list[tuple[str, list[dict]]]:
+    """``[(setting, its rows)]``, sorted; ``[("", rows)]`` when the rows hold one setting only."""
+    axes = setting_axes(rows)
+    if not axes:
+        return [("", rows)]
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        groups.setdefault(setting_of(r, axes), []).append(r)
+    return sorted(groups.items())
+
+
 def complete_tasks(rows: list[dict]) -> tuple[list[dict], dict[str, list[str]]]:
     """``(rows of the complete tasks, {other task: what it lacks})``.
 
@@ -181,7 +224,16 @@ def summary_rows(rows: list[dict], random: dict | None, reps: int = 2000, seed: 
     """The rows of ``summary.csv`` (score x method x lag depth x normalisation x aggregate) for score
     rows already loaded: all tasks pooled, or one task's rows alone for per-task aggregates (its
     reference is then that task's PPO-Clip at B = 1). Tasks pool only when complete
-    (:func:`complete_tasks`): ``n_tasks`` counts the tasks pooled."""
+    (:func:`complete_tasks`): ``n_tasks`` counts the tasks pooled.
+
+    Rows of several settings (:func:`setting_axes`: a ``--sweep`` over gamma, say) are summarised
+    each on their own, every summary row then carrying its ``setting`` ('gamma=0.99'); the
+    normalisation's reference is PPO-Clip at B = 1 of the same setting (none where that setting has
+    no PPO-Clip rows, e.g. a method that does not read the swept knob: raw scores only)."""
+    settings = by_setting(rows)
+    if len(settings) > 1:
+        return [{"setting": name, **row} for name, sub in settings
+                for row in summary_rows(sub, random, reps=reps, seed=seed, scores=scores)]
     rows = sorted(complete_tasks(rows)[0], key=_row_order)  # the same numbers however the rows were split
     tasks = sorted({r["env"] for r in rows})
     methods = sorted({r["method"] for r in rows})
@@ -218,7 +270,11 @@ def summary_rows(rows: list[dict], random: dict | None, reps: int = 2000, seed: 
 
 def diagnostic_rows(rows: list[dict]) -> list[dict]:
     """The rows of ``diagnostics.csv``: each diagnostic's mean and standard error per method x lag depth,
-    over the complete tasks (:func:`complete_tasks`)."""
+    over the complete tasks (:func:`complete_tasks`); several settings each on their own, as in
+    :func:`summary_rows`."""
+    settings = by_setting(rows)
+    if len(settings) > 1:
+        return [{"setting": name, **row} for name, sub in settings for row in diagnostic_rows(sub)]
     rows = sorted(complete_tasks(rows)[0], key=_row_order)
     diag_rows = []
     for method in sorted({r["method"] for r in rows}):

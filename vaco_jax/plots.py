@@ -129,8 +129,24 @@ class NoData(LookupError):
 
 # ----------------------------------------------------------------------------- helpers
 
+SETTING_SEP = " | "  # 'ppo_clip | gamma=0.99': a method at one setting of a sweep (see _fold_settings)
+
+
 def method_label(method: str) -> str:
-    return METHOD_LABELS.get(method, method)
+    base, sep, setting = method.partition(SETTING_SEP)
+    return METHOD_LABELS.get(base, base) + (f" ({setting})" if sep else "")
+
+
+def _fold_settings(rows: list[dict]) -> list[dict]:
+    """Rows of ``summary.csv`` / ``diagnostics.csv`` written for several settings (their ``setting``
+    column, docs/evaluation.md): the setting joins the method's name, so a figure drawn per method
+    draws one series per method and setting and pools none of them."""
+    def setting(r):  # an empty setting reads back from the CSV as NaN
+        return r.get("setting") if isinstance(r.get("setting"), str) else ""
+
+    if not any(setting(r) for r in rows):
+        return rows
+    return [{**r, "method": f"{r['method']}{SETTING_SEP}{setting(r)}"} if setting(r) else r for r in rows]
 
 
 def method_style(method: str, index: int = 0) -> tuple[str, str]:
@@ -355,7 +371,7 @@ def _read_analysis_table(run_dir: str, filename: str) -> list[dict]:
 
 
 def read_summary(run_dir: str) -> list[dict]:
-    return _read_analysis_table(run_dir, "summary.csv")
+    return _fold_settings(_read_analysis_table(run_dir, "summary.csv"))
 
 
 def plot_aggregate_vs_lag(run_dir: str, score: str = "final_eval_return",
@@ -441,10 +457,14 @@ def plot_aggregate_vs_lag(run_dir: str, score: str = "final_eval_return",
                      + "; ".join(f"{method_label(m)} B={b}: {k}" for m, b, k in missing) + ".")
     if no_score:
         lines.append("No run left (no point): " + "; ".join(f"{method_label(m)} B={b}" for m, b in no_score) + ".")
-    try:
-        lines.append(_pooled_note(load_scores(_data(run_dir, sources))))
-    except OSError:
-        pass
+    if _separated(rows):
+        lines.append("One line per method and setting (the sweep's values; each normalised by PPO-Clip at lag "
+                     "depth 1 of the same setting).")
+    else:
+        try:
+            lines.append(_pooled_note(load_scores(_data(run_dir, sources))))
+        except OSError:
+            pass
     _caption(fig, lines)
     return save_figure(fig, run_dir, f"aggregate_vs_lag_{score}_{normalization}", figures_dir=figures_dir)
 
@@ -550,7 +570,12 @@ def plot_learning_curves(run_dir: str, task: str | None = None, sources=None,
 # ----------------------------------------------------------------------------- (3), (4) diagnostics vs lag
 
 def read_diagnostics(run_dir: str) -> list[dict]:
-    return _read_analysis_table(run_dir, "diagnostics.csv")
+    return _fold_settings(_read_analysis_table(run_dir, "diagnostics.csv"))
+
+
+def _separated(rows: Sequence[dict]) -> bool:
+    """Whether these summary / diagnostics rows keep several settings apart (then nothing is pooled)."""
+    return any(SETTING_SEP in str(r.get("method")) for r in rows)
 
 
 def _diag_panel(ax, rows: Sequence[dict], column: str, lags: Sequence[int]) -> list[int]:
@@ -589,10 +614,13 @@ def _diagnostics_figure(run_dir: str, panels: Sequence[tuple[str, str, str]], ti
     _title(fig, title)
     lines = [f"Points: mean over runs of the per-run average over training; bars: ± 1 standard error "
              f"(n = {_fmt_count(runs)} non-diverged runs per point, pooled over tasks).", extra_caption]
-    try:
-        lines.append(_pooled_note(load_scores(_data(run_dir, sources))))
-    except OSError:
-        pass
+    if _separated(rows):
+        lines.append("One line per method and setting (the sweep's values).")
+    else:
+        try:
+            lines.append(_pooled_note(load_scores(_data(run_dir, sources))))
+        except OSError:
+            pass
     _caption(fig, lines)
     return save_figure(fig, run_dir, name, figures_dir=figures_dir)
 
