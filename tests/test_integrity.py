@@ -543,3 +543,7 @@ def test_a_swept_setting_is_summarised_on_its_own_never_pooled_as_more_seeds(tmp
     assert {r["method"] for r in folded} == {"ppo_clip | gamma=0.99", "ppo_clip | gamma=0.995", "vaco"}
     assert plots.method_label("ppo_clip | gamma=0.99") == "PPO-Clip (gamma=0.99)"
     assert plots.plot_aggregate_vs_lag(run, normalization="raw")
+    # figures that compare methods over their pooled runs refuse, naming the axis
+    for figure in (plots.plot_probability_of_improvement, plots.plot_performance_profiles):
+        with pytest.raises(plots.NoData, match=r"several settings \(gamma\)"):
+            figure(run)

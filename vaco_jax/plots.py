@@ -304,14 +304,21 @@ def _data(run_dir: str, sources) -> str | list[str]:
     return run_dir if sources is None else list(sources)
 
 
-def _score_rows(run_dir) -> list[dict]:
+def _score_rows(run_dir, one_setting: bool = True) -> list[dict]:
     """Score rows of the complete tasks (``analysis.complete_tasks``): a figure pooled over tasks never
-    pools one method over fewer tasks than another while a study is part-way through."""
+    pools one method over fewer tasks than another while a study is part-way through. With
+    ``one_setting`` (a figure that compares methods over their pooled runs) rows of several settings
+    (``analysis.setting_axes``: a ``--sweep`` beyond method and lag depth) are NoData, not pooled."""
     from vaco_jax import analysis
 
     rows = load_scores(run_dir)
     if not rows:
         raise NoData(f"no scores.csv under {run_dir} (no group has finished)")
+    axes = analysis.setting_axes(rows) if one_setting else []
+    if axes:
+        raise NoData(f"the runs hold several settings ({', '.join(axes)}) and this figure compares methods "
+                     "over pooled runs; summary.csv and the figures drawn from it keep the settings apart "
+                     "(draw this one from a run of one setting)")
     kept, left_out = analysis.complete_tasks(rows)
     if not kept:
         raise NoData(f"no task under {run_dir} holds every method and lag depth: {analysis.left_out_text(left_out)}")
@@ -665,7 +672,8 @@ def plot_forward_lag(run_dir: str, score: str = "final_eval_return", sources=Non
                      figures_dir: str | None = None) -> list[str]:
     """Forward-lag sweep (epochs E x minibatches M per phase) at fixed backward lag: per task, a heat map
     of the mean score per method (rows of panels: lag depths), or lines when only one of E, M varies."""
-    rows = [r for r in _score_rows(_data(run_dir, sources)) if _finite(r.get("num_epochs")) and _finite(r.get("num_minibatches"))]
+    rows = [r for r in _score_rows(_data(run_dir, sources), one_setting=False)
+            if _finite(r.get("num_epochs")) and _finite(r.get("num_minibatches"))]
     if not rows:
         raise NoData("no score rows carry num_epochs and num_minibatches tags (not a forward-lag run)")
     if not any(score in r for r in rows):
