@@ -141,14 +141,14 @@ def main(args: Args | None = None) -> dict:
               f"jax {meta['versions']['jax']}, mujoco-mjx {meta['versions']['mujoco-mjx']}; {m['cpu_model']}, "
               f"{m['cpus_available']} CPUs; {meta['date']}", f"command: {meta['command']}", "",
               f"{'variant':<10} {'part':<8} {'ms/phase':>9} {'/ sync: median':>15} {'min..max':>14}"]
+    for n in names:  # seconds per round of each part, and of the whole phase
+        seconds[n] = {part: np.asarray(x) for part, x in seconds[n].items()}
+        seconds[n]["phase"] = seconds[n]["collect"] + seconds[n]["learn"]
     for n in names:
         results[n] = {}
         for part in ("collect", "learn", "phase"):
-            each = (np.add(seconds[n]["collect"], seconds[n]["learn"]) if part == "phase"
-                    else np.asarray(seconds[n][part]))
-            ref = (np.add(seconds[names[0]]["collect"], seconds[names[0]]["learn"]) if part == "phase"
-                   else np.asarray(seconds[names[0]][part]))
-            ratio = each / ref
+            each = seconds[n][part]
+            ratio = each / seconds[names[0]][part]
             results[n][part] = {"seconds_each": each.tolist(), "ratio_to_sync_each": ratio.tolist(),
                                 "ms": 1e3 * float(np.median(each)), "ratio_median": float(np.median(ratio)),
                                 "ratio_min": float(ratio.min()), "ratio_max": float(ratio.max())}

@@ -161,7 +161,7 @@ def setting_axes(rows: list[dict]) -> list[str]:
         if len(same) < 2:
             continue
         for k in sorted({k for r in same for k in r}):
-            if (k in CELL_AXES or k in results.SCORE_COLUMNS or k.startswith("mean_") or k in axes):
+            if k in CELL_AXES or not results.identifies_cell(k) or k in axes:
                 continue
             if len({str(r.get(k)) for r in same}) > 1:
                 axes.append(k)

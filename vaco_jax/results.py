@@ -275,11 +275,15 @@ def write_cells(group_dir: str, cells: list[dict]) -> None:
 SCORE_COLUMNS = ("final_eval_return", "auc_eval_return", "train_return_last5pct", "diverged")
 
 
+def identifies_cell(column: str) -> bool:
+    """Whether a score-row column identifies its cell (task, method, group tags, lag depth, seed,
+    traced knobs) rather than holding a score or a diagnostic's mean."""
+    return column not in SCORE_COLUMNS and not column.startswith("mean_")
+
+
 def cell_key(row: dict) -> str:
-    """What identifies a cell in a score row: every column that is not a score (task, method, group
-    tags, lag depth, seed, traced knobs)."""
-    return json.dumps({k: str(v) for k, v in sorted(row.items())
-                       if k not in SCORE_COLUMNS and not k.startswith("mean_")})
+    """What identifies a cell in a score row: every column that :func:`identifies_cell`."""
+    return json.dumps({k: str(v) for k, v in sorted(row.items()) if identifies_cell(k)})
 
 
 def load_scores(run_dirs) -> list[dict]:

@@ -1165,7 +1165,7 @@ def _relative_difference(a, b) -> float:
 
 def compare_rows(rerun: dict, sweep_row: dict) -> tuple[list[tuple[str, object, object, float]], float]:
     """The score columns of two rows of one cell, each with its relative difference, and the largest."""
-    columns = [k for k in rerun if k in sweep_row and (k in results.SCORE_COLUMNS or k.startswith("mean_"))]
+    columns = [k for k in rerun if k in sweep_row and not results.identifies_cell(k)]
     out = []
     for k in columns:
         a, b = sweep_row[k], rerun[k]
