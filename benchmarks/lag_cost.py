@@ -7,8 +7,10 @@ the E x M gradient steps) and times each for four variants of the same ``ppo_cli
 
     sync     lag_model='synchronous' (no buffer: every env acts with the learner's parameters)
     b32      uniform, B = 32, one actor per env (the default ``envs_per_actor = 1``): at most 32
-             snapshots in use, one gathered copy of its snapshot per env, a batched matrix-vector
-             product per env step (the per-actor path of ``rollout``)
+             snapshots in use; envs sorted by snapshot into tiles of ``rollout.TILE_ROWS`` envs, one
+             copy per tile, a batched matrix product per env step (``rollout``'s per-actor path)
+    b32copy  the same with one gathered copy of its snapshot per env, a batched matrix-vector
+             product (the per-actor path before tiles; built with ``rollout.TILE_ROWS = 1``)
     b32x16   the same with 16 envs per actor: 16 copies, a batched matrix product
     b32x256  the same with one actor of all envs: the lagged snapshot's states, but one matrix
              product per step (the shared path) - the simulator's share of b32's cost without the
@@ -17,7 +19,7 @@ the E x M gradient steps) and times each for four variants of the same ``ppo_cli
 All four are trained for ``train_phases`` phases first and then advance one phase per round, and
 every call of every variant starts from the same env states (the synchronous run's, copied in before
 each round), so the simulator steps the same kind of states; each round times every variant twice,
-in the order of the list and then in reverse (A B C D D C B A), and the ratio to ``sync`` is taken
+in the order of the list and then in reverse (A B C D E E D C B A), and the ratio to ``sync`` is taken
 round by round over the two. The learner's calls take the trajectory the variant's own collect
 returned.
 
@@ -46,25 +48,38 @@ from vaco_jax.train import make_train
 
 @dataclasses.dataclass
 class Args:
-    """Collect and learn of one phase timed apart for sync, B = 32 with 1, 16 and 256 envs per actor."""
+    """Collect and learn of one phase timed apart for sync, B = 32 with 1 (tiles, copies), 16 and 256 envs per actor."""
 
     env: str = "inverted_double_pendulum"  # task
     num_envs: int = 256  # parallel envs
     lag_depth: int = 32  # B of the lagged variants
     learning_rate: float = 3e-4  # Adam step size of every variant (1e-9 holds the policies near their initialisation)
     train_phases: int = 40  # phases every variant trains before the timed rounds
-    rounds: int = 12  # timed rounds (each: A B C D D C B A, then one phase of training each)
+    rounds: int = 12  # timed rounds (each: A B C D E E D C B A, then one phase of training each)
     seed: int = 0  # PRNG seed (the same for every variant)
     out: str | None = None  # JSON output; default runs/benchmarks/lag_cost_<env>.json
 
 
 VARIANTS = {"sync": dict(lag_model="synchronous", lag_depth=1, envs_per_actor=1),
-            "b32": dict(envs_per_actor=1), "b32x16": dict(envs_per_actor=16), "b32x256": dict(envs_per_actor=None)}
+            "b32": dict(envs_per_actor=1), "b32copy": dict(envs_per_actor=1, tile_rows=1),
+            "b32x16": dict(envs_per_actor=16), "b32x256": dict(envs_per_actor=None)}
 
 
 def build(args: Args, lag_model: str | None = None, lag_depth: int | None = None,
-          envs_per_actor: int | None = None) -> dict:
-    """One variant: compiled one-phase chunk, collect and learn, and its state after ``init``."""
+          envs_per_actor: int | None = None, tile_rows: int | None = None) -> dict:
+    """One variant: compiled one-phase chunk, collect and learn, and its state after ``init``.
+    ``tile_rows`` replaces ``rollout.TILE_ROWS`` while this variant is traced (1: a copy per env)."""
+    from vaco_jax import rollout
+
+    kept = rollout.TILE_ROWS
+    rollout.TILE_ROWS = tile_rows or kept
+    try:
+        return _build(args, lag_model, lag_depth, envs_per_actor)
+    finally:
+        rollout.TILE_ROWS = kept
+
+
+def _build(args, lag_model, lag_depth, envs_per_actor):
     base = ThroughputArgs(env=args.env, num_envs=args.num_envs, learning_rate=args.learning_rate, phases=1,
                           seed=args.seed)
     depth = args.lag_depth if lag_depth is None else lag_depth
@@ -137,7 +152,7 @@ def main(args: Args | None = None) -> dict:
     m = meta["machine"]
     lines += [f"lag cost on {args.env}: {args.num_envs} envs x {v[names[0]]['config'].unroll_length} steps per "
               f"phase, ppo_clip, learning rate {args.learning_rate:g}, {args.train_phases} phases trained, "
-              f"{args.rounds} rounds (A B C D D C B A, same env states)",
+              f"{args.rounds} rounds (A B C D E E D C B A, same env states)",
               f"jax {meta['versions']['jax']}, mujoco-mjx {meta['versions']['mujoco-mjx']}; {m['cpu_model']}, "
               f"{m['cpus_available']} CPUs; {meta['date']}", f"command: {meta['command']}", "",
               f"{'variant':<10} {'part':<8} {'ms/phase':>9} {'/ sync: median':>15} {'min..max':>14}"]

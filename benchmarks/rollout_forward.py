@@ -8,6 +8,8 @@ candidates weighed for ``rollout.rollout`` (docs/lag.md, "The rollout"):
     slots_loop  a loop over the snapshot slots in use, each a full matrix product, then a select
     slots_all   every slot of the buffer at once, then a select
     grouped     envs grouped 16 per actor: one copy per actor, a batched matrix product
+    tiles       envs sorted by slot into tiles of ``rollout.TILE_ROWS`` envs of one slot: one copy per
+                tile, a batched matrix product (what ``rollout`` does with fewer envs per actor)
 
     python -m benchmarks.rollout_forward
 """
@@ -21,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vaco_jax.rollout import TILE_ROWS, tile_layout
 from vaco_jax.networks import GaussianPolicy, normalize, normalizer_init
 
 N, D, A, K, U, GROUP = 256, 11, 1, 32, 32, 16  # envs, obs size, action size, slots, steps, envs per actor
@@ -64,12 +67,21 @@ def main() -> None:
         sn = jax.tree.map(lambda x: x[ages[::GROUP]], buf)
         return scan(lambda o: jax.vmap(dist)(sn, o.reshape(N // GROUP, GROUP, D))[0])
 
+    def tiles(ages):
+        rows, env_tile, env_lane, tile_slot = tile_layout(ages, K, TILE_ROWS)
+        sn = jax.tree.map(lambda x: x[tile_slot], buf)
+
+        def f(o):
+            m = jax.vmap(dist)(sn, jnp.concatenate([o, jnp.zeros_like(o[:1])])[rows])[0]
+            return m[env_tile, env_lane]
+        return scan(f)
+
     print(f"{' '.join(sys.argv)}; jax {jax.__version__}, {jax.devices()[0]}; {N} envs, policy 64x64, "
           f"{K} slots; median of 7 calls of {U} steps")
     for depth in (1, 4, 32):
         ages = jax.random.randint(key, (N,), 0, depth)
         for name, fn in (("sync", sync), ("copies", copies), ("slots_loop", slots_loop), ("slots_all", slots_all),
-                         ("grouped", grouped)):
+                         ("grouped", grouped), ("tiles", tiles)):
             if name == "sync" and depth > 1:
                 continue
             f = jax.jit(fn)

@@ -18,6 +18,8 @@ from vaco_jax.networks import gaussian_logp, normalize
 
 MISMATCH_STREAM = 0x3A7C  # the mismatch shift's key stream (fold_in of the phase's action key)
 
+TILE_ROWS = 8  # envs per tile of the per-actor path (docs/lag.md: "The rollout")
+
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 
 
@@ -46,6 +48,33 @@ def actor_distribution(policy_apply: Callable, snapshot: Any, obs: jnp.ndarray, 
     return mean.astype(jnp.float32), log_std.astype(jnp.float32)
 
 
+def tile_layout(env_slot: jnp.ndarray, capacity: int, tile_rows: int):
+    """Place N envs, each reading buffer slot ``env_slot[n]``, in tiles of ``tile_rows`` envs of one slot.
+
+    Envs are ordered by slot (stable: by env index within a slot) and each slot's envs fill
+    ``ceil(count / tile_rows)`` consecutive tiles, so at most ``floor((N + S (tile_rows - 1)) / tile_rows)``
+    tiles are needed for S = min(capacity, N) slots in use; that many are laid out (a static shape),
+    the unused ones empty. Returns ``rows`` [tiles, tile_rows], the env in each lane (N marks an
+    empty lane); ``env_tile`` and ``env_lane`` [N], where each env sits; ``tile_slot`` [tiles], the slot each tile
+    reads (0 for an empty tile)."""
+    n = env_slot.shape[0]
+    num_tiles = (n + min(capacity, n) * (tile_rows - 1)) // tile_rows
+    order = jnp.argsort(env_slot, stable=True)
+    count = jnp.bincount(env_slot, length=capacity)
+    first_env = jnp.cumsum(count) - count  # sorted position of each slot's first env
+    tiles_of = -(-count // tile_rows)
+    first_tile = jnp.cumsum(tiles_of) - tiles_of
+    sorted_slot = env_slot[order]
+    within = jnp.arange(n) - first_env[sorted_slot]
+    tile = first_tile[sorted_slot] + within // tile_rows
+    lane = within % tile_rows
+    rows = jnp.full((num_tiles, tile_rows), n, jnp.int32).at[tile, lane].set(order.astype(jnp.int32))
+    tile_slot = jnp.zeros((num_tiles,), env_slot.dtype).at[tile].set(sorted_slot)
+    env_tile = jnp.zeros((n,), jnp.int32).at[order].set(tile.astype(jnp.int32))
+    env_lane = jnp.zeros((n,), jnp.int32).at[order].set(lane.astype(jnp.int32))
+    return rows, env_tile, env_lane, tile_slot
+
+
 def rollout(
     *,
     env: Env,
@@ -72,23 +101,38 @@ def rollout(
     unshifted one. m = 0 leaves every number unchanged."""
 
     num_actors = start_ages.shape[0]
+    num_envs = num_actors * envs_per_actor
+    capacity = jax.tree.leaves(buffer.snapshots)[0].shape[0]
+    tiled = envs_per_actor < TILE_ROWS and not lag.synchronous
 
     def gathered(ages):
-        """Each actor's snapshot (one copy per actor, not per env), whether they are all the same,
-        and each env's behaviour version."""
-        snaps = jax.tree.map(lambda x: x[ages], buffer.snapshots)
+        """What the per-actor path needs for these ages: the snapshots it applies (one per tile of
+        ``TILE_ROWS`` envs of one age, or one per actor when actors are that large), the tables that
+        place envs in tiles, whether every actor holds the same snapshot, each env's version."""
         versions = jnp.repeat(buffer.versions[ages], envs_per_actor, axis=0)
-        return snaps, jnp.all(ages == ages[0]), versions
+        same = jnp.all(ages == ages[0])
+        if not tiled:
+            return jax.tree.map(lambda x: x[ages], buffer.snapshots), None, same, versions
+        rows, env_tile, env_lane, tile_slot = tile_layout(
+            jnp.repeat(ages, envs_per_actor, axis=0), capacity, TILE_ROWS)
+        return jax.tree.map(lambda x: x[tile_slot], buffer.snapshots), (rows, env_tile, env_lane), same, versions
 
-    def actors_distribution(snaps, same, obs):
+    def actors_distribution(snaps, layout, same, obs):
         """Distribution parameters of every env under its actor's snapshot.
 
         When every actor holds the same snapshot (B = 1, the ``fixed`` model, the first phases) the
-        policy is one matrix product over all envs; otherwise each actor's snapshot is applied to
-        its own block of envs, a batched matrix product over actors. ``lax.cond`` runs one of the
-        two (under ``vmap`` of a grid whose cells disagree, both). docs/lag.md: "The rollout"."""
+        policy is one matrix product over all envs; otherwise each snapshot is applied to its own
+        tiles of envs (or each actor's to its own block of envs), a batched matrix product.
+        ``lax.cond`` runs one of the two (under ``vmap`` of a grid whose cells disagree, both).
+        docs/lag.md: "The rollout"."""
         def shared(_):
             return dist_batch(jax.tree.map(lambda x: x[0], snaps), obs)
+
+        def per_tile(_):
+            rows, env_tile, env_lane = layout
+            padded = jnp.concatenate([obs, jnp.zeros_like(obs[:1])], axis=0)  # row N: an empty lane
+            mean, log_std = jax.vmap(dist_batch)(snaps, padded[rows])
+            return mean[env_tile, env_lane], log_std[env_tile, env_lane]
 
         def per_actor(_):
             blocks = obs.reshape((num_actors, envs_per_actor) + obs.shape[1:])
@@ -96,6 +140,8 @@ def rollout(
             return (mean.reshape((obs.shape[0],) + mean.shape[2:]),
                     log_std.reshape((obs.shape[0],) + log_std.shape[2:]))
 
+        if tiled:  # every tile's snapshot is slot 0's when all actors are the same, so the shared path reads tile 0
+            return jax.lax.cond(same, shared, per_tile, None)
         return jax.lax.cond(same, shared, per_actor, None)
 
     fixed = None
@@ -111,8 +157,8 @@ def rollout(
             mean, log_std = dist_batch(learner_snapshot, obs)
             versions = jnp.full((obs.shape[0],), phase, jnp.int32)
         else:
-            snaps, same, versions = fixed if fixed is not None else gathered(lag.ages_at_step(start_ages, t))
-            mean, log_std = actors_distribution(snaps, same, obs)
+            snaps, layout, same, versions = fixed if fixed is not None else gathered(lag.ages_at_step(start_ages, t))
+            mean, log_std = actors_distribution(snaps, layout, same, obs)
         shift = jax.random.normal(jax.random.fold_in(jax.random.fold_in(action_key, MISMATCH_STREAM), t), mean.shape,
                                   jnp.float32)
         mean = mean + jnp.asarray(mismatch_strength, jnp.float32) * jnp.exp(log_std) * shift
