@@ -55,8 +55,8 @@ def tile_layout(env_slot: jnp.ndarray, capacity: int, tile_rows: int):
     ``ceil(count / tile_rows)`` consecutive tiles, so at most ``floor((N + S (tile_rows - 1)) / tile_rows)``
     tiles are needed for S = min(capacity, N) slots in use; that many are laid out (a static shape),
     the unused ones empty. Returns ``rows`` [tiles, tile_rows], the env in each lane (N marks an
-    empty lane); ``env_tile`` and ``env_lane`` [N], where each env sits; ``tile_slot`` [tiles], the slot each tile
-    reads (0 for an empty tile)."""
+    empty lane); ``env_tile`` and ``env_lane`` [N], where each env sits; ``tile_slot`` [tiles], the
+    slot each tile reads (0 for an empty tile)."""
     n = env_slot.shape[0]
     num_tiles = (n + min(capacity, n) * (tile_rows - 1)) // tile_rows
     order = jnp.argsort(env_slot, stable=True)
@@ -101,7 +101,6 @@ def rollout(
     unshifted one. m = 0 leaves every number unchanged."""
 
     num_actors = start_ages.shape[0]
-    num_envs = num_actors * envs_per_actor
     capacity = jax.tree.leaves(buffer.snapshots)[0].shape[0]
     tiled = envs_per_actor < TILE_ROWS and not lag.synchronous
 
@@ -140,7 +139,7 @@ def rollout(
             return (mean.reshape((obs.shape[0],) + mean.shape[2:]),
                     log_std.reshape((obs.shape[0],) + log_std.shape[2:]))
 
-        if tiled:  # every tile's snapshot is slot 0's when all actors are the same, so the shared path reads tile 0
+        if tiled:  # all actors the same: tile 0 holds envs of that one slot, so ``shared`` reads its snapshot
             return jax.lax.cond(same, shared, per_tile, None)
         return jax.lax.cond(same, shared, per_actor, None)
 
