@@ -512,6 +512,11 @@ def test_a_swept_setting_is_summarised_on_its_own_never_pooled_as_more_seeds(tmp
                     rows.append(r)
     assert analysis.setting_axes(rows) == ["gamma"]
     assert analysis.setting_axes([r for r in rows if r.get("gamma") != 0.995]) == []  # one setting: as before
+    # a table read back from a CSV that mixes the groups holds NaN where a group has no gamma: the same settings
+    nan_rows = [r if "gamma" in r else {**r, "gamma": float("nan")} for r in rows]
+    assert analysis.setting_axes(nan_rows) == ["gamma"]
+    assert [(s, len(g)) for s, g in analysis.by_setting(nan_rows)] == [(s, len(g)) for s, g in analysis.by_setting(rows)]
+    assert analysis.setting_of(nan_rows[-1], ["gamma"]) == ""
     for method in ("ppo_clip", "vaco"):
         g = tmp_path / "run" / "point_mass" / method
         g.mkdir(parents=True)

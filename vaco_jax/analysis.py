@@ -22,6 +22,7 @@ the same rows from score rows already loaded, without writing (e.g. one task's r
 
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
@@ -163,9 +164,15 @@ def setting_axes(rows: list[dict]) -> list[str]:
         for k in sorted({k for r in same for k in r}):
             if k in CELL_AXES or not results.identifies_cell(k) or k in axes:
                 continue
-            if len({str(r.get(k)) for r in same}) > 1:
+            if len({"" if _absent(r.get(k)) else str(r.get(k)) for r in same}) > 1:
                 axes.append(k)
     return sorted(axes)
+
+
+def _absent(v) -> bool:
+    """No value: missing, empty, or NaN (what a table read from a CSV that mixes groups with and
+    without the column holds where a group has none)."""
+    return v is None or v == "" or (isinstance(v, float) and math.isnan(v))
 
 
 def _setting_value(v) -> str:
@@ -174,7 +181,7 @@ def _setting_value(v) -> str:
 
 def setting_of(row: dict, axes: list[str]) -> str:
     """'gamma=0.99 learning_rate=0.0001': the row's values of ``axes`` (those it has; '' for none)."""
-    return " ".join(f"{k}={_setting_value(row[k])}" for k in axes if k in row and row[k] not in ("", None))
+    return " ".join(f"{k}={_setting_value(row[k])}" for k in axes if not _absent(row.get(k)))
 
 
 def by_setting(rows: list[dict]) -> list[tuple[str, list[dict]]]:
