@@ -3,7 +3,7 @@
 ``benchmarks.throughput`` gives the cost per env step of ``uniform`` B = 32 over the synchronous path
 as one number per round. This benchmark splits a phase (docs/lag.md) into ``Trainer.collect`` (the
 rollout: the actors' policy forward passes and the simulator) and ``Trainer.learn`` (alignment and
-the E x M gradient steps) and times each for four variants of the same ``ppo_clip`` configuration:
+the E x M gradient steps) and times each for five variants of the same ``ppo_clip`` configuration:
 
     sync     lag_model='synchronous' (no buffer: every env acts with the learner's parameters)
     b32      uniform, B = 32, one actor per env (the default ``envs_per_actor = 1``): at most 32
@@ -16,7 +16,7 @@ the E x M gradient steps) and times each for four variants of the same ``ppo_cli
              product per step (the shared path) - the simulator's share of b32's cost without the
              copies
 
-All four are trained for ``train_phases`` phases first and then advance one phase per round, and
+All five are trained for ``train_phases`` phases first and then advance one phase per round, and
 every call of every variant starts from the same env states (the synchronous run's, copied in before
 each round), so the simulator steps the same kind of states; each round times every variant twice,
 in the order of the list and then in reverse (A B C D E E D C B A), and the ratio to ``sync`` is taken

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from vaco_jax.networks import GaussianPolicy, normalize, normalizer_init
-from vaco_jax.rollout import TILE_ROWS, tile_layout
+from vaco_jax.rollout import TILE_ROWS, apply_in_tiles, tile_layout
 
 N, D, A, K, U, GROUP = 256, 11, 1, 32, 32, 16  # envs, obs size, action size, slots, steps, envs per actor
 
@@ -71,10 +71,7 @@ def main() -> None:
         rows, env_tile, env_lane, tile_slot = tile_layout(ages, K, TILE_ROWS)
         sn = jax.tree.map(lambda x: x[tile_slot], buf)
 
-        def f(o):
-            m = jax.vmap(dist)(sn, jnp.concatenate([o, jnp.zeros_like(o[:1])])[rows])[0]
-            return m[env_tile, env_lane]
-        return scan(f)
+        return scan(lambda o: apply_in_tiles(dist, sn, (rows, env_tile, env_lane), o)[0])
 
     print(f"{' '.join(sys.argv)}; jax {jax.__version__}, {jax.devices()[0]}; {N} envs, policy 64x64, "
           f"{K} slots; median of 7 calls of {U} steps")

@@ -22,7 +22,6 @@ the same rows from score rows already loaded, without writing (e.g. one task's r
 
 from __future__ import annotations
 
-import math
 import os
 
 import numpy as np
@@ -172,7 +171,7 @@ def setting_axes(rows: list[dict]) -> list[str]:
 def _absent(v) -> bool:
     """No value: missing, empty, or NaN (what a table read from a CSV that mixes groups with and
     without the column holds where a group has none)."""
-    return v is None or v == "" or (isinstance(v, float) and math.isnan(v))
+    return v is None or results.cell_text(v) == ""
 
 
 def _setting_value(v) -> str:

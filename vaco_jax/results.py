@@ -80,7 +80,8 @@ def _sha(data: bytes) -> str:
 
 # ----------------------------------------------------------------------------- tables
 
-def _cell_text(v) -> str:
+def cell_text(v) -> str:
+    """A table cell's text: '' for NaN (an empty cell reads back as NaN), else ``str(v)``."""
     if isinstance(v, float) and math.isnan(v):
         return ""
     return str(v)
@@ -94,7 +95,7 @@ def rows_to_csv(rows: Sequence[dict]) -> str:
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=fields, restval="", lineterminator="\n")
     writer.writeheader()
-    writer.writerows({k: _cell_text(v) for k, v in row.items()} for row in rows)
+    writer.writerows({k: cell_text(v) for k, v in row.items()} for row in rows)
     body = buf.getvalue()
     return body + f"{FOOTER} rows={len(rows)} sha256={_sha(body.encode())}\n"
 

@@ -75,6 +75,16 @@ def tile_layout(env_slot: jnp.ndarray, capacity: int, tile_rows: int):
     return rows, env_tile, env_lane, tile_slot
 
 
+def apply_in_tiles(fn: Callable, snaps: Any, layout: tuple, obs: jnp.ndarray):
+    """``fn(snapshot, block)`` for every tile at once (``vmap``), read back in env order.
+
+    ``snaps`` holds one snapshot per tile, ``layout`` is ``(rows, env_tile, env_lane)`` of
+    :func:`tile_layout`; empty lanes see a row of zeros. Returns ``fn``'s outputs with a leading [N]."""
+    rows, env_tile, env_lane = layout
+    padded = jnp.concatenate([obs, jnp.zeros_like(obs[:1])], axis=0)  # row N: an empty lane
+    return jax.tree.map(lambda x: x[env_tile, env_lane], jax.vmap(fn)(snaps, padded[rows]))
+
+
 def rollout(
     *,
     env: Env,
@@ -128,10 +138,7 @@ def rollout(
             return dist_batch(jax.tree.map(lambda x: x[0], snaps), obs)
 
         def per_tile(_):
-            rows, env_tile, env_lane = layout
-            padded = jnp.concatenate([obs, jnp.zeros_like(obs[:1])], axis=0)  # row N: an empty lane
-            mean, log_std = jax.vmap(dist_batch)(snaps, padded[rows])
-            return mean[env_tile, env_lane], log_std[env_tile, env_lane]
+            return apply_in_tiles(dist_batch, snaps, layout, obs)
 
         def per_actor(_):
             blocks = obs.reshape((num_actors, envs_per_actor) + obs.shape[1:])
