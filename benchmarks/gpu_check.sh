@@ -75,12 +75,12 @@ if [ "$DRY" = 1 ]; then
   LOCO=point_mass; IDP=point_mass; PRESET=tiny
   IDP_CAP=100
   LAGS="1 4"; SEEDS="0 1"; SLICE_CAP=${GPU_CHECK_SLICE_CAP:-8192}
-  TP_IDP=(--num-envs 64 --phases 2 --repeats 2 --skip-brax --no-raw-brax)
+  TP_IDP=(--num-envs 64 --phases 2 --cost-cycles 1 --repeats 2 --skip-brax --no-raw-brax)
   TP_LOCO=(--num-envs 64 --unroll-length 16 --phases 2 --repeats 2 --skip-brax --no-raw-brax --compare-lag-depths --no-synchronous)
 else
   LOCO=halfcheetah; IDP=inverted_double_pendulum; PRESET=paper
   LAGS="1 2 4 8 16 32"; SEEDS="0 1 2 3 4 5 6 7 8 9"; SLICE_CAP=${GPU_CHECK_SLICE_CAP:-60000000}
-  TP_IDP=(--num-envs 2048 --phases 10 --repeats 3 --no-raw-brax)
+  TP_IDP=(--num-envs 2048 --phases 10 --cost-cycles 5 --repeats 3 --no-raw-brax)
   IDP_CAP=90
   if [ "${GPU_CHECK_BRAX:-0}" = 1 ]; then IDP_CAP=160; else TP_IDP+=(--skip-brax); fi
   TP_LOCO=(--num-envs 2048 --unroll-length 64 --phases 4 --repeats 3 --skip-brax --no-raw-brax --compare-lag-depths --no-synchronous)

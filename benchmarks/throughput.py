@@ -28,15 +28,20 @@ When Brax runs (and ``phases`` is even), (b)'s calls are of ``phases / 2`` phase
 twice Brax's untimed epochs, so at the start and at the end of every timed Brax epoch our run and
 Brax's have taken the same number of env steps: the simulator's cost per step changes as a policy
 learns, and two runs at different stages of training would compare that instead.
-The cost pair, (b') at each ``compare_lag_depths`` and (b'') the synchronous path, runs ``phases``
-phases of each per round in short calls of ``cost_phases_per_call`` phases (default 1), timed in
-cycles A B ... B A ((b''), (b'), then the reverse), and a round's ratio is each side's env steps over
+The cost pair, (b') at each ``compare_lag_depths`` and (b'') the synchronous path, runs
+``cost_cycles`` (default 20) cycles A B ... B A per round ((b''), (b'), then the reverse) of short calls
+of ``cost_phases_per_call`` phases (default 1), and a round's ratio is each side's env steps over
 its summed seconds: this machine's speed swings by tens of percent within seconds, and only calls
-this short and this finely interleaved see the same swings. Every half-cycle starts both from the
+this short and this finely interleaved see the same swings; many cycles a round average them out
+(BENCHMARKS.md: the A/A control's rounds spanned 0.84..1.06 with 5 cycles, 0.95..1.02 with 20). Every half-cycle starts both from the
 synchronous run's env states (``--no-cost-same-states``: each from its own), since an MJX step's cost
 depends on the state. ``--cost-learning-rate 1e-9`` holds both policies near their common
 initialisation: the ratio is then the lag machinery's cost alone; at the default learning rate it
 also holds what the simulator charges for the states a lagged policy's actions lead to.
+(b''') the A/A control (``--cost-control``, on by default): the synchronous run's compiled program and
+state timed a second time in the same cycles, last (A B C C B A); it computes exactly what (b'') does,
+so its ratio to (b'') round by round is the noise of this machine and this protocol alone, printed
+beside the cost target, which is decided by the rule below all the same.
 Each timed call ends with ``block_until_ready``; each reported steps/s is the median over the
 rounds (for (b): over its calls before the epochs; the bracketing rate is reported beside it). A ``jax.monitoring`` listener counts the XLA
 compilations inside every timed interval, so a timing that contains a compile is flagged.
@@ -98,8 +103,10 @@ class Args:
     warmup: int = 1  # untimed calls after compilation (Brax: untimed epochs, at least its compiling one)
     seed: int = 0  # PRNG seed of every measurement
     learning_rate: float = 3e-4  # Adam step size of both trainers; a tiny one (1e-9) holds both policies near their initialisation, so the simulator sees the same kind of states on both sides
-    cost_phases_per_call: int = 1  # phases per timed call of (b') and (b''); each round runs `phases` of each in A B B A cycles of such calls (must divide phases / 2)
+    cost_phases_per_call: int = 1  # phases per timed call of (b') and (b'')
+    cost_cycles: int = 20  # A B B A cycles of such calls per round: 2 x cost_cycles x cost_phases_per_call phases of each (b'), (b'') per round
     cost_same_states: bool = True  # (b') and (b'') start each half of a round from the same env states (the synchronous run's): an MJX step's cost depends on the state, and two runs that learn differently drift apart
+    cost_control: bool = True  # (b''') time a second copy of (b'') (the same compiled program and state) in the same cycles: an A/A control whose ratio to (b'') is this machine's round-to-round noise, printed beside the cost target
     cost_learning_rate: float | None = None  # Adam step size of (b') and (b'') only (None: learning_rate); 1e-9 holds both near their common initialisation, so they step the same kind of states and their ratio is the lag machinery's cost alone
     skip_brax: bool = False  # skip (c), Brax's PPO trainer
     brax_devices: int | None = 1  # devices Brax's trainer uses (its max_devices_per_host; None: every local device)
@@ -321,6 +328,9 @@ def cost_pair_round(pair: list[Program], cycles: int, log: CompileLog, same_stat
             for p in order:
                 p.timed_call(log, after=after, more=i > 0)
     return {p.label: 2 * p.steps_per_call / (p.seconds[-1] + p.seconds_after[-1]) for p in pair}
+
+
+CONTROL = "ours_sync_again"  # (b'''), the A/A control of the cost pair
 
 
 # ----------------------------------------------------------------------------- (c) Brax's trainer
@@ -545,17 +555,20 @@ def targets(args: Args, results: dict) -> list[dict]:
                         "bound": ">= 1.05", "median": float(np.median(each)), "min": min(each), "max": max(each),
                         "each": each, "met": min(each) >= 1.05, "decides": key.startswith("bracket")})
     lr = args.learning_rate if args.cost_learning_rate is None else args.cost_learning_rate
-    for depth in args.compare_lag_depths:
-        sync, lagged = results.get("ours_sync"), results.get(f"ours_b{depth}")
+    for depth in (*args.compare_lag_depths, None):
+        sync, lagged = results.get("ours_sync"), results.get(CONTROL if depth is None else f"ours_b{depth}")
         key = "bracket_steps_per_second_each"  # A B B A: both calls of each side in round r together
         ab_ba = bool(sync and lagged and key in sync and key in lagged)
         each = _per_round(sync, lagged, *(2 * (key,) if ab_ba else ()))  # cost ratio = sps ratio inverted
         if each:
-            out.append({"name": f"cost per env step, {args.lag_model} B={depth} / synchronous "
-                                f"({'A B B A calls' if ab_ba else 'one call each'}"
+            what = ("A/A control: the synchronous path again / synchronous (the same program; this "
+                    "machine's round-to-round noise, no target)" if depth is None else
+                    f"cost per env step, {args.lag_model} B={depth} / synchronous")
+            out.append({"name": f"{what} ({f'{args.cost_cycles} A B B A cycles a round' if ab_ba else 'one call each'}"
                                 f"{', same env states' if ab_ba and args.cost_same_states else ''}, learning rate {lr:g})",
-                        "bound": "<= 1.10", "median": float(np.median(each)), "min": min(each), "max": max(each),
-                        "each": each, "met": max(each) <= 1.10, "decides": True})
+                        "bound": "" if depth is None else "<= 1.10", "median": float(np.median(each)),
+                        "min": min(each), "max": max(each), "each": each, "met": max(each) <= 1.10,
+                        "decides": depth is not None})
     return out
 
 
@@ -568,6 +581,7 @@ def report(args: Args, results: dict, meta: dict) -> str:
                         == args.phases // 2 * args.num_envs * args.unroll_length else "")),
             *[(f"ours_b{d}", f"(b') ours: ppo_clip, {args.lag_model} B={d}") for d in args.compare_lag_depths],
             ("ours_sync", "(b'') ours: ppo_clip, synchronous"),
+            (CONTROL, "(b''') (b'') again: the A/A control"),
             ("brax", "(c)  Brax ppo.train" + (" (shimmed)" if brax and brax.get("shim_used") else ""))]
     m = meta["machine"]
     lines = [
@@ -622,7 +636,7 @@ def report(args: Args, results: dict, meta: dict) -> str:
            "; the target is set for a simulation-dominated task, halfcheetah") + ")",
     ]
     for t in results.get("targets", []):
-        lines.append(f"{'target' if t['decides'] else 'for reference:'} {t['name']} {t['bound']}: median "
+        lines.append(f"{'target' if t['decides'] else 'for reference:'} {t['name']}{' ' + t['bound'] if t['bound'] else ''}: median "
                      f"{t['median']:.3f}, rounds {t['min']:.3f}..{t['max']:.3f} ("
                      + ", ".join(f"{x:.3f}" for x in t["each"]) + ")"
                      + (f" -> {'met' if t['met'] else 'NOT met'}" if t["decides"] else ""))
@@ -648,11 +662,10 @@ def main(args: Args | None = None) -> dict:
     import tyro
 
     args = args or tyro.cli(Args)
-    if (args.synchronous or args.compare_lag_depths) and (
-            args.cost_phases_per_call < 1 or args.phases % (2 * args.cost_phases_per_call)):
-        raise SystemExit(f"--cost-phases-per-call={args.cost_phases_per_call} must be >= 1 and divide "
-                         f"--phases / 2 (phases={args.phases}): each round runs `phases` phases of (b') and "
-                         "(b'') as A B B A cycles of such calls")
+    if (args.synchronous or args.compare_lag_depths) and (args.cost_phases_per_call < 1 or args.cost_cycles < 1):
+        raise SystemExit(f"--cost-phases-per-call (got {args.cost_phases_per_call}) and --cost-cycles (got "
+                         f"{args.cost_cycles}) must be >= 1: each round runs that many A B B A cycles of (b') "
+                         "and (b'') calls of that many phases")
     out_path = args.out or os.path.join("runs", "benchmarks", f"throughput_{args.env}.json")
     command = shlex.join(getattr(sys, "orig_argv", [sys.executable, *sys.argv]))
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -674,12 +687,12 @@ def main(args: Args | None = None) -> dict:
     print(f"[compile] (b) ours: ppo_clip trainer, lag model {args.lag_model!r} at B={args.lag_depth} ...", flush=True)
     programs.append(prepare_ours(args, log, setup, warmup=2 * max(args.warmup, 1) if halves else None))
     del setup
-    # (b') and (b''), the cost pair: `phases` phases of each per round, in short calls of
+    # (b') and (b''), the cost pair: `cost_cycles` cycles per round of short calls of
     # `cost_phases_per_call` phases timed A B B A (the synchronous path, each depth, then the same in
-    # reverse), repeated: the machine's speed swings by tens of percent within seconds, and calls this
-    # short and this finely interleaved see the same swings; both runs advance the same env steps
+    # reverse): the machine's speed swings by tens of percent within seconds, and calls this short and
+    # this finely interleaved see the same swings; both runs advance the same env steps
     c = args.cost_phases_per_call
-    cycles = args.phases // (2 * c)  # A B B A cycles per round
+    cycles = args.cost_cycles
     pair_kw = dict(phases=c, learning_rate=args.cost_learning_rate)
     pair = []
     if args.synchronous:
@@ -690,6 +703,9 @@ def main(args: Args | None = None) -> dict:
         print(f"[compile] (b') ours, lag model {args.lag_model!r} at B={depth} ...", flush=True)
         pair.append(prepare_ours(args, log, init_ours(args, lag_depth=depth, **pair_kw), label=f"ours_b{depth}",
                                  warmup=args.warmup * args.phases // c))
+    if args.synchronous and args.cost_control:  # (b'''), last: no compile, the same program from the same state
+        pair.append(dataclasses.replace(pair[0], label=CONTROL, seconds=[], seconds_after=[],
+                                        compile_seconds=0.0, xla_compile_seconds=0.0, extra=dict(pair[0].extra)))
     for p in pair:  # a round's "call" before (and after) is the sum of its cycles' calls
         p.extra["phases_per_call"] = c
         p.steps_per_call *= cycles

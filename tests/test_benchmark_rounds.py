@@ -45,6 +45,10 @@ def test_the_bracketing_rate_and_the_round_by_round_targets():
     assert found[(False, ">= 1.05")]["each"] == pytest.approx([2.5, 1.0, 100 / 90])  # the call before alone
     cost = found[(True, "<= 1.10")]
     assert cost["each"] == pytest.approx([100 / 95, 100 / 91, 1.0]) and cost["met"]
+    assert (False, "") not in found  # no A/A control without its results
+    results[throughput.CONTROL] = {"steps_per_second_each": [80.0, 100.0, 125.0]}
+    control = {(t["decides"], t["bound"]): t for t in targets(Args(compare_lag_depths=(32,)), results)}[(False, "")]
+    assert control["each"] == pytest.approx([1.25, 1.0, 0.8]) and "A/A control" in control["name"]
     # without bracketing calls (a run without Brax) the target has nothing to decide on
     plain = Program("ours", None, (), None, steps_per_call=100, compile_seconds=0.0, xla_compile_seconds=0.0,
                     seconds=[1.0])
@@ -83,6 +87,8 @@ def test_the_cost_pair_runs_a_b_b_a_cycles_from_the_same_env_states_and_sums_a_r
     assert len(sync.seconds) == 2  # a second round
 
 
-def test_cost_phases_per_call_must_divide_half_the_phases():
-    with pytest.raises(SystemExit, match="cost-phases-per-call=3 must be >= 1 and divide --phases / 2"):
-        throughput.main(Args(phases=10, cost_phases_per_call=3))
+def test_the_cost_pair_needs_a_call_and_a_cycle():
+    with pytest.raises(SystemExit, match=r"--cost-phases-per-call \(got 0\) and --cost-cycles \(got 20\) must be >= 1"):
+        throughput.main(Args(cost_phases_per_call=0))
+    with pytest.raises(SystemExit, match=r"--cost-cycles \(got 0\) must be >= 1"):
+        throughput.main(Args(cost_cycles=0))
