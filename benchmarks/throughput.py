@@ -29,7 +29,7 @@ twice Brax's untimed epochs, so at the start and at the end of every timed Brax 
 Brax's have taken the same number of env steps: the simulator's cost per step changes as a policy
 learns, and two runs at different stages of training would compare that instead.
 The cost pair, (b') at each ``compare_lag_depths`` and (b'') the synchronous path, runs
-``cost_cycles`` (default 20) cycles A B ... B A per round ((b''), (b'), then the reverse) of short calls
+``cost_cycles`` (default 20) cycles A B ... B A per round ((b''), (b'), then the reverse; cycle i rotated by i places) of short calls
 of ``cost_phases_per_call`` phases (default 1), and a round's ratio is each side's env steps over
 its summed seconds: this machine's speed swings by tens of percent within seconds, and only calls
 this short and this finely interleaved see the same swings; many cycles a round average them out
@@ -39,7 +39,7 @@ depends on the state. ``--cost-learning-rate 1e-9`` holds both policies near the
 initialisation: the ratio is then the lag machinery's cost alone; at the default learning rate it
 also holds what the simulator charges for the states a lagged policy's actions lead to.
 (b''') the A/A control (``--cost-control``, on by default): the synchronous run's compiled program and
-state timed a second time in the same cycles, last (A B C C B A); it computes exactly what (b'') does,
+state timed a second time in the same cycles (A B C C B A, rotated); it computes exactly what (b'') does,
 so its ratio to (b'') round by round is the noise of this machine and this protocol alone, printed
 beside the cost target, which is decided by the rule below all the same.
 Each timed call ends with ``block_until_ready``; each reported steps/s is the median over the
@@ -317,12 +317,15 @@ def share_env_state(pair: list[Program]) -> None:
 
 
 def cost_pair_round(pair: list[Program], cycles: int, log: CompileLog, same_states: bool = True) -> dict:
-    """One round of the cost pair ((b'') then each (b')): ``cycles`` times A B ... B A, each program's
-    calls before the turn summed into its round's "before" seconds and those after it into its "after"
-    seconds; with ``same_states`` each half-cycle starts every program from the first one's env
-    states. Returns each program's env steps/s over the round."""
+    """One round of the cost pair ((b''), each (b'), the control (b''')): ``cycles`` times A B ... B A,
+    cycle i with the list rotated by i places (B ... A A ... B, ...), so that over a round every
+    program takes every place in a cycle alike (a fixed place biased a program by up to 4 % here);
+    each program's calls before the turn summed into its round's "before" seconds and those after it
+    into its "after" seconds; with ``same_states`` each half-cycle starts every program from the
+    first one's env states. Returns each program's env steps/s over the round."""
     for i in range(cycles):
-        for order, after in ((pair, False), (pair[::-1], True)):
+        turn = pair[i % len(pair):] + pair[:i % len(pair)]
+        for order, after in ((turn, False), (turn[::-1], True)):
             if same_states and len(pair) > 1:
                 share_env_state(pair)
             for p in order:

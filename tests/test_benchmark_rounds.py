@@ -75,8 +75,9 @@ def test_the_cost_pair_runs_a_b_b_a_cycles_from_the_same_env_states_and_sums_a_r
 
     sync, lagged = program("ours_sync", 1), program("ours_b32", 100)
     rates = throughput.cost_pair_round([sync, lagged], 2, throughput.CompileLog())
-    # A B | B A, twice; each half-cycle starts from the env state the synchronous run has reached
-    assert [c[0] for c in calls] == ["ours_sync", "ours_b32", "ours_b32", "ours_sync"] * 2
+    # A B | B A, then rotated: B A | A B; each half-cycle starts from the env state the synchronous run has reached
+    assert [c[0] for c in calls] == ["ours_sync", "ours_b32", "ours_b32", "ours_sync",
+                                     "ours_b32", "ours_sync", "ours_sync", "ours_b32"]
     assert [c[1] for c in calls] == [0, 0, 1, 1, 2, 2, 3, 3]
     assert lagged.args[0].own == 4  # the rest of its state is its own
     assert len(sync.seconds) == len(sync.seconds_after) == 1 == len(lagged.seconds)  # one round
