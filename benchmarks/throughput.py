@@ -18,12 +18,14 @@ How it is timed. (a), (a') and (b) are compiled ahead of time (``jit(f).lower(..
 "compile s" column), then run ``warmup`` untimed calls. (c) is a closed host loop that compiles
 during its first epoch; its steady state is read from the wall-clock times of its ``progress_fn``
 callbacks (one after every epoch of ``phases`` training steps). The ``repeats`` timed rounds are
-interleaved: between two consecutive timed Brax epochs, inside Brax's ``progress_fn`` (and outside
-the interval charged to Brax), one timed call each of (a) and (a'), the round of (b'') and (b') and then (b) run,
-so load drift on a shared machine hits every measurement alike and (b) runs right before the Brax
-epoch it is compared with; right after that epoch (b) runs once more, and the round's ours / Brax
-ratio is taken from those two calls together (env steps over their seconds), which bracket the
-epoch in time: a machine that speeds up or slows down during the round moves both sides alike.
+interleaved: each round holds ``brax_epochs_per_round`` (k, default 3) timed Brax epochs; inside
+Brax's ``progress_fn`` (and outside the interval charged to Brax), before a round's first epoch one
+timed call each of (a) and (a') and the round of (b''), (b') and (b''') run, so load drift on a
+shared machine hits every measurement alike; right before every epoch (b) runs, and right after it
+(b) runs once more. The round's ours / Brax ratio is taken from its 2 k calls of (b) together (env
+steps over their seconds), which bracket its k epochs in time (a machine that speeds up or slows
+down moves both sides alike), over the k epochs together (env steps over their seconds): more
+epochs a round, a steadier round (BENCHMARKS.md).
 When Brax runs (and ``phases`` is even), (b)'s calls are of ``phases / 2`` phases and its warm-up is
 twice Brax's untimed epochs, so at the start and at the end of every timed Brax epoch our run and
 Brax's have taken the same number of env steps: the simulator's cost per step changes as a policy
@@ -99,7 +101,8 @@ class Args:
     compare_lag_depths: tuple[int, ...] = (32,)  # (b') extra runs of ours, `lag_model` at these depths
     synchronous: bool = True  # (b'') also time ours with lag_model='synchronous' (no buffer): the cost reference
     phases: int = 10  # phases (updates) per timed call: env steps per call = phases * num_envs * unroll_length
-    repeats: int = 3  # timed rounds (one call of each measurement, one Brax epoch); medians are reported
+    repeats: int = 3  # timed rounds (one call of each measurement, brax_epochs_per_round Brax epochs); medians are reported
+    brax_epochs_per_round: int = 3  # timed Brax epochs per round, each right between a call of (b) before and one after it; a round's ours / Brax sums them
     warmup: int = 1  # untimed calls after compilation (Brax: untimed epochs, at least its compiling one)
     seed: int = 0  # PRNG seed of every measurement
     learning_rate: float = 3e-4  # Adam step size of both trainers; a tiny one (1e-9) holds both policies near their initialisation, so the simulator sees the same kind of states on both sides
@@ -150,6 +153,7 @@ class Program:
     seconds: list = dataclasses.field(default_factory=list)
     seconds_after: list = dataclasses.field(default_factory=list)  # bracketing calls (see ``timed_call``)
     compiles: int = 0
+    calls_per_round: int = 1  # calls summed into a round's seconds (``steps_per_call`` counts them all)
 
     def call(self) -> float:
         """One call, blocked until ready; returns its wall-clock seconds."""
@@ -171,7 +175,7 @@ class Program:
         else:
             times.append(seconds)
         self.compiles += log.between(t0, time.perf_counter())[0]
-        return self.steps_per_call / times[-1]
+        return self.steps_per_call / self.calls_per_round / seconds  # this call's rate
 
     def summary(self) -> dict:
         per_call = [self.steps_per_call / s for s in self.seconds]
@@ -336,6 +340,25 @@ def cost_pair_round(pair: list[Program], cycles: int, log: CompileLog, same_stat
 CONTROL = "ours_sync_again"  # (b'''), the A/A control of the cost pair
 
 
+def epoch_hooks(k: int, repeats: int, run_round: Callable[[int], None], ours: Program, log: CompileLog):
+    """The two hooks ``bench_brax`` calls around timed epoch j, for rounds of ``k`` epochs: before the
+    first epoch of round r, ``run_round(r)`` (the round's other measurements, then ours' first call);
+    before every other epoch a call of ours added to the round's "before" seconds; after every epoch
+    a call of ours added to its "after" seconds."""
+    def before_epoch(j: int) -> None:
+        if j % k == 0:
+            run_round(j // k)
+        else:
+            print(f"[round {j // k + 1}/{repeats}] before Brax epoch {j % k + 1}/{k}: ours "
+                  f"{ours.timed_call(log, more=True):,.0f}", flush=True)
+
+    def after_epoch(j: int) -> None:
+        print(f"[round {j // k + 1}/{repeats}] after Brax epoch {j % k + 1}/{k}: ours "
+              f"{ours.timed_call(log, after=True, more=j % k > 0):,.0f}", flush=True)
+
+    return before_epoch, after_epoch
+
+
 # ----------------------------------------------------------------------------- (c) Brax's trainer
 
 BRAX_METHOD = (
@@ -348,8 +371,9 @@ BRAX_METHOD = (
     "callback - env_steps at the previous callback) / (wall time from the return of the previous "
     "callback to the entry of this one), so it holds the epoch and Brax's own per-epoch host work "
     "(weak-type stripping, metric means, parameter unreplication) and nothing of ours: the timed "
-    "calls of (a), (a') and (b) run inside the callback, between the two timestamps. Median over "
-    "the timed epochs. Brax's own 'training/sps' (the epoch call alone) is kept as a cross-check. "
+    "calls of (a), (a') and (b) run inside the callback, between the two timestamps. A round is "
+    "k = brax_epochs_per_round consecutive timed epochs, its steps/s their env steps over their "
+    "seconds together; median over the rounds. Brax's own 'training/sps' (the epoch call alone) is kept as a cross-check. "
     "Compile seconds = wall time from the train() call to the first callback minus one steady epoch.")
 
 SHIM_NOTE = (
@@ -402,9 +426,10 @@ def _brax_shim(axis_name: str, brax_version: str) -> tuple[bool, str, Callable[[
 
 def bench_brax(args: Args, log: CompileLog, between_epochs: Callable[[int], None],
                after_epoch: Callable[[int], None] | None = None) -> dict:
-    """Time Brax's PPO trainer (method: ``BRAX_METHOD``); ``between_epochs(r)`` runs round ``r`` right
-    before timed epoch ``r``, and ``after_epoch(r)`` (if given) right after it, so a measurement taken
-    in both brackets the epoch in time."""
+    """Time Brax's PPO trainer (method: ``BRAX_METHOD``); ``between_epochs(j)`` runs right before timed
+    epoch ``j`` and ``after_epoch(j)`` (if given) right after it, so a measurement taken in both
+    brackets the epoch in time. There are ``repeats`` x ``brax_epochs_per_round`` timed epochs; round r
+    is epochs r k ... r k + k - 1, its rate their env steps over their seconds together."""
     from brax import envs as brax_envs
     from brax.training.agents.ppo import networks as ppo_networks
     from brax.training.agents.ppo import train as ppo_train
@@ -416,7 +441,8 @@ def bench_brax(args: Args, log: CompileLog, between_epochs: Callable[[int], None
     batch_size = args.num_envs // args.num_minibatches
     steps_per_epoch = args.phases * batch_size * args.num_minibatches * args.unroll_length
     untimed = max(args.warmup, 1)  # the first epoch compiles
-    num_evals = untimed + args.repeats + 1  # num_evals - 1 epochs, one callback after each
+    timed = args.repeats * args.brax_epochs_per_round
+    num_evals = untimed + timed + 1  # num_evals - 1 epochs, one callback after each
     num_timesteps = (num_evals - 1) * steps_per_epoch  # -> exactly `phases` training steps per epoch
 
     with warnings.catch_warnings():
@@ -447,10 +473,10 @@ def bench_brax(args: Args, log: CompileLog, between_epochs: Callable[[int], None
     def progress_fn(step, metrics):
         entry = time.perf_counter()
         index = len(stamps)  # this callback follows epoch index + 1
-        if after_epoch is not None and untimed <= index < untimed + args.repeats:
-            after_epoch(index - untimed)  # right after timed epoch r
-        if untimed - 1 <= index < untimed - 1 + args.repeats:
-            between_epochs(index - (untimed - 1))  # round r runs right before timed epoch r
+        if after_epoch is not None and untimed <= index < untimed + timed:
+            after_epoch(index - untimed)  # right after timed epoch j
+        if untimed - 1 <= index < untimed - 1 + timed:
+            between_epochs(index - (untimed - 1))  # right before timed epoch j
         stamps.append((entry, time.perf_counter(), int(step), float(metrics.get("training/sps", math.nan))))
 
     shim_used, shim_note, undo = _brax_shim(getattr(ppo_train, "_PMAP_AXIS_NAME", "i"),
@@ -465,7 +491,7 @@ def bench_brax(args: Args, log: CompileLog, between_epochs: Callable[[int], None
 
     if len(stamps) != num_evals - 1:
         raise RuntimeError(f"expected {num_evals - 1} progress callbacks from Brax, got {len(stamps)}")
-    per_epoch, seconds, own_sps, compiles = [], [], [], 0
+    per_epoch, seconds, own_sps, compiles = [], [], [], 0  # per timed epoch
     for (_, left, s0, _), (entry, _, s1, sps) in zip(stamps[untimed - 1:-1], stamps[untimed:]):
         if s1 - s0 != steps_per_epoch:
             raise RuntimeError(f"a Brax epoch ran {s1 - s0} env steps, expected {steps_per_epoch}")
@@ -473,11 +499,16 @@ def bench_brax(args: Args, log: CompileLog, between_epochs: Callable[[int], None
         seconds.append(entry - left)
         own_sps.append(sps)
         compiles += log.between(left, entry)[0]
+    k = args.brax_epochs_per_round  # round r: epochs r k ... r k + k - 1, env steps over seconds together
+    per_round = [k * steps_per_epoch / sum(seconds[r * k:(r + 1) * k]) for r in range(args.repeats)]
     return {
-        "steps_per_second": float(np.median(per_epoch)),
-        "steps_per_second_each": per_epoch,
-        "seconds_each": seconds,
-        "env_steps_per_call": steps_per_epoch,
+        "steps_per_second": float(np.median(per_round)),
+        "steps_per_second_each": per_round,
+        "steps_per_second_each_epoch": per_epoch,
+        "epochs_per_round": k,
+        "seconds_each": [sum(seconds[r * k:(r + 1) * k]) for r in range(args.repeats)],
+        "seconds_each_epoch": seconds,
+        "env_steps_per_call": k * steps_per_epoch,
         "compile_seconds": (stamps[0][0] - t_start) - float(np.median(seconds)),
         "xla_compile_seconds": log.between(t_start, stamps[0][0])[1],
         "compiles_during_timing": compiles,
@@ -592,15 +623,15 @@ def report(args: Args, results: dict, meta: dict) -> str:
         f"phase, {args.num_epochs} epochs x {args.num_minibatches} minibatches, policy "
         f"{tuple(args.policy_hidden)}, value {tuple(args.value_hidden)}, episode_length {args.episode_length}",
         f"timed: {args.phases} phases = {args.phases * args.num_envs * args.unroll_length:,} env steps per call "
-        f"/ Brax epoch; median of {args.repeats} interleaved rounds, after compile + {args.warmup} warm-up "
-        "call(s)",
+        f"/ Brax epoch; median of {args.repeats} interleaved rounds ({args.brax_epochs_per_round} Brax epochs, "
+        f"{args.cost_cycles} cost-pair cycles a round), after compile + {args.warmup} warm-up call(s)",
         f"jax {meta['versions']['jax']}, brax {meta['versions']['brax']}, mujoco-mjx "
         f"{meta['versions']['mujoco-mjx']}; device {m['device']} ({m['cpu_model']}, {m['cpus_available']} "
         f"CPUs available, 1-min load average {_fmt((m['load_average'] or [None])[0], '.2f')} at start, "
         f"{_fmt((meta.get('load_average_end') or [None])[0], '.2f')} at end); {meta['date']}",
         f"command: {meta['command']}",
         "",
-        f"{'measurement':<42} {'steps/s':>10} {'min..max':>17} {'s/call':>8} {'compile s':>10}",
+        f"{'measurement':<42} {'steps/s':>10} {'min..max':>17} {'s/round':>8} {'compile s':>10}",
     ]
     for key, label in rows:
         r = results.get(key)
@@ -669,6 +700,9 @@ def main(args: Args | None = None) -> dict:
         raise SystemExit(f"--cost-phases-per-call (got {args.cost_phases_per_call}) and --cost-cycles (got "
                          f"{args.cost_cycles}) must be >= 1: each round runs that many A B B A cycles of (b') "
                          "and (b'') calls of that many phases")
+    if args.brax_epochs_per_round < 1 or args.repeats < 1:
+        raise SystemExit(f"--brax-epochs-per-round (got {args.brax_epochs_per_round}) and --repeats (got "
+                         f"{args.repeats}) must be >= 1")
     out_path = args.out or os.path.join("runs", "benchmarks", f"throughput_{args.env}.json")
     command = shlex.join(getattr(sys, "orig_argv", [sys.executable, *sys.argv]))
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -727,17 +761,18 @@ def main(args: Args | None = None) -> dict:
         rounds_done += 1
         print(f"[round {r + 1}/{args.repeats}] steps/s: {', '.join(rates)}", flush=True)
 
-    def after_epoch(r: int) -> None:
-        print(f"[round {r + 1}/{args.repeats}] after the Brax epoch: ours {ours.timed_call(log, after=True):,.0f}",
-              flush=True)
+    k = args.brax_epochs_per_round
+    before_epoch, after_epoch = epoch_hooks(k, args.repeats, run_round, ours, log)
 
     results: dict[str, Any] = {}
     if not args.skip_brax:
         print("[brax] (c) Brax's ppo.train (compiles during its first epoch; rounds run between its "
               "timed epochs) ...", flush=True)
         try:
-            results["brax"] = bench_brax(args, log, run_round, after_epoch)
-            print(f"[brax] epochs steps/s: {', '.join(_fmt(x) for x in results['brax']['steps_per_second_each'])}",
+            ours.steps_per_call *= k  # a round of ours: k calls before and k after Brax's k epochs
+            ours.calls_per_round = k
+            results["brax"] = bench_brax(args, log, before_epoch, after_epoch)
+            print(f"[brax] rounds steps/s: {', '.join(_fmt(x) for x in results['brax']['steps_per_second_each'])}",
                   flush=True)
         except Exception as err:  # report why instead of losing the other measurements
             frame = traceback.extract_tb(err.__traceback__)[-1]
@@ -747,6 +782,11 @@ def main(args: Args | None = None) -> dict:
                 "traceback": traceback.format_exc(),
             }
             print(f"[brax] FAILED: {results['brax']['error']}", flush=True)
+            if ours.calls_per_round > 1:  # rounds cut short: ours is timed again below, one call a round
+                ours.steps_per_call //= ours.calls_per_round
+                ours.calls_per_round = 1
+                ours.seconds.clear()
+                ours.seconds_after.clear()
     while rounds_done < args.repeats:
         run_round(rounds_done)
     for p in programs:

@@ -21,13 +21,57 @@ def test_the_hooks_run_right_before_and_right_after_each_timed_epoch(monkeypatch
             progress_fn((epoch + 1) * per_epoch, {})
 
     monkeypatch.setattr(ppo_train, "train", fake_train)
-    args = Args(num_envs=8, unroll_length=4, num_minibatches=2, phases=2, repeats=3, warmup=2)
+    args = Args(num_envs=8, unroll_length=4, num_minibatches=2, phases=2, repeats=3, warmup=2, brax_epochs_per_round=1)
     out = throughput.bench_brax(args, throughput.CompileLog(), lambda r: events.append(("before", r)),
                                 lambda r: events.append(("after", r)))
     # epochs 0 and 1 are untimed (warm-up 2); timed epoch r is epoch r + 2
     assert events == [("epoch", 0), ("epoch", 1), ("before", 0), ("epoch", 2), ("after", 0), ("before", 1),
                       ("epoch", 3), ("after", 1), ("before", 2), ("epoch", 4), ("after", 2)]
     assert len(out["steps_per_second_each"]) == 3
+
+
+def test_rounds_of_several_brax_epochs(monkeypatch):
+    """With k epochs a round, ours runs before and after every epoch, the round's other measurements
+    only before its first; Brax's round rate is its k epochs' env steps over their seconds together,
+    and ours' round sums its k calls before and its k calls after."""
+    from brax.training.agents.ppo import train as ppo_train
+
+    events, clock = [], [0.0]
+    epoch_seconds = [9.0, 1.0, 2.0, 3.0, 4.0, 6.0]  # the untimed epoch, then two rounds of two
+
+    def fake_train(*, progress_fn, num_timesteps, num_evals, **_):
+        per_epoch = num_timesteps // (num_evals - 1)
+        for epoch in range(num_evals - 1):
+            clock[0] += epoch_seconds[epoch]
+            events.append(("epoch", epoch))
+            progress_fn((epoch + 1) * per_epoch, {})
+
+    monkeypatch.setattr(ppo_train, "train", fake_train)
+    monkeypatch.setattr(throughput.time, "perf_counter", lambda: clock[0])
+    ours = Program("ours", None, (), None, steps_per_call=100, compile_seconds=0.0, xla_compile_seconds=0.0)
+    ours.call = lambda: events.append("ours") or 0.5
+    ours.steps_per_call *= 2
+    ours.calls_per_round = 2
+
+    def run_round(r):
+        events.append(("round", r))
+        ours.timed_call(throughput.CompileLog())
+
+    args = Args(num_envs=8, unroll_length=4, num_minibatches=2, phases=2, repeats=2, warmup=1, brax_epochs_per_round=2)
+    out = throughput.bench_brax(args, throughput.CompileLog(),
+                                *throughput.epoch_hooks(2, 2, run_round, ours, throughput.CompileLog()))
+    assert events == [("epoch", 0), ("round", 0), "ours", ("epoch", 1), "ours", "ours", ("epoch", 2), "ours",
+                      ("round", 1), "ours", ("epoch", 3), "ours", "ours", ("epoch", 4), "ours"]
+    steps = 2 * 8 * 4  # phases x num_envs x unroll_length per epoch
+    assert out["steps_per_second_each"] == pytest.approx([2 * steps / 3.0, 2 * steps / 7.0])
+    assert out["steps_per_second_each_epoch"] == pytest.approx([steps / 1.0, steps / 2.0, steps / 3.0, steps / 4.0])
+    assert ours.seconds == [1.0, 1.0] and ours.seconds_after == [1.0, 1.0]  # two calls of 0.5 s each
+    assert ours.summary()["bracket_steps_per_second_each"] == [200.0, 200.0]  # 4 calls of 100 steps in 2 s
+
+
+def test_the_round_counts_must_be_positive():
+    with pytest.raises(SystemExit, match=r"--brax-epochs-per-round \(got 0\) and --repeats \(got 3\) must be >= 1"):
+        throughput.main(Args(brax_epochs_per_round=0))
 
 
 def test_the_bracketing_rate_and_the_round_by_round_targets():
