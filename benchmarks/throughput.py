@@ -35,15 +35,25 @@ The cost pair, (b') at each ``compare_lag_depths`` and (b'') the synchronous pat
 of ``cost_phases_per_call`` phases (default 1), and a round's ratio is each side's env steps over
 its summed seconds: this machine's speed swings by tens of percent within seconds, and only calls
 this short and this finely interleaved see the same swings; many cycles a round average them out
-(BENCHMARKS.md: the A/A control's rounds spanned 0.84..1.06 with 5 cycles, 0.95..1.02 with 20). Every half-cycle starts both from the
-synchronous run's env states (``--no-cost-same-states``: each from its own), since an MJX step's cost
-depends on the state. ``--cost-learning-rate 1e-9`` holds both policies near their common
-initialisation: the ratio is then the lag machinery's cost alone; at the default learning rate it
-also holds what the simulator charges for the states a lagged policy's actions lead to.
+(BENCHMARKS.md: the A/A control's rounds spanned 0.84..1.06 with 5 cycles, 0.95..1.02 with 20).
+Every half-cycle starts both from the synchronous run's env states (``--no-cost-same-states``: each
+from its own), since an MJX step's cost depends on the state. The pair learns at
+``cost_learning_rate`` (default 1e-9), which holds both policies near their common initialisation:
+they send the simulator the same kind of actions, so the ratio is the lag machinery's cost alone,
+what the target is about. ``--cost-learning-rate 3e-4`` (the others' rate) lets them learn; the ratio
+then also holds what the simulator charges for the states a lagged policy's actions lead to (an MJX
+step's constraint solve costs more for a fallen pendulum), a cost of the simulated task that any
+implementation of lag would pay (BENCHMARKS.md: 1.01..1.19 per round where the A/A control read
+0.96..1.02).
 (b''') the A/A control (``--cost-control``, on by default): the synchronous run's compiled program and
 state timed a second time in the same cycles (A B C C B A, rotated); it computes exactly what (b'') does,
 so its ratio to (b'') round by round is the noise of this machine and this protocol alone, printed
 beside the cost target, which is decided by the rule below all the same.
+Python's garbage collector is disabled inside every timed call and every timed Brax epoch and runs
+between them, as ``timeit`` does (``--gc-during-timing`` lets it run there; either way its pauses
+of 5 ms or more are logged): a full collection of this process's objects stalled one call for
+~0.6 s, at the same point of every run (the same objects are allocated each time), and that one
+call had decided the cost target (BENCHMARKS.md).
 Each timed call ends with ``block_until_ready``; each reported steps/s is the median over the
 rounds (for (b): over its calls before the epochs; the bracketing rate is reported beside it). A ``jax.monitoring`` listener counts the XLA
 compilations inside every timed interval, so a timing that contains a compile is flagged.
@@ -62,6 +72,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import functools
+import gc
 import importlib.metadata
 import json
 import math
@@ -110,7 +121,8 @@ class Args:
     cost_cycles: int = 20  # A B B A cycles of such calls per round: 2 x cost_cycles x cost_phases_per_call phases of each (b'), (b'') per round
     cost_same_states: bool = True  # (b') and (b'') start each half of a round from the same env states (the synchronous run's): an MJX step's cost depends on the state, and two runs that learn differently drift apart
     cost_control: bool = True  # (b''') time a second copy of (b'') (the same compiled program and state) in the same cycles: an A/A control whose ratio to (b'') is this machine's round-to-round noise, printed beside the cost target
-    cost_learning_rate: float | None = None  # Adam step size of (b') and (b'') only (None: learning_rate); 1e-9 holds both near their common initialisation, so they step the same kind of states and their ratio is the lag machinery's cost alone
+    cost_learning_rate: float | None = 1e-9  # Adam step size of (b'), (b''), (b''') only (None: learning_rate); 1e-9 holds both near their common initialisation, so they step the same kind of states and their ratio is the lag machinery's cost alone
+    gc_during_timing: bool = False  # let Python's garbage collector run inside timed calls and Brax's timed epochs (default: off there, run between them, as timeit does: a full collection of this process's objects stalls whatever is timed for ~0.6 s)
     skip_brax: bool = False  # skip (c), Brax's PPO trainer
     brax_devices: int | None = 1  # devices Brax's trainer uses (its max_devices_per_host; None: every local device)
     raw_brax: bool = True  # also time (a'): the env under Brax's own training wrappers instead of ours
@@ -118,6 +130,35 @@ class Args:
 
 
 # ----------------------------------------------------------------------------- timing helpers
+
+class GcLog:
+    """Records every collection of Python's garbage collector of at least ``min_seconds`` (start, seconds,
+    generation) through ``gc.callbacks``."""
+
+    def __init__(self, min_seconds: float = 0.005):
+        self.min_seconds, self.pauses, self._start = min_seconds, [], None
+        gc.callbacks.append(self._listen)
+
+    def _listen(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        elif self._start is not None:
+            seconds = time.perf_counter() - self._start
+            if seconds >= self.min_seconds:
+                self.pauses.append((self._start, seconds, info.get("generation")))
+            self._start = None
+
+    def close(self) -> None:
+        if self._listen in gc.callbacks:
+            gc.callbacks.remove(self._listen)
+
+    def summary(self, programs: list) -> dict:
+        """The pauses, and for each program how many began inside one of its timed calls."""
+        inside = {p.label: sum(any(t0 <= t < t0 + sec for *_, sec, t0 in p.call_seconds) for t, _, _ in self.pauses)
+                  for p in programs}
+        return {"min_seconds": self.min_seconds, "pauses": self.pauses, "inside_timed_calls": inside,
+                "longest_seconds": max((sec for _, sec, _ in self.pauses), default=0.0)}
+
 
 class CompileLog:
     """Records every XLA backend compilation (end time, seconds) through ``jax.monitoring``."""
@@ -154,12 +195,22 @@ class Program:
     seconds_after: list = dataclasses.field(default_factory=list)  # bracketing calls (see ``timed_call``)
     compiles: int = 0
     calls_per_round: int = 1  # calls summed into a round's seconds (``steps_per_call`` counts them all)
+    call_seconds: list = dataclasses.field(default_factory=list)  # every timed call, in order: (round, after, seconds, start)
+    gc_off: bool = True  # Python's garbage collector disabled inside a call (``Args.gc_during_timing``)
+    last_start: float = 0.0  # perf_counter at the start of the latest call
 
     def call(self) -> float:
         """One call, blocked until ready; returns its wall-clock seconds."""
-        t0 = time.perf_counter()
-        out = jax.block_until_ready(self.compiled(*self.args))
-        t1 = time.perf_counter()
+        was_on = gc.isenabled()
+        if self.gc_off:
+            gc.disable()
+        try:
+            self.last_start = t0 = time.perf_counter()
+            out = jax.block_until_ready(self.compiled(*self.args))
+            t1 = time.perf_counter()
+        finally:
+            if was_on:
+                gc.enable()
         self.args = self.next_args(out, self.args)
         return t1 - t0
 
@@ -170,6 +221,7 @@ class Program:
         t0 = time.perf_counter()
         seconds = self.call()
         times = self.seconds_after if after else self.seconds
+        self.call_seconds.append((len(times) - (1 if more else 0), after, seconds, self.last_start))
         if more:
             times[-1] += seconds
         else:
@@ -189,6 +241,7 @@ class Program:
             "steps_per_second_each": per_call,
             **bracket,
             "seconds_each": list(self.seconds),
+            "call_seconds": list(self.call_seconds),
             "env_steps_per_call": self.steps_per_call,
             "compile_seconds": self.compile_seconds,
             "xla_compile_seconds": self.xla_compile_seconds,
@@ -472,11 +525,16 @@ def bench_brax(args: Args, log: CompileLog, between_epochs: Callable[[int], None
 
     def progress_fn(step, metrics):
         entry = time.perf_counter()
+        if not args.gc_during_timing:
+            gc.enable()  # off during the epoch that just ended, on between epochs
         index = len(stamps)  # this callback follows epoch index + 1
         if after_epoch is not None and untimed <= index < untimed + timed:
             after_epoch(index - untimed)  # right after timed epoch j
         if untimed - 1 <= index < untimed - 1 + timed:
             between_epochs(index - (untimed - 1))  # right before timed epoch j
+        if not args.gc_during_timing:
+            gc.collect()  # what the epoch's garbage would have cost it, outside its interval (and ours)
+            gc.disable()
         stamps.append((entry, time.perf_counter(), int(step), float(metrics.get("training/sps", math.nan))))
 
     shim_used, shim_note, undo = _brax_shim(getattr(ppo_train, "_PMAP_AXIS_NAME", "i"),
@@ -487,6 +545,7 @@ def bench_brax(args: Args, log: CompileLog, between_epochs: Callable[[int], None
                         progress_fn=progress_fn, **train_kwargs)
     finally:
         undo()
+        gc.enable()
     t_end = time.perf_counter()
 
     if len(stamps) != num_evals - 1:
@@ -678,6 +737,14 @@ def report(args: Args, results: dict, meta: dict) -> str:
         lines.append(f"against (a'): ours / raw = {_fmt(ratios['ours_over_raw_brax'], '.3f')}, brax / raw = "
                      f"{_fmt(ratios['brax_over_raw_brax'], '.3f')}; raw env under Brax's wrappers / under ours "
                      f"= {_fmt(ratios['raw_brax_over_raw'], '.3f')}")
+    g = results.get("gc")
+    if g:
+        lines.append(f"Python GC: {len(g['pauses'])} collections of >= {1e3 * g['min_seconds']:.0f} ms, longest "
+                     f"{1e3 * g['longest_seconds']:.0f} ms; " + (
+                         "allowed inside timed intervals (--gc-during-timing); begun inside timed calls: "
+                         + (", ".join(f"{k} {v}" for k, v in g["inside_timed_calls"].items() if v) or "none")
+                         if g["during_timing"] else
+                         "disabled inside timed calls and Brax's timed epochs, run between them"))
     flagged = [k for k in results if isinstance(results[k], dict)
                if results.get(k) and results[k].get("compiles_during_timing")]
     if flagged:
@@ -708,6 +775,7 @@ def main(args: Args | None = None) -> dict:
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "command": command, "versions": _versions(), "machine": _machine()}
     log = CompileLog()
+    gc_log = GcLog()
     t_all = time.perf_counter()
 
     # (b) against Brax: calls of half an epoch, one right before and one right after each Brax epoch, and
@@ -741,12 +809,14 @@ def main(args: Args | None = None) -> dict:
         pair.append(prepare_ours(args, log, init_ours(args, lag_depth=depth, **pair_kw), label=f"ours_b{depth}",
                                  warmup=args.warmup * args.phases // c))
     if args.synchronous and args.cost_control:  # (b'''), last: no compile, the same program from the same state
-        pair.append(dataclasses.replace(pair[0], label=CONTROL, seconds=[], seconds_after=[],
+        pair.append(dataclasses.replace(pair[0], label=CONTROL, seconds=[], seconds_after=[], call_seconds=[],
                                         compile_seconds=0.0, xla_compile_seconds=0.0, extra=dict(pair[0].extra)))
     for p in pair:  # a round's "call" before (and after) is the sum of its cycles' calls
         p.extra["phases_per_call"] = c
         p.steps_per_call *= cycles
     programs += pair
+    for p in programs:
+        p.gc_off = not args.gc_during_timing
 
     ours = next(p for p in programs if p.label == "ours")
     rounds_done = 0
@@ -793,6 +863,8 @@ def main(args: Args | None = None) -> dict:
         results[p.label] = p.summary()
 
     results["targets"] = targets(args, results)
+    results["gc"] = {**gc_log.summary(programs), "during_timing": args.gc_during_timing}
+    gc_log.close()
     results["ratios"] = {
         "ours_over_brax": _ratio(results["ours"], results.get("brax")),
         "ours_over_raw": _ratio(results["ours"], results["raw_env"]),

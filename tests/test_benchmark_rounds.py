@@ -63,6 +63,8 @@ def test_rounds_of_several_brax_epochs(monkeypatch):
     assert events == [("epoch", 0), ("round", 0), "ours", ("epoch", 1), "ours", "ours", ("epoch", 2), "ours",
                       ("round", 1), "ours", ("epoch", 3), "ours", "ours", ("epoch", 4), "ours"]
     steps = 2 * 8 * 4  # phases x num_envs x unroll_length per epoch
+    import gc
+    assert gc.isenabled()  # off during Brax's timed epochs only, on again after its run
     assert out["steps_per_second_each"] == pytest.approx([2 * steps / 3.0, 2 * steps / 7.0])
     assert out["steps_per_second_each_epoch"] == pytest.approx([steps / 1.0, steps / 2.0, steps / 3.0, steps / 4.0])
     assert ours.seconds == [1.0, 1.0] and ours.seconds_after == [1.0, 1.0]  # two calls of 0.5 s each
@@ -137,3 +139,32 @@ def test_the_cost_pair_needs_a_call_and_a_cycle():
         throughput.main(Args(cost_phases_per_call=0))
     with pytest.raises(SystemExit, match=r"--cost-cycles \(got 0\) must be >= 1"):
         throughput.main(Args(cost_cycles=0))
+
+
+def test_the_garbage_collector_is_off_inside_a_timed_call_and_its_pauses_are_logged():
+    """A timed call runs with Python's GC disabled (``gc_during_timing`` off) and restores it after;
+    ``GcLog`` records collections and counts those that began inside a program's timed calls."""
+    import gc
+
+    seen = []
+
+    def compiled():
+        seen.append(gc.isenabled())
+        gc.collect()  # a collection inside the call (explicit: automatic ones are off)
+        return (0,)
+
+    log = throughput.GcLog(min_seconds=0.0)
+    try:
+        p = Program("p", compiled, (), lambda out, prev: prev, steps_per_call=1, compile_seconds=0.0,
+                    xla_compile_seconds=0.0)
+        assert gc.isenabled()
+        p.timed_call(throughput.CompileLog())
+        p.gc_off = False
+        p.timed_call(throughput.CompileLog(), more=True)
+        assert seen == [False, True] and gc.isenabled()
+        summary = log.summary([p])
+        assert summary["inside_timed_calls"] == {"p": 2} and len(summary["pauses"]) >= 2
+        assert [c[:2] for c in p.call_seconds] == [(0, False), (0, False)]
+    finally:
+        log.close()
+    assert log._listen not in gc.callbacks
