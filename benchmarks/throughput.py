@@ -35,7 +35,7 @@ The cost pair, (b') at each ``compare_lag_depths`` and (b'') the synchronous pat
 of ``cost_phases_per_call`` phases (default 1), and a round's ratio is each side's env steps over
 its summed seconds: this machine's speed swings by tens of percent within seconds, and only calls
 this short and this finely interleaved see the same swings; many cycles a round average them out
-(BENCHMARKS.md: the A/A control's rounds spanned 0.84..1.06 with 5 cycles, 0.95..1.02 with 20).
+(BENCHMARKS.md: the A/A control's rounds spanned 0.84..1.09 with 5 cycles, 0.95..1.03 with 20).
 Every half-cycle starts both from the synchronous run's env states (``--no-cost-same-states``: each
 from its own), since an MJX step's cost depends on the state. The pair learns at
 ``cost_learning_rate`` (default 1e-9), which holds both policies near their common initialisation:
@@ -43,8 +43,7 @@ they send the simulator the same kind of actions, so the ratio is the lag machin
 what the target is about. ``--cost-learning-rate 3e-4`` (the others' rate) lets them learn; the ratio
 then also holds what the simulator charges for the states a lagged policy's actions lead to (an MJX
 step's constraint solve costs more for a fallen pendulum), a cost of the simulated task that any
-implementation of lag would pay (BENCHMARKS.md: 1.01..1.19 per round where the A/A control read
-0.96..1.02).
+implementation of lag would pay (BENCHMARKS.md: medians 1.04..1.07 while learning).
 (b''') the A/A control (``--cost-control``, on by default): the synchronous run's compiled program and
 state timed a second time in the same cycles (A B C C B A, rotated); it computes exactly what (b'') does,
 so its ratio to (b'') round by round is the noise of this machine and this protocol alone, printed
