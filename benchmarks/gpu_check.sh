@@ -32,7 +32,8 @@
 #   GPU_CHECK_BRAX=1       also time Brax's own PPO trainer on inverted_double_pendulum (its compile
 #                          costs about a minute of the budget on CPU; off by default)
 #   GPU_CHECK_SLICE_DIR    run directory of the slice (default runs/gpu_check_slice; rerunning the
-#                          script continues it from its checkpoints)
+#                          script continues it from its checkpoints, at the env steps per cell its
+#                          first run sized, kept in gpu_check_slice_steps.env there)
 #   GPU_CHECK_SLICE_CAP    cap on the slice's env steps in all (default 60000000)
 #   GPU_CHECK_STEPS        steps to run (default "setup throughput slice tests")
 #   GPU_CHECK_DRY=1        a CPU dry run of the control flow: no nvidia-smi, no install, the tiny
@@ -372,7 +373,16 @@ if want slice; then
   rm -f "$OUT_DIR/slice_plan.env"
   run_step slice_sizing 5 60 size_slice
   if [ -f "$OUT_DIR/slice_plan.env" ]; then . "$OUT_DIR/slice_plan.env"; fi
+  # a rerun continues the slice an earlier run started: its env steps per cell are part of the run's
+  # identity (lag_sweep refuses other settings), so they come from that run, whatever this one measured
+  kept_steps=$(sed -n 's/^SLICE_STEPS=//p' "$SLICE_DIR/gpu_check_slice_steps.env" 2>/dev/null)
+  if [ -n "$SLICE_STEPS" ] && [ -n "$kept_steps" ] && [ -f "$SLICE_DIR/run.json" ]; then
+    echo "[slice] continuing the slice in $SLICE_DIR: total_env_steps $kept_steps per cell, as its first run sized it" \
+      "(this run sized $SLICE_STEPS; GPU_CHECK_SLICE_DIR=<another folder> starts afresh)"
+    SLICE_STEPS=$kept_steps
+  fi
   if [ -n "$SLICE_STEPS" ]; then
+    mkdir -p "$SLICE_DIR" && echo "SLICE_STEPS=$SLICE_STEPS" > "$SLICE_DIR/gpu_check_slice_steps.env"
     # seconds for the slice: what is left minus the tests' share (its timeout is the slice's budget)
     slice_cap=$(($(left) - TEST_RESERVE))
     if [ "$slice_cap" -lt 30 ]; then

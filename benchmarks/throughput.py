@@ -379,7 +379,7 @@ def cost_pair_round(pair: list[Program], cycles: int, log: CompileLog, same_stat
     each program's calls before the turn summed into its round's "before" seconds and those after it
     into its "after" seconds; with ``same_states`` each half-cycle starts every program from the
     first one's env states. Returns each program's env steps/s over the round."""
-    for i in range(cycles):
+    for i in range(cycles if pair else 0):  # no pair (--no-synchronous, no depths): nothing to time
         turn = pair[i % len(pair):] + pair[:i % len(pair)]
         for order, after in ((turn, False), (turn[::-1], True)):
             if same_states and len(pair) > 1:

@@ -132,6 +132,7 @@ def test_the_cost_pair_runs_a_b_b_a_cycles_from_the_same_env_states_and_sums_a_r
     throughput.cost_pair_round([sync, lagged], 1, throughput.CompileLog(), same_states=False)
     assert [c[1] for c in calls] == [4, 103, 203, 5]  # each continues from its own states (b32: 3 + 100)
     assert len(sync.seconds) == 2  # a second round
+    assert throughput.cost_pair_round([], 3, throughput.CompileLog()) == {}  # --no-synchronous, no depths
 
 
 def test_the_cost_pair_needs_a_call_and_a_cycle():
