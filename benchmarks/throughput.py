@@ -196,7 +196,6 @@ class Program:
     calls_per_round: int = 1  # calls summed into a round's seconds (``steps_per_call`` counts them all)
     call_seconds: list = dataclasses.field(default_factory=list)  # every timed call, in order: (round, after, seconds, start)
     gc_off: bool = True  # Python's garbage collector disabled inside a call (``Args.gc_during_timing``)
-    last_start: float = 0.0  # perf_counter at the start of the latest call
 
     def call(self) -> float:
         """One call, blocked until ready; returns its wall-clock seconds."""
@@ -204,7 +203,7 @@ class Program:
         if self.gc_off:
             gc.disable()
         try:
-            self.last_start = t0 = time.perf_counter()
+            t0 = time.perf_counter()
             out = jax.block_until_ready(self.compiled(*self.args))
             t1 = time.perf_counter()
         finally:
@@ -220,7 +219,7 @@ class Program:
         t0 = time.perf_counter()
         seconds = self.call()
         times = self.seconds_after if after else self.seconds
-        self.call_seconds.append((len(times) - (1 if more else 0), after, seconds, self.last_start))
+        self.call_seconds.append((len(times) - (1 if more else 0), after, seconds, t0))
         if more:
             times[-1] += seconds
         else:
@@ -558,13 +557,14 @@ def bench_brax(args: Args, log: CompileLog, between_epochs: Callable[[int], None
         own_sps.append(sps)
         compiles += log.between(left, entry)[0]
     k = args.brax_epochs_per_round  # round r: epochs r k ... r k + k - 1, env steps over seconds together
-    per_round = [k * steps_per_epoch / sum(seconds[r * k:(r + 1) * k]) for r in range(args.repeats)]
+    round_seconds = [sum(seconds[r * k:(r + 1) * k]) for r in range(args.repeats)]
+    per_round = [k * steps_per_epoch / sec for sec in round_seconds]
     return {
         "steps_per_second": float(np.median(per_round)),
         "steps_per_second_each": per_round,
         "steps_per_second_each_epoch": per_epoch,
         "epochs_per_round": k,
-        "seconds_each": [sum(seconds[r * k:(r + 1) * k]) for r in range(args.repeats)],
+        "seconds_each": round_seconds,
         "seconds_each_epoch": seconds,
         "env_steps_per_call": k * steps_per_epoch,
         "compile_seconds": (stamps[0][0] - t_start) - float(np.median(seconds)),
