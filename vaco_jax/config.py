@@ -37,7 +37,7 @@ TASKS = (
     "inverted_double_pendulum",
     "reacher",
     "pusher",
-)  # Brax's MuJoCo set; any other Brax-registered, Playground DM Control or user env works too (envs.py)
+)  # Brax's MuJoCo set; any other Brax-registered, Playground DM Control or user env works too (vaco_jax/envs)
 BACKENDS = ("mjx", "generalized", "positional")
 ACTOR_DTYPES = ("float32", "bfloat16", "float16")
 SHUFFLES = ("rank", "sort")  # update.permutation's methods; 'sort' reproduces runs made before 2026-12-01
