@@ -17,9 +17,11 @@ from vaco_jax.config import ACTOR_DTYPES, BACKENDS, SHUFFLES, Config
 from vaco_jax.knobs import KNOBS
 
 FIELD_HELP = {
-    "env": "task: a Brax MuJoCo task, any Brax- or user-registered env, point_mass, or a MuJoCo Playground "
-           "DM Control task (extra 'playground'); docs/envs.md",
-    "backend": "Brax physics pipeline of a Brax task",
+    "env": "task: a Gymnasium locomotion task (Hopper-v4, Walker2d-v4, HalfCheetah-v4, Ant-v4, Humanoid-v4; "
+           "MuJoCo's C engine), a Brax MuJoCo task, any Brax- or user-registered env, point_mass, or a MuJoCo "
+           "Playground DM Control task (extra 'playground'); docs/envs.md",
+    "backend": "physics: 'mujoco' (MuJoCo's C engine, the default of the Gymnasium tasks) or 'mjx' for a "
+               "Gymnasium task; 'mjx' (default), 'generalized' or 'positional' (Brax's pipelines) for a Brax task",
     "episode_length": "env steps before an episode is truncated",
     "num_envs": "parallel environments N",
     "unroll_length": "env steps per env per phase U (a phase's batch is N x U)",

@@ -38,7 +38,7 @@ TASKS = (
     "reacher",
     "pusher",
 )  # Brax's MuJoCo set; any other Brax-registered, Playground DM Control or user env works too (vaco_jax/envs)
-BACKENDS = ("mjx", "generalized", "positional")
+BACKENDS = ("mujoco", "mjx", "generalized", "positional")  # envs.check_backend: which a task takes
 ACTOR_DTYPES = ("float32", "bfloat16", "float16")
 SHUFFLES = ("rank", "sort")  # update.permutation's methods; 'sort' reproduces runs made before 2026-12-01
 
@@ -69,7 +69,7 @@ class Config:
 
     # --- environment (docs/envs.md)
     env: str = "inverted_double_pendulum"
-    backend: str = "mjx"
+    backend: Optional[str] = None  # None: the task's own default (envs.default_backend: 'mujoco' or 'mjx')
     episode_length: int = 1000
 
     # --- batch shape
@@ -149,7 +149,9 @@ class Config:
         from vaco_jax.envs import check_env_name
 
         check_env_name(self.env)
-        _check_choice("backend", self.backend, BACKENDS)
+        if self.backend is not None:
+            _check_choice("backend", self.backend, BACKENDS)
+        self.physics_backend  # a task that cannot run on the backend given is an error naming the allowed ones
         _check_choice("lag_model", self.lag_model, LAG_MODELS)
         _check_choice("actor_dtype", self.actor_dtype, ACTOR_DTYPES)
         _check_choice("minibatch_shuffle", self.minibatch_shuffle, SHUFFLES)
@@ -242,6 +244,13 @@ class Config:
         return _ages_depth(self.age_weights) if self.lag_model == "ages" else int(self.lag_depth)
 
     # ----- derived static quantities
+    @property
+    def physics_backend(self) -> str:
+        """The physics the task runs on: ``backend``, or the task's default when it is None."""
+        from vaco_jax.envs import check_backend
+
+        return check_backend(self.env, self.backend)
+
     @property
     def batch_size(self) -> int:
         return self.num_envs * self.unroll_length

@@ -895,8 +895,8 @@ def _resume_files(curves_path: str, phase_path: str, start: int, n_cells: int):
 def package_versions() -> dict:
     from importlib import metadata
 
-    names = ["jax", "jaxlib", "flax", "optax", "brax", "mujoco", "mujoco-mjx", "chex", "orbax-checkpoint",
-             "numpy", "scipy", "matplotlib", "tyro"]
+    names = ["jax", "jaxlib", "flax", "optax", "brax", "mujoco", "mujoco-mjx", "gymnasium", "chex",
+             "orbax-checkpoint", "numpy", "scipy", "matplotlib", "tyro"]
     out = {}
     for n in names:
         try:
@@ -933,7 +933,18 @@ def git_commit() -> str | None:
 
 
 def _identity(groups: Sequence[Group]) -> dict:
-    return json.loads(json.dumps({g.subdir: dataclasses.asdict(g.config) for g in groups}, default=str))
+    """Each group's settings as recorded: the backend resolved to the physics it runs on, and for a
+    Gymnasium task the hash of the model file it loaded."""
+    from vaco_jax.envs import env_source
+    from vaco_jax.envs.gymnasium_tasks import model_sha256
+
+    out = {}
+    for g in groups:
+        record = {**dataclasses.asdict(g.config), "backend": g.config.physics_backend}
+        if env_source(g.config.env) == "gymnasium":
+            record["model_sha256"] = model_sha256(g.config.env)
+        out[g.subdir] = record
+    return json.loads(json.dumps(out, default=str))
 
 
 # A setting added to Config after runs were recorded without it: the value that reproduces those runs.

@@ -268,7 +268,7 @@ class Trainer:
         cfg = self.config
         # id(env.raw): the env object itself (re-registering a name builds a new one); a cached program
         # keeps its trainer, so the id is not reused while the program is kept
-        return (cfg.env, cfg.backend, cfg.episode_length, id(self.env.raw), cfg.eval_episodes,
+        return (cfg.env, cfg.physics_backend, cfg.episode_length, id(self.env.raw), cfg.eval_episodes,
                 cfg.normalize_observations, type(self.policy_net), repr(self.policy_net))
 
     def run_chunk(self, state: TrainState, traced: TracedParams) -> tuple[TrainState, ChunkMetrics]:

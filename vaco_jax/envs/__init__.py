@@ -23,6 +23,7 @@ import numpy as np
 from flax import struct
 
 from vaco_jax.config import BACKENDS, TASKS, ConfigError
+from vaco_jax.envs.gymnasium_tasks import GYM_TASKS
 
 
 class EnvState(NamedTuple):
@@ -132,11 +133,13 @@ def playground_tasks() -> list[str]:
 
 
 def env_source(name: str) -> str | None:
-    """Where ``name`` comes from: 'user', 'builtin', 'brax', 'playground', or None (unknown)."""
+    """Where ``name`` comes from: 'user', 'builtin', 'gymnasium', 'brax', 'playground', or None (unknown)."""
     if name in _USER_ENVS:
         return "user"
     if name == "point_mass":
         return "builtin"
+    if name in GYM_TASKS:
+        return "gymnasium"
     if name in TASKS or name in _brax_registered():
         return "brax"
     if name in playground_tasks():
@@ -145,7 +148,32 @@ def env_source(name: str) -> str | None:
 
 
 def available_envs() -> list[str]:
-    return sorted(set(TASKS) | {"point_mass"} | set(_USER_ENVS) | set(_brax_registered()) | set(playground_tasks()))
+    return sorted(set(TASKS) | {"point_mass"} | set(GYM_TASKS) | set(_USER_ENVS) | set(_brax_registered())
+                  | set(playground_tasks()))
+
+
+# Which physics a task's name may run on, and the one it runs on when ``backend`` is not given: Gymnasium's
+# locomotion tasks on MuJoCo's C engine ('mujoco'; 'mjx' loads the same model into MJX), Brax's tasks on
+# Brax's pipelines ('mjx' by default, 'generalized', 'positional').
+GYM_BACKENDS = ("mujoco", "mjx")
+BRAX_BACKENDS = ("mjx", "generalized", "positional")
+
+
+def default_backend(name: str) -> str:
+    return "mujoco" if env_source(name) == "gymnasium" else "mjx"
+
+
+def check_backend(name: str, backend: str | None) -> str:
+    """The backend ``name`` runs on (``backend``, or the task's default when None); a ConfigError naming
+    the allowed values when the task cannot run on it."""
+    if backend is None:
+        return default_backend(name)
+    allowed = GYM_BACKENDS if env_source(name) == "gymnasium" else BRAX_BACKENDS
+    if env_source(name) in ("user", "builtin"):
+        allowed = BACKENDS  # handed to the user's factory (point_mass ignores it)
+    if backend not in allowed:
+        raise ConfigError(f"backend={backend!r} is not valid for env={name!r}; allowed values: {', '.join(allowed)}")
+    return backend
 
 
 def check_env_name(name: str) -> None:
@@ -190,6 +218,14 @@ def _raw_env(name: str, backend: str):
         return PointMass()
     if source == "playground":
         return PlaygroundEnv(name)
+    if source == "gymnasium":
+        if backend == "mujoco":
+            from vaco_jax.envs.cengine import CEngineEnv
+
+            return CEngineEnv(name)
+        from vaco_jax.envs.mjx_engine import MjxTaskEnv
+
+        return MjxTaskEnv(name)
     from brax import envs as brax_envs
 
     with warnings.catch_warnings():
@@ -223,19 +259,23 @@ def _strong(x):
     return jax.lax.convert_element_type(x, x.dtype) if getattr(x, "weak_type", False) else x
 
 
-def make_env(name: str, backend: str = "mjx", episode_length: int = 1000) -> Env:
+def make_env(name: str, backend: str | None = None, episode_length: int = 1000) -> Env:
     """Pure single-env ``reset(key)`` and ``step(state, action)``; vmap them for a batch.
 
-    ``name``: a Brax task (the built-in MuJoCo set or anything ``brax.envs.register_environment``
+    ``name``: one of Gymnasium's locomotion tasks (``Hopper-v4``, ...; MuJoCo's C engine unless
+    ``backend='mjx'``), a Brax task (the built-in MuJoCo set or anything ``brax.envs.register_environment``
     registered), a MuJoCo Playground DM Control task (extra 'playground'), ``point_mass``, or an env
     of your own (``register_env``).
     """
     check_env_name(name)
-    if backend not in BACKENDS:
+    if backend is not None and backend not in BACKENDS:
         raise ConfigError(f"backend={backend!r} is not valid; allowed values: {', '.join(BACKENDS)}")
+    backend = check_backend(name, backend)
     if not isinstance(episode_length, int) or episode_length <= 0:
         raise ConfigError(f"episode_length={episode_length!r} must be a positive integer")
     env = _raw_env(name, backend)
+    if env_source(name) == "gymnasium" and backend == "mujoco":
+        return _c_engine_env(name, env, episode_length)
     action_size = int(env.action_size)
     low = np.broadcast_to(np.asarray(getattr(env, "action_low", -1.0), np.float32), (action_size,))
     high = np.broadcast_to(np.asarray(getattr(env, "action_high", 1.0), np.float32), (action_size,))
@@ -280,6 +320,35 @@ def make_env(name: str, backend: str = "mjx", episode_length: int = 1000) -> Env
     return Env(name=name, backend=backend, episode_length=episode_length,
                observation_size=_observation_size(name, backend), action_size=action_size,
                reset=reset, step=step, raw=env, action_low=jnp.asarray(low), action_high=jnp.asarray(high))
+
+
+def _c_engine_env(name: str, env, episode_length: int) -> Env:
+    """The training wrapper of a C-engine task: the same contract as ``make_env``'s, with Gymnasium's
+    auto-reset (a fresh reset-noise draw for every episode, on the host in the step's own callback)
+    instead of a return to the initial state."""
+
+    def reset(key: jax.Array) -> EnvState:
+        return EnvState(core=env.reset(key), initial=(), episode_step=jnp.zeros((), jnp.int32),
+                        episode_return=jnp.zeros((), jnp.float32))
+
+    def step(state: EnvState, action: jnp.ndarray) -> tuple[EnvState, StepOutput]:
+        episode_step = state.episode_step + 1
+        ends = episode_step >= episode_length
+        core, next_obs = env.step_auto_reset(state.core, action, ends)
+        termination = core.done
+        truncation = jnp.where(termination > 0, 0.0, ends.astype(jnp.float32))
+        done = jnp.maximum(termination, truncation)
+        episode_return = state.episode_return + core.reward
+        new_state = EnvState(core=core, initial=(), episode_step=jnp.where(done > 0, 0, episode_step).astype(jnp.int32),
+                             episode_return=jnp.where(done > 0, 0.0, episode_return))
+        out = StepOutput(obs=core.obs, reward=core.reward, termination=termination, truncation=truncation,
+                         next_obs=next_obs, episode_return=jnp.where(done > 0, episode_return, 0.0),
+                         episode_length=jnp.where(done > 0, episode_step, 0).astype(jnp.int32))
+        return new_state, out
+
+    return Env(name=name, backend="mujoco", episode_length=episode_length, observation_size=env.observation_size,
+               action_size=env.action_size, reset=reset, step=step, raw=env,
+               action_low=jnp.asarray(env.action_low), action_high=jnp.asarray(env.action_high))
 
 
 def reset_batch(env: Env, key: jax.Array, num_envs: int) -> EnvState:

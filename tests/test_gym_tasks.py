@@ -1,0 +1,220 @@
+"""Gymnasium's locomotion tasks on MuJoCo's C engine against Gymnasium's own environments.
+
+Tolerance: the physics state (qpos, qvel, the whole mjSTATE_INTEGRATION vector) must equal
+Gymnasium's exactly; observations are our float32 of Gymnasium's float64 (equal after that cast);
+rewards agree to float32 rounding (relative 1e-6, absolute 1e-5); terminated exactly, and truncated
+exactly except where Gymnasium reports both (a termination on the time limit's last step), where ours
+reports the termination alone (the contract of docs/envs.md).
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import gymnasium
+import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+import pytest
+from scipy import stats
+
+from vaco_jax.config import ConfigError
+from vaco_jax.envs import make_env, reset_batch
+from vaco_jax.envs import cengine
+from vaco_jax.envs.gymnasium_tasks import GYM_TASKS
+
+TASKS = ["Hopper-v4", "Walker2d-v4", "HalfCheetah-v4", "Ant-v4", "Humanoid-v4"]
+SPEC = mujoco.mjtState.mjSTATE_INTEGRATION
+
+
+def _gym_state(genv):
+    u = genv.unwrapped
+    out = np.empty(mujoco.mj_stateSize(u.model, SPEC))
+    mujoco.mj_getState(u.model, u.data, out, SPEC)
+    return out
+
+
+def _adopt(env, state, genv, obs):
+    """Our env state, set to Gymnasium's current one (after its reset), with its observation."""
+    u = genv.unwrapped
+    eng = cengine.engine(env.name)
+    fields = {"qpos": u.data.qpos[None].copy(), "qvel": u.data.qvel[None].copy()}
+    for f in eng.task.read_fields():
+        fields[f] = np.asarray(getattr(u.data, f))[None].copy()
+    position = eng.task.forward_position(np, fields, eng.consts)[0]
+    core = state.core.replace(physics=jnp.asarray(cengine._bits(_gym_state(genv))),
+                              position=jnp.asarray(cengine._bits(position)),
+                              obs=jnp.asarray(obs, jnp.float32))
+    return state._replace(core=core, episode_step=jnp.zeros((), jnp.int32))
+
+
+@pytest.mark.parametrize("name", TASKS)
+def test_steps_equal_gymnasium(name):
+    episode_length = 40  # short, so that HalfCheetah (never terminates) truncates several times
+    env = make_env(name, episode_length=episode_length)
+    genv = gymnasium.make(name, max_episode_steps=episode_length)
+    step = jax.jit(env.step)
+    rng = np.random.default_rng(0)
+    low, high = genv.action_space.low, genv.action_space.high
+    gobs, _ = genv.reset(seed=1)
+    state = _adopt(env, env.reset(jax.random.PRNGKey(0)), genv, gobs)
+    ends = {"terminated": 0, "truncated": 0}
+    for t in range(160):
+        action = rng.uniform(low, high).astype(np.float32)
+        gobs, greward, gterm, gtrunc, _ = genv.step(action)
+        state, out = step(state, jnp.asarray(action))
+        ours = cengine._float64(np.asarray(state.core.physics))
+        if not (gterm or gtrunc):  # the physics itself, bit for bit (after an end ours has reset)
+            np.testing.assert_array_equal(ours, _gym_state(genv), err_msg=f"{name} step {t}")
+        np.testing.assert_array_equal(np.asarray(out.next_obs), gobs.astype(np.float32), err_msg=f"{name} step {t}")
+        np.testing.assert_allclose(float(out.reward), greward, rtol=1e-6, atol=1e-5, err_msg=f"{name} step {t}")
+        # Gymnasium's TimeLimit sets truncated on a terminating last step too; ours never sets both
+        assert bool(out.termination) == gterm and bool(out.truncation) == (gtrunc and not gterm), (name, t)
+        if gterm or gtrunc:
+            ends["terminated" if gterm else "truncated"] += 1
+            gobs, _ = genv.reset(seed=int(rng.integers(1 << 30)))
+            state = _adopt(env, state, genv, gobs)
+    assert sum(ends.values()) >= 2, ends
+    if name == "HalfCheetah-v4":
+        assert ends["truncated"] >= 3
+    assert int(state.core.unstable_steps) == 0
+
+
+@pytest.mark.parametrize("name", ["Hopper-v4", "HalfCheetah-v4"])
+def test_reset_distribution_is_gymnasiums(name):
+    """Ours: 2,000 resets in one call; Gymnasium: 2,000 seeded resets. Each coordinate's distribution
+    (qpos: uniform; qvel: uniform for Hopper, normal for HalfCheetah) agrees by a two-sample KS test."""
+    n = 2000
+    env = make_env(name)
+    eng = cengine.engine(name)
+    ours = jax.jit(jax.vmap(env.reset))(jax.random.split(jax.random.PRNGKey(3), n))
+    states = cengine._float64(np.asarray(ours.core.physics))
+    qpos, qvel = states[:, 1:1 + eng.nq], states[:, 1 + eng.nq:1 + eng.nq + eng.nv]
+    genv = gymnasium.make(name)
+    g = []
+    for i in range(n):
+        genv.reset(seed=i)
+        g.append(_gym_state(genv))
+    g = np.array(g)
+    gq, gv = g[:, 1:1 + eng.nq], g[:, 1 + eng.nq:1 + eng.nq + eng.nv]
+    pvalues = [stats.ks_2samp(a, b).pvalue for a, b in zip(np.c_[qpos, qvel].T, np.c_[gq, gv].T)]
+    assert min(pvalues) > 1e-4, pvalues
+    s = GYM_TASKS[name].reset_noise_scale
+    assert np.all(np.abs(qpos - eng.init_qpos) <= s)
+    # the first observation is Gymnasium's function of that state (after mj_forward)
+    np.testing.assert_array_equal(np.asarray(ours.core.obs)[:, :eng.nq - 1], qpos[:, 1:].astype(np.float32))
+
+
+def _rollout(env, keys, steps=30):
+    """A scan of ``steps`` vmapped steps from the resets of ``keys`` with fixed pseudo-random actions."""
+    def run(k):
+        state = jax.vmap(env.reset)(jax.random.split(k, 8))
+
+        def body(s, t):
+            a = jax.random.uniform(jax.random.fold_in(k, t), (8, env.action_size), minval=-1.0, maxval=1.0)
+            s, out = jax.vmap(env.step)(s, a)
+            return s, (out.reward, out.next_obs, s.core.physics)
+        return jax.lax.scan(body, state, jnp.arange(steps))[1]
+    return jax.jit(jax.vmap(run))(keys)
+
+
+def test_grid_equals_its_cells_and_threads_do_not_matter():
+    env = make_env("Hopper-v4", episode_length=25)
+    keys = jax.random.split(jax.random.PRNGKey(5), 3)
+    together = _rollout(env, keys)
+    for i in range(3):
+        alone = _rollout(env, keys[i:i + 1])
+        for a, b in zip(together, alone):
+            np.testing.assert_array_equal(np.asarray(a[i]), np.asarray(b[0]))
+    try:
+        cengine.set_threads(1)
+        one = _rollout(env, keys)
+    finally:
+        cengine.set_threads(None)
+    for a, b in zip(together, one):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_sharded_grid_is_bit_identical_to_one_device_and_any_thread_count(tmp_path):
+    """Four cells of Hopper-v4 split over 2 forced host devices (shard_map), twice, against 1 device with
+    1 and 2 threads: each in a process of its own (the device count is fixed when JAX starts)."""
+    script = textwrap.dedent("""
+        import sys, numpy as np, jax, jax.numpy as jnp
+        from jax.sharding import Mesh, PartitionSpec as P
+        from vaco_jax.envs import make_env, cengine
+        cengine.set_threads(int(sys.argv[2]))
+        env = make_env("Hopper-v4", episode_length=25)
+        def run(k):
+            state = jax.vmap(env.reset)(jax.random.split(k, 8))
+            def body(s, t):
+                a = jax.random.uniform(jax.random.fold_in(k, t), (8, env.action_size), minval=-1.0, maxval=1.0)
+                s, out = jax.vmap(env.step)(s, a)
+                return s, out.reward
+            return jax.lax.scan(body, state, jnp.arange(30))[1]
+        keys = jax.random.split(jax.random.PRNGKey(5), 4)
+        devices = jax.devices()
+        if len(devices) > 1:
+            mesh = Mesh(np.array(devices), ("cells",))
+            f = jax.jit(jax.shard_map(jax.vmap(run), mesh=mesh, in_specs=P("cells"), out_specs=P("cells")))
+            outs = [np.asarray(f(keys)) for _ in range(2)]
+            assert np.array_equal(outs[0], outs[1])
+            out = outs[0]
+        else:
+            out = np.asarray(jax.jit(jax.vmap(run))(keys))
+        np.save(sys.argv[1], out)
+    """)
+    results = []
+    for devices, threads in ((2, 2), (1, 1), (1, 2)):
+        path = tmp_path / f"out_{devices}_{threads}.npy"
+        flags = os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={devices}"
+        subprocess.run([sys.executable, "-c", script, str(path), str(threads)], check=True,
+                       env={**os.environ, "XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu"}, timeout=300)
+        results.append(np.load(path))
+    for r in results[1:]:
+        np.testing.assert_array_equal(results[0], r)
+
+
+def test_bad_input_is_one_line():
+    with pytest.raises(ConfigError, match="backend='generalized' is not valid for env='Hopper-v4'.*mujoco, mjx"):
+        make_env("Hopper-v4", backend="generalized")
+    with pytest.raises(ConfigError, match="backend='mujoco' is not valid for env='hopper'"):
+        make_env("hopper", backend="mujoco")
+    with pytest.raises(ConfigError, match="env='Hopper-v9' is not valid"):
+        make_env("Hopper-v9")
+    env = make_env("Hopper-v4")
+    state = env.reset(jax.random.PRNGKey(0))
+    with pytest.raises(ValueError, match=r"Hopper-v4: an action has shape \(3,\), got \(4,\)"):
+        env.step(state, jnp.zeros(4))
+
+
+def test_a_model_that_does_not_load_is_one_line(monkeypatch, tmp_path):
+    from vaco_jax.envs import gymnasium_tasks
+
+    broken = tmp_path / "hopper.xml"
+    broken.write_text("<mujoco><worldbody><body></mujoco>")
+    monkeypatch.setattr(gymnasium_tasks, "model_path", lambda task: str(broken))
+    with pytest.raises(ConfigError, match=r"env='Hopper-v4': its model .* does not load"):
+        gymnasium_tasks.load_model(GYM_TASKS["Hopper-v4"])
+
+
+def test_unstable_step_ends_the_episode_and_is_counted():
+    env = make_env("Hopper-v4")
+    state = env.reset(jax.random.PRNGKey(0))
+    eng = cengine.engine("Hopper-v4")
+    physics = cengine._float64(np.asarray(state.core.physics)).copy()
+    physics[1 + eng.nq:1 + eng.nq + eng.nv] = 1e30  # velocities MuJoCo rejects
+    state = state._replace(core=state.core.replace(physics=jnp.asarray(cengine._bits(physics))))
+    state, out = jax.jit(env.step)(state, jnp.zeros(3))
+    assert float(out.termination) == 1.0 and int(state.core.unstable_steps) == 1
+
+
+def test_mjx_loads_and_steps_the_same_definition():
+    env = make_env("Hopper-v4", backend="mjx", episode_length=10)
+    state = reset_batch(env, jax.random.PRNGKey(0), 2)
+    step = jax.jit(jax.vmap(env.step))
+    for _ in range(3):
+        state, out = step(state, jnp.zeros((2, 3)))
+    assert out.next_obs.shape == (2, 11) and np.all(np.isfinite(np.asarray(out.reward)))
+    assert np.all(np.abs(np.asarray(out.reward) - 1.0) < 0.1)  # healthy reward, hardly moving

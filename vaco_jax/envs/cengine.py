@@ -1,0 +1,325 @@
+"""MuJoCo's own C engine inside the jitted program: one ``jax.pure_callback`` per vectorised step.
+
+The env state holds the full physics state that ``mj_getState(mjSTATE_INTEGRATION)`` returns (time,
+qpos, qvel, act, the solver's warmstart, controls, applied forces, ...), float64, carried through the
+program as its bits (``uint32``, two words a number) so that JAX never needs x64. A step hands every
+env of the call to the host; a thread pool (threads = cores) sets each env's state on an ``MjData`` of
+its own thread, applies the action, calls ``mj_step`` ``frame_skip`` times and reads the state back.
+The task's definition (``gymnasium_tasks``) then computes observation, reward and termination for the
+whole batch in numpy, float64, exactly as Gymnasium does.
+
+Why ``mj_step`` on our own ``MjData`` and not ``mujoco.rollout``: equality with Gymnasium needs the
+solver's warmstart to continue from step to step, and rollout takes one in but does not hand it back
+(docs/envs.md, "MuJoCo's C engine").
+
+Purity and concurrency. The callback is a pure function of its inputs: the same state and action
+give the same bits, whatever the batch, the thread count or the caller. Every call checks a set of
+``MjData`` and its thread pool out of a pool and returns it after: two concurrent callers (one per
+device of a sharded grid, one per actor thread) never share either, and nothing is tied to the life
+of a thread the program does not own (XLA's callback threads come and go).
+
+Under ``vmap`` (envs, then a grid's cells) the callback receives all envs of the whole grid at once
+(``vmap_method='broadcast_all'``) and steps them in one call.
+
+Unstable physics: when MuJoCo flags a step (bad qacc, qpos or qvel: it then resets that env's data
+to the model's defaults by itself), the env's episode ends as a termination and its state counts the
+event (``CState.unstable_steps``), so a run can report it instead of continuing from a silently reset
+body.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from vaco_jax.envs.gymnasium_tasks import GYM_TASKS, LocomotionTask, load_model, model_constants
+
+_THREADS: int | None = None  # None: one per core
+
+
+def set_threads(n: int | None) -> None:
+    """Threads each call steps its envs with (None: one per core). Results do not depend on it."""
+    global _THREADS
+    if n is not None and (not isinstance(n, int) or n < 1):
+        raise ValueError(f"threads={n!r} must be a positive integer or None")
+    _THREADS = n
+
+
+def threads() -> int:
+    return _THREADS or os.cpu_count() or 1
+
+
+def _bits(x64: np.ndarray) -> np.ndarray:
+    """float64 [..., n] -> uint32 [..., 2n] (the same bytes)."""
+    return np.ascontiguousarray(x64, np.float64).view(np.uint32)
+
+
+def _float64(bits: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(bits, np.uint32).view(np.float64)
+
+
+class _Workers:
+    """One caller's ``MjData`` per thread and the threads themselves."""
+
+    def __init__(self, model, n: int):
+        import mujoco
+
+        self.n = n
+        self.datas = [mujoco.MjData(model) for _ in range(n)]
+        self.pool = ThreadPoolExecutor(n, thread_name_prefix="mujoco") if n > 1 else None
+
+    def map(self, fn, n_items: int):
+        """``fn(data, lo, hi)`` over contiguous slices of ``n_items``, one slice per thread."""
+        k = max(1, min(self.n, n_items))
+        bounds = np.linspace(0, n_items, k + 1).astype(int)
+        if self.pool is None or k == 1:
+            fn(self.datas[0], 0, n_items)
+            return
+        futures = [self.pool.submit(fn, self.datas[i], bounds[i], bounds[i + 1]) for i in range(k)]
+        for f in futures:
+            f.result()
+
+
+class Engine:
+    """The host side of one task on MuJoCo's C engine: the model, its constants, a pool of workers."""
+
+    def __init__(self, task: LocomotionTask):
+        import mujoco
+
+        self.task = task
+        self.model = load_model(task)
+        self.spec = mujoco.mjtState.mjSTATE_INTEGRATION
+        self.state_size = int(mujoco.mj_stateSize(self.model, self.spec))
+        self.consts = model_constants(task, self.model)
+        self.nq, self.nv, self.nu = int(self.model.nq), int(self.model.nv), int(self.model.nu)
+        data = mujoco.MjData(self.model)
+        self.init_qpos = data.qpos.copy()
+        self.init_qvel = data.qvel.copy()
+        self.ctrl_range = np.asarray(self.model.actuator_ctrlrange, np.float32).copy()
+        self._fields = task.read_fields()
+        self._free: list[_Workers] = []
+        self._lock = threading.Lock()
+        self._warnings = [int(w) for w in (mujoco.mjtWarning.mjWARN_BADQACC, mujoco.mjtWarning.mjWARN_BADQPOS,
+                                           mujoco.mjtWarning.mjWARN_BADQVEL)]
+
+    # ----- the pool: each call owns its workers for the call's length
+    def _checkout(self) -> _Workers:
+        with self._lock:
+            for i, w in enumerate(self._free):
+                if w.n == threads():
+                    return self._free.pop(i)
+        return _Workers(self.model, threads())
+
+    def _checkin(self, w: _Workers) -> None:
+        with self._lock:
+            self._free.append(w)
+
+    def _field_buffers(self, n: int) -> dict:
+        d = {"qpos": np.empty((n, self.nq)), "qvel": np.empty((n, self.nv))}
+        shapes = {"xpos": (self.model.nbody, 3), "xipos": (self.model.nbody, 3), "cinert": (self.model.nbody, 10),
+                  "cvel": (self.model.nbody, 6), "cfrc_ext": (self.model.nbody, 6), "qfrc_actuator": (self.nv,),
+                  "ctrl": (self.nu,)}
+        for f in self._fields:
+            d[f] = np.empty((n,) + shapes[f])
+        return d
+
+    def _read(self, data, fields: dict, i: int) -> None:
+        fields["qpos"][i] = data.qpos
+        fields["qvel"][i] = data.qvel
+        for f in self._fields:
+            fields[f][i] = getattr(data, f)
+
+    def _reset_one(self, data, key: np.ndarray, fields: dict, i: int, state_out: np.ndarray) -> None:
+        """Gymnasium's reset: ``mj_resetData``, the noisy initial qpos and qvel, ``mj_forward``."""
+        import mujoco
+
+        rng = np.random.default_rng([int(k) for k in key])
+        dq, dv = self.task.reset_noise(rng, self.nq, self.nv)
+        mujoco.mj_resetData(self.model, data)
+        data.qpos[:] = self.init_qpos + dq
+        data.qvel[:] = self.init_qvel + dv
+        mujoco.mj_forward(self.model, data)
+        mujoco.mj_getState(self.model, data, state_out, self.spec)
+        self._read(data, fields, i)
+
+    # ----- the host functions the callbacks call (flat batches)
+    def host_reset(self, keys: np.ndarray):
+        n = keys.shape[0]
+        states = np.empty((n, self.state_size))
+        fields = self._field_buffers(n)
+
+        def work(data, lo, hi):
+            for i in range(lo, hi):
+                self._reset_one(data, keys[i], fields, i, states[i])
+
+        self._run(work, n)
+        return states, self._position(fields), self._obs(fields)
+
+    def host_step(self, states_in: np.ndarray, position: np.ndarray, action: np.ndarray, keys: np.ndarray,
+                  ends: np.ndarray, auto_reset: bool):
+        """Step every env; then, with ``auto_reset``, reset those that terminated or whose ``ends`` is set
+        (their episode reaches its time limit with this step). Returns the states, forward positions and
+        observations to continue from, the observations this step reached, reward, terminated, unstable."""
+        import mujoco
+
+        n = states_in.shape[0]
+        states = np.empty_like(states_in)
+        fields = self._field_buffers(n)
+        unstable = np.zeros(n, bool)
+        ctrl = action.astype(np.float64)
+        task, model, spec = self.task, self.model, self.spec
+        warn = self._warnings
+
+        def work(data, lo, hi):
+            for i in range(lo, hi):
+                mujoco.mj_setState(model, data, states_in[i], spec)
+                before = [data.warning[w].number for w in warn]
+                data.ctrl[:] = ctrl[i]
+                mujoco.mj_step(model, data, task.frame_skip)
+                if task.needs_rne_post:
+                    mujoco.mj_rnePostConstraint(model, data)
+                unstable[i] = any(data.warning[w].number != b for w, b in zip(warn, before))
+                mujoco.mj_getState(model, data, states[i], spec)
+                self._read(data, fields, i)
+
+        self._run(work, n)
+        after = self._position(fields)
+        reward = self.task.reward(np, position, after, action, fields, self.consts["dt"])
+        terminated = self.task.terminated(np, fields) | unstable
+        next_obs = self._obs(fields)
+        obs, new_position = next_obs.copy(), after.copy()
+        if auto_reset:
+            resets = np.nonzero(terminated | ends)[0]
+            if resets.size:
+                r_states, r_position, r_obs = self.host_reset(keys[resets])
+                states[resets], new_position[resets], obs[resets] = r_states, r_position, r_obs
+        return states, new_position, obs, next_obs, reward, terminated, unstable
+
+    def _run(self, work, n: int) -> None:
+        w = self._checkout()
+        try:
+            w.map(work, n)
+        finally:
+            self._checkin(w)
+
+    def _position(self, fields):
+        return self.task.forward_position(np, fields, self.consts)
+
+    def _obs(self, fields):
+        return self.task.observation(np, fields).astype(np.float32)
+
+
+_ENGINES: dict[str, Engine] = {}
+_ENGINES_LOCK = threading.Lock()
+
+
+def engine(name: str) -> Engine:
+    with _ENGINES_LOCK:
+        if name not in _ENGINES:
+            _ENGINES[name] = Engine(GYM_TASKS[name])
+        return _ENGINES[name]
+
+
+# ----------------------------------------------------------------------------- the JAX side
+
+
+@struct.dataclass
+class CState:
+    """A C-engine env's state (with the fields of a ``brax.envs.State`` the wrappers read)."""
+
+    physics: jnp.ndarray  # uint32 [2 * state_size]: mj_getState(mjSTATE_INTEGRATION), float64 bits
+    position: jnp.ndarray  # uint32 [4]: the forward-reward (x, y) read after the last step, float64 bits
+    key: jnp.ndarray  # PRNG key of this env's reset noise
+    obs: jnp.ndarray  # float32 [obs]
+    reward: jnp.ndarray  # float32
+    done: jnp.ndarray  # float32: the task terminated (or MuJoCo flagged the step unstable)
+    unstable_steps: jnp.ndarray  # int32: steps MuJoCo flagged unstable in this env so far
+    metrics: dict = struct.field(default_factory=dict)
+    info: dict = struct.field(default_factory=dict)
+
+
+def _flat(x: np.ndarray, tail: int) -> tuple[np.ndarray, tuple]:
+    lead = x.shape[: x.ndim - tail]
+    return x.reshape((-1,) + x.shape[x.ndim - tail:]), lead
+
+
+class CEngineEnv:
+    """A Gymnasium task stepped by MuJoCo's C engine: raw ``reset(key)`` / ``step(state, action)``
+    (no auto-reset, like a Brax env), and ``step_auto_reset`` for the training wrapper."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.task = GYM_TASKS[name]
+        eng = engine(name)
+        self.observation_size = self.task.observation_size
+        self.action_size = eng.nu
+        self.action_low = eng.ctrl_range[:, 0]
+        self.action_high = eng.ctrl_range[:, 1]
+        self._state_words = 2 * eng.state_size
+
+    def _shapes(self):
+        f32, u32 = jnp.float32, jnp.uint32
+        return (jax.ShapeDtypeStruct((self._state_words,), u32), jax.ShapeDtypeStruct((4,), u32),
+                jax.ShapeDtypeStruct((self.observation_size,), f32))
+
+    def reset(self, key: jax.Array) -> CState:
+        key, noise_key = jax.random.split(key)
+        name = self.name
+
+        def host(k):
+            flat, lead = _flat(np.asarray(k), 1)
+            states, position, obs = engine(name).host_reset(flat)
+            return (_bits(states).reshape(lead + (-1,)), _bits(position).reshape(lead + (4,)),
+                    obs.reshape(lead + obs.shape[1:]))
+
+        physics, position, obs = jax.pure_callback(host, self._shapes(), noise_key, vmap_method="broadcast_all")
+        zero = jnp.zeros((), jnp.float32)
+        return CState(physics=physics, position=position, key=key, obs=obs, reward=zero, done=zero,
+                      unstable_steps=jnp.zeros((), jnp.int32))
+
+    def _call(self, state: CState, action, ends, auto_reset: bool):
+        key, noise_key = jax.random.split(state.key)
+        name = self.name
+        f32, u32 = jnp.float32, jnp.uint32
+        shapes = self._shapes() + (jax.ShapeDtypeStruct((self.observation_size,), f32),
+                                   jax.ShapeDtypeStruct((), f32), jax.ShapeDtypeStruct((), jnp.bool_),
+                                   jax.ShapeDtypeStruct((), jnp.bool_))
+
+        def host(physics, position, act, k, e):
+            physics, lead = _flat(np.asarray(physics), 1)
+            out = engine(name).host_step(
+                _float64(physics), _float64(_flat(np.asarray(position), 1)[0]), _flat(np.asarray(act), 1)[0],
+                _flat(np.asarray(k), 1)[0], np.asarray(e).reshape(-1), auto_reset)
+            states, new_position, obs, next_obs, reward, terminated, unstable = out
+            return (_bits(states).reshape(lead + (-1,)), _bits(new_position).reshape(lead + (4,)),
+                    obs.reshape(lead + obs.shape[1:]), next_obs.reshape(lead + next_obs.shape[1:]),
+                    reward.astype(np.float32).reshape(lead), terminated.reshape(lead), unstable.reshape(lead))
+
+        action = jnp.asarray(action, f32)
+        if action.shape != (self.action_size,):
+            raise ValueError(f"{self.name}: an action has shape ({self.action_size},), got {action.shape}")
+        out = jax.pure_callback(host, shapes, state.physics, state.position, action, noise_key,
+                                jnp.asarray(ends, jnp.bool_), vmap_method="broadcast_all")
+        physics, position, obs, next_obs, reward, terminated, unstable = out
+        nxt = state.replace(physics=physics, position=position, key=key, obs=obs, reward=reward,
+                            done=terminated.astype(f32),
+                            unstable_steps=state.unstable_steps + unstable.astype(jnp.int32))
+        return nxt, next_obs
+
+    def step(self, state: CState, action) -> CState:
+        """One env step without reset (evaluation freezes an ended episode itself)."""
+        nxt, next_obs = self._call(state, action, False, auto_reset=False)
+        return nxt.replace(obs=next_obs)
+
+    def step_auto_reset(self, state: CState, action, ends) -> tuple[CState, jnp.ndarray]:
+        """One env step; an env that terminated, or whose ``ends`` is set, is reset on the host in the same
+        call (fresh reset noise, as Gymnasium's ``reset``). Returns the state to continue from (its ``obs``
+        the first observation of the next episode after a reset) and the observation this step reached."""
+        return self._call(state, action, ends, auto_reset=True)

@@ -1,0 +1,188 @@
+"""Gymnasium's MuJoCo locomotion tasks, defined as Gymnasium 1.4.0 defines them, for any engine.
+
+A task here is a model file plus its definition: which MuJoCo fields it reads after a step, its
+observation, reward, termination and reset noise. The definition never steps physics: an engine
+(MuJoCo's C engine, ``envs.cengine``; MJX, ``envs.mjx_engine``) steps the model and hands the
+definition the fields it names, as arrays with a leading batch axis, in ``numpy`` or ``jax.numpy``
+(the ``xp`` argument). docs/envs.md, "Gymnasium's locomotion tasks", gives each definition in words.
+
+Gymnasium reads some fields that MuJoCo derives during a step rather than from the state (body
+positions for Ant's and Humanoid's forward reward, Humanoid's inertias, velocities and forces): after a
+step they hold the values of the last substep's forward pass. Engines therefore read them right after
+the step, as Gymnasium does, and carry the forward-reward position into the next step (``position``)
+instead of recomputing it from the state.
+
+The model files are read from the installed Gymnasium package; nothing is copied here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import os
+from typing import Callable
+
+import numpy as np
+
+from vaco_jax.knobs import ConfigError
+
+GYMNASIUM_VERSION = "1.4.0"  # the version these definitions were checked against (tests/test_gym_tasks.py)
+INSTALL_HINT = f"pip install 'gymnasium[mujoco]=={GYMNASIUM_VERSION}'"
+
+
+def _hopper_healthy(xp, qpos, qvel):
+    z, angle = qpos[..., 1], qpos[..., 2]
+    state = xp.concatenate([qpos, qvel], axis=-1)[..., 2:]
+    return (xp.all((-100.0 < state) & (state < 100.0), axis=-1) & (0.7 < z) & (z < np.inf)
+            & (-0.2 < angle) & (angle < 0.2))
+
+
+def _walker_healthy(xp, qpos, qvel):
+    z, angle = qpos[..., 1], qpos[..., 2]
+    return (0.8 < z) & (z < 2.0) & (-1.0 < angle) & (angle < 1.0)
+
+
+def _ant_healthy(xp, qpos, qvel):
+    finite = xp.all(xp.isfinite(xp.concatenate([qpos, qvel], axis=-1)), axis=-1)
+    return finite & (0.2 <= qpos[..., 2]) & (qpos[..., 2] <= 1.0)
+
+
+def _humanoid_healthy(xp, qpos, qvel):
+    return (1.0 < qpos[..., 2]) & (qpos[..., 2] < 2.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class LocomotionTask:
+    """One Gymnasium locomotion task (its constructor's defaults; Gymnasium's ``*_v4.py``)."""
+
+    name: str
+    model_file: str  # in gymnasium/envs/mujoco/assets
+    frame_skip: int
+    observation_size: int
+    forward_reward_weight: float
+    ctrl_cost_weight: float
+    healthy_reward: float  # paid on every step, the terminating one included (terminate_when_unhealthy)
+    healthy: Callable | None  # (xp, qpos, qvel) -> bool[batch]; None: never terminates
+    position: str  # what the forward reward differentiates: 'qpos_x', 'torso_xy' or 'mass_center_xy'
+    obs_exclude: int  # leading qpos entries left out of the observation
+    qvel_clip: float | None  # the observation's velocities are clipped to +-this (Hopper, Walker2d)
+    obs_fields: tuple[str, ...] = ()  # MjData fields appended to the observation, flattened, in order
+    reset_noise_scale: float = 0.0
+    qvel_noise: str = "uniform"  # 'uniform' on [-s, s], or 'normal' (s times a standard normal)
+    ctrl_cost_of: str = "action"  # 'action' (the action as given) or 'ctrl' (data.ctrl, float64)
+    max_episode_steps: int = 1000  # Gymnasium's registered TimeLimit
+
+    @property
+    def needs_rne_post(self) -> bool:
+        """Gymnasium calls mj_rnePostConstraint after every step; only cfrc_ext reads its result."""
+        return "cfrc_ext" in self.obs_fields
+
+    def read_fields(self) -> tuple[str, ...]:
+        """The MjData fields an engine hands the definition after a step (besides qpos and qvel)."""
+        extra = {"torso_xy": ("xpos",), "mass_center_xy": ("xipos",)}.get(self.position, ())
+        ctrl = ("ctrl",) if self.ctrl_cost_of == "ctrl" else ()
+        return tuple(dict.fromkeys(extra + self.obs_fields + ctrl))
+
+    # ----- the definition proper; every function takes batched arrays ([..., n])
+    def observation(self, xp, fields: dict):
+        qpos, qvel = fields["qpos"], fields["qvel"]
+        vel = qvel if self.qvel_clip is None else xp.clip(qvel, -self.qvel_clip, self.qvel_clip)
+        lead = qpos.shape[:-1]
+        parts = [qpos[..., self.obs_exclude:], vel]
+        parts += [xp.reshape(fields[f], lead + (-1,)) for f in self.obs_fields]
+        return xp.concatenate(parts, axis=-1)
+
+    def forward_position(self, xp, fields: dict, consts: dict):
+        """[..., 2] (x, y); tasks that move along x alone put 0 in y."""
+        if self.position == "qpos_x":
+            x = fields["qpos"][..., 0]
+            return xp.stack([x, xp.zeros_like(x)], axis=-1)
+        if self.position == "torso_xy":
+            return fields["xpos"][..., consts["torso"], :2]
+        if self.position == "mass_center_xy":
+            mass = consts["body_mass"]
+            return xp.einsum("b,...bj->...j", mass, fields["xipos"])[..., :2] / mass.sum()
+        raise ValueError(self.position)
+
+    def reward(self, xp, before, after, action, fields: dict, dt: float):
+        """Gymnasium's reward from the forward positions before and after the step."""
+        x_velocity = (after[..., 0] - before[..., 0]) / dt
+        ctrl = fields["ctrl"] if self.ctrl_cost_of == "ctrl" else action
+        ctrl_cost = self.ctrl_cost_weight * xp.sum(xp.square(ctrl), axis=-1)
+        return self.forward_reward_weight * x_velocity + self.healthy_reward - ctrl_cost
+
+    def terminated(self, xp, fields: dict):
+        if self.healthy is None:
+            return xp.zeros(fields["qpos"].shape[:-1], bool)
+        return ~self.healthy(xp, fields["qpos"], fields["qvel"])
+
+    def reset_noise(self, rng: np.random.Generator, nq: int, nv: int) -> tuple[np.ndarray, np.ndarray]:
+        """The noise Gymnasium's ``reset_model`` adds to the model's initial qpos and qvel (float64)."""
+        s = self.reset_noise_scale
+        dq = rng.uniform(low=-s, high=s, size=nq)
+        dv = rng.uniform(low=-s, high=s, size=nv) if self.qvel_noise == "uniform" else s * rng.standard_normal(nv)
+        return dq, dv
+
+
+GYM_TASKS: dict[str, LocomotionTask] = {t.name: t for t in (
+    LocomotionTask("Hopper-v4", "hopper.xml", 4, 11, forward_reward_weight=1.0, ctrl_cost_weight=1e-3,
+                   healthy_reward=1.0, healthy=_hopper_healthy, position="qpos_x", obs_exclude=1,
+                   qvel_clip=10.0, reset_noise_scale=5e-3),
+    LocomotionTask("Walker2d-v4", "walker2d.xml", 4, 17, forward_reward_weight=1.0, ctrl_cost_weight=1e-3,
+                   healthy_reward=1.0, healthy=_walker_healthy, position="qpos_x", obs_exclude=1,
+                   qvel_clip=10.0, reset_noise_scale=5e-3),
+    LocomotionTask("HalfCheetah-v4", "half_cheetah.xml", 5, 17, forward_reward_weight=1.0,
+                   ctrl_cost_weight=0.1, healthy_reward=0.0, healthy=None, position="qpos_x", obs_exclude=1,
+                   qvel_clip=None, reset_noise_scale=0.1, qvel_noise="normal"),
+    LocomotionTask("Ant-v4", "ant.xml", 5, 27, forward_reward_weight=1.0, ctrl_cost_weight=0.5,
+                   healthy_reward=1.0, healthy=_ant_healthy, position="torso_xy", obs_exclude=2,
+                   qvel_clip=None, reset_noise_scale=0.1, qvel_noise="normal"),
+    LocomotionTask("Humanoid-v4", "humanoid.xml", 5, 376, forward_reward_weight=1.25, ctrl_cost_weight=0.1,
+                   healthy_reward=5.0, healthy=_humanoid_healthy, position="mass_center_xy", obs_exclude=2,
+                   qvel_clip=None, obs_fields=("cinert", "cvel", "qfrc_actuator", "cfrc_ext"),
+                   reset_noise_scale=1e-2, ctrl_cost_of="ctrl"),
+)}
+
+
+def model_path(task: LocomotionTask) -> str:
+    """The task's model file inside the installed Gymnasium package."""
+    try:
+        import gymnasium
+    except ImportError:
+        raise ConfigError(f"env={task.name!r} reads its model from the package gymnasium, which is not "
+                          f"installed ({INSTALL_HINT})") from None
+    path = os.path.join(os.path.dirname(gymnasium.__file__), "envs", "mujoco", "assets", task.model_file)
+    if not os.path.exists(path):
+        raise ConfigError(f"env={task.name!r}: its model file {path} is missing from the installed gymnasium "
+                          f"({INSTALL_HINT})")
+    return path
+
+
+@functools.lru_cache(maxsize=None)
+def model_sha256(name: str) -> str:
+    with open(model_path(GYM_TASKS[name]), "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def load_model(task: LocomotionTask):
+    """``mujoco.MjModel`` of the task; a one-line ConfigError when it cannot load."""
+    import mujoco
+
+    path = model_path(task)
+    try:
+        return mujoco.MjModel.from_xml_path(path)
+    except Exception as e:  # mujoco raises ValueError with the XML parser's message
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"env={task.name!r}: its model {path} does not load: {first}") from None
+
+
+def model_constants(task: LocomotionTask, model) -> dict:
+    """What the definition reads from the model itself (body masses, the torso's index, dt)."""
+    import mujoco
+
+    consts = {"dt": float(model.opt.timestep) * task.frame_skip,
+              "body_mass": np.asarray(model.body_mass, np.float64).copy()}
+    if task.position == "torso_xy":
+        consts["torso"] = int(mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, "torso"))
+    return consts
