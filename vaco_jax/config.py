@@ -243,6 +243,10 @@ class Config:
     def effective_lag_depth(self) -> int:
         return _ages_depth(self.age_weights) if self.lag_model == "ages" else int(self.lag_depth)
 
+    def as_record(self) -> dict:
+        """The settings as a run records them: every field, the backend resolved to the physics used."""
+        return {**dataclasses.asdict(self), "backend": self.physics_backend}
+
     # ----- derived static quantities
     @property
     def physics_backend(self) -> str:

@@ -940,7 +940,7 @@ def _identity(groups: Sequence[Group]) -> dict:
 
     out = {}
     for g in groups:
-        record = {**dataclasses.asdict(g.config), "backend": g.config.physics_backend}
+        record = g.config.as_record()
         if env_source(g.config.env) == "gymnasium":
             record["model_sha256"] = model_sha256(g.config.env)
         out[g.subdir] = record

@@ -444,7 +444,7 @@ def train_args_class():
 def settings_hash(config: Config, seed: int) -> str:
     import hashlib
 
-    text = json.dumps({"config": dataclasses.asdict(config), "seed": seed}, sort_keys=True, default=str)
+    text = json.dumps({"config": config.as_record(), "seed": seed}, sort_keys=True, default=str)
     return hashlib.sha1(text.encode()).hexdigest()[:10]
 
 
@@ -484,7 +484,7 @@ def main(args=None) -> int:
 
     one = jax.tree.map(lambda x: np.asarray(x)[None], (state.learner, state.normalizer))
     save_policies(os.path.join(args.out, name + ".policy"), config, *one)  # load_policy(that dir)
-    results.write_json(path, {"config": dataclasses.asdict(config), "seed": args.seed, "diverged": diverged,
+    results.write_json(path, {"config": config.as_record(), "seed": args.seed, "diverged": diverged,
                               "history": history})
     shutil.rmtree(ckpt_dir, ignore_errors=True)
     last = history[-1]

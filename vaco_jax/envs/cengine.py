@@ -104,10 +104,21 @@ class Engine:
         self.init_qvel = data.qvel.copy()
         self.ctrl_range = np.asarray(self.model.actuator_ctrlrange, np.float32).copy()
         self._fields = task.read_fields()
+        mjs = mujoco.mjtState
+        offset = lambda bits: int(mujoco.mj_stateSize(self.model, bits))
+        head = mjs.mjSTATE_TIME
+        self._qpos_slice = slice(offset(head), offset(head | mjs.mjSTATE_QPOS))
+        self._qvel_slice = slice(self._qpos_slice.stop, offset(head | mjs.mjSTATE_QPOS | mjs.mjSTATE_QVEL))
+        before_ctrl = (mjs.mjSTATE_TIME | mjs.mjSTATE_QPOS | mjs.mjSTATE_QVEL | mjs.mjSTATE_ACT | mjs.mjSTATE_HISTORY
+                       | mjs.mjSTATE_WARMSTART)
+        self._ctrl_slice = slice(offset(before_ctrl), offset(before_ctrl) + self.nu)
+        shapes = {"xpos": (self.model.nbody, 3), "xipos": (self.model.nbody, 3), "cinert": (self.model.nbody, 10),
+                  "cvel": (self.model.nbody, 6), "cfrc_ext": (self.model.nbody, 6), "qfrc_actuator": (self.nv,),
+                  "ctrl": (self.nu,)}
+        self._derived_shapes = {f: shapes[f] for f in self._fields}
+        self._view_cache: dict[int, tuple] = {}
         self._free: list[_Workers] = []
         self._lock = threading.Lock()
-        self._warnings = [int(w) for w in (mujoco.mjtWarning.mjWARN_BADQACC, mujoco.mjtWarning.mjWARN_BADQPOS,
-                                           mujoco.mjtWarning.mjWARN_BADQVEL)]
 
     # ----- the pool: each call owns its workers for the call's length
     def _checkout(self) -> _Workers:
@@ -123,11 +134,8 @@ class Engine:
 
     def _field_buffers(self, n: int) -> dict:
         d = {"qpos": np.empty((n, self.nq)), "qvel": np.empty((n, self.nv))}
-        shapes = {"xpos": (self.model.nbody, 3), "xipos": (self.model.nbody, 3), "cinert": (self.model.nbody, 10),
-                  "cvel": (self.model.nbody, 6), "cfrc_ext": (self.model.nbody, 6), "qfrc_actuator": (self.nv,),
-                  "ctrl": (self.nu,)}
-        for f in self._fields:
-            d[f] = np.empty((n,) + shapes[f])
+        for f, shape in self._derived_shapes.items():
+            d[f] = np.empty((n,) + shape)
         return d
 
     def _read(self, data, fields: dict, i: int) -> None:
@@ -170,26 +178,30 @@ class Engine:
         import mujoco
 
         n = states_in.shape[0]
+        states_in = states_in.copy()
+        states_in[:, self._ctrl_slice] = action  # the controls are part of the state mj_setState sets
         states = np.empty_like(states_in)
-        fields = self._field_buffers(n)
+        derived = {f: np.empty((n,) + shape) for f, shape in self._derived_shapes.items()}
         unstable = np.zeros(n, bool)
-        ctrl = action.astype(np.float64)
-        task, model, spec = self.task, self.model, self.spec
-        warn = self._warnings
+        model, spec, frame_skip, rne = self.model, self.spec, self.task.frame_skip, self.task.needs_rne_post
+        set_state, get_state, mj_step = mujoco.mj_setState, mujoco.mj_getState, mujoco.mj_step
+        post = mujoco.mj_rnePostConstraint
 
         def work(data, lo, hi):
+            warnings, views = self._views(data)
             for i in range(lo, hi):
-                mujoco.mj_setState(model, data, states_in[i], spec)
-                before = [data.warning[w].number for w in warn]
-                data.ctrl[:] = ctrl[i]
-                mujoco.mj_step(model, data, task.frame_skip)
-                if task.needs_rne_post:
-                    mujoco.mj_rnePostConstraint(model, data)
-                unstable[i] = any(data.warning[w].number != b for w, b in zip(warn, before))
-                mujoco.mj_getState(model, data, states[i], spec)
-                self._read(data, fields, i)
+                set_state(model, data, states_in[i], spec)
+                bad = warnings[3:6].sum()  # BADQPOS, BADQVEL, BADQACC: MuJoCo reset the data
+                mj_step(model, data, frame_skip)
+                if rne:
+                    post(model, data)
+                unstable[i] = warnings[3:6].sum() != bad
+                get_state(model, data, states[i], spec)
+                for f, v in views:
+                    derived[f][i] = v
 
         self._run(work, n)
+        fields = {"qpos": states[:, self._qpos_slice], "qvel": states[:, self._qvel_slice], **derived}
         after = self._position(fields)
         reward = self.task.reward(np, position, after, action, fields, self.consts["dt"])
         terminated = self.task.terminated(np, fields) | unstable
@@ -201,6 +213,15 @@ class Engine:
                 r_states, r_position, r_obs = self.host_reset(keys[resets])
                 states[resets], new_position[resets], obs[resets] = r_states, r_position, r_obs
         return states, new_position, obs, next_obs, reward, terminated, unstable
+
+    def _views(self, data):
+        """Cached numpy views into ``data``: its warning counters and the derived fields the task reads."""
+        cached = self._view_cache.get(id(data))
+        if cached is None or cached[0] is not data:
+            views = [(f, getattr(data, f)) for f in self._derived_shapes]
+            cached = (data, data.warning.number, views)
+            self._view_cache[id(data)] = cached
+        return cached[1], cached[2]
 
     def _run(self, work, n: int) -> None:
         w = self._checkout()

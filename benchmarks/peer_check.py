@@ -1,0 +1,146 @@
+"""The peer check: synchronous PPO-Clip on Gymnasium's locomotion tasks against CleanRL's published table.
+
+    python -m benchmarks.peer_check                      # CleanRL's settings, Hopper/HalfCheetah/Walker2d-v4
+    python -m benchmarks.peer_check --settings defaults  # the project's defaults (vmapped envs)
+
+CleanRL's ``ppo_continuous_action`` settings (``--settings cleanrl``): 1 env x 2,048 steps a phase,
+10 epochs x 32 minibatches, Adam lr 3e-4 annealed linearly, gamma 0.99, GAE lambda 0.95, clip 0.2, value
+clipping at 0.2, no entropy bonus, max grad norm 0.5, observation and reward normalisation, 64-64 tanh
+networks, a state-independent log-std initialised at 0. The score is CleanRL's: per seed, the mean
+return of the training episodes that end in the last 5% of the env steps. Seeds run as one vmapped
+program (MuJoCo's C engine steps all of their envs in one call).
+
+Known differences from CleanRL, by design: truncation at 1,000 steps bootstraps from V(next obs) here
+where CleanRL treats it as termination; the normalisers' statistics are updated once a phase (CleanRL:
+every step); scaled rewards are not clipped at +-10 (CleanRL clips them; they rarely get there).
+
+Writes ``OUT/<task>_<settings>.json`` (per-seed scores, curve, steps/s) and prints the table beside
+CleanRL's figures, with whether our seed mean falls inside their mean +- 2 std.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vaco_jax import results
+from vaco_jax.config import Config, ConfigError, make_traced
+from vaco_jax.train import make_train
+
+# CleanRL's ppo_continuous_action at 1M env steps (its documentation's table: mean +- std over seeds)
+CLEANRL = {"Hopper-v4": (2382.86, 271.74), "HalfCheetah-v4": (1442.64, 46.03), "Walker2d-v4": (2287.95, 571.78)}
+
+SETTINGS = {
+    "cleanrl": dict(num_envs=1, unroll_length=2048, num_epochs=10, num_minibatches=32, learning_rate=3e-4,
+                    anneal_lr=True, gamma=0.99, gae_lambda=0.95, clip_epsilon=0.2, value_clip_epsilon=0.2,
+                    entropy_coef=0.0, max_grad_norm=0.5, adam_eps=1e-5, value_coef=0.5, init_log_std=0.0,
+                    normalize_observations=True, normalize_rewards=True, normalize_advantages=True,
+                    policy_hidden=(64, 64), value_hidden=(64, 64), activation="tanh"),
+    "defaults": dict(),  # Config's own defaults (64 envs x 32 steps, 4 epochs x 8 minibatches, ...)
+}
+
+
+@dataclasses.dataclass
+class Args:
+    tasks: tuple[str, ...] = ("Hopper-v4", "HalfCheetah-v4", "Walker2d-v4")
+    settings: str = "cleanrl"  # a key of SETTINGS
+    seeds: int = 5
+    total_env_steps: int = 1_000_000
+    num_evals: int = 8  # chunks (progress lines); the score reads training episodes, not evaluations
+    overrides: str = ""  # JSON object of further Config fields, e.g. '{"num_envs": 16}'
+    out: str = "results/peer_check"
+
+
+def last_fraction_score(episode_return_sum: np.ndarray, episode_count: np.ndarray, batch: int,
+                        fraction: float = 0.05) -> np.ndarray:
+    """Per seed: the mean return of the training episodes ending in the last ``fraction`` of env steps.
+
+    ``episode_return_sum`` / ``episode_count``: [seeds, phases]; a phase holds ``batch`` env steps and an
+    episode counts in the phase where it ended. A phase is in the window when its last step is."""
+    phases = episode_count.shape[-1]
+    ends = (np.arange(phases) + 1) * batch
+    window = ends > (1.0 - fraction) * phases * batch
+    total = episode_return_sum[..., window].sum(-1)
+    count = episode_count[..., window].sum(-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(count > 0, total / np.maximum(count, 1), np.nan)
+
+
+def run_task(task: str, args: Args) -> dict:
+    fields = {**SETTINGS[args.settings], **json.loads(args.overrides or "{}")}
+    config = Config(env=task, method="ppo_clip", lag_model="synchronous", total_env_steps=args.total_env_steps,
+                    num_evals=args.num_evals, eval_episodes=0, **fields)
+    traced = make_traced(config)
+    trainer = make_train(config)
+    keys = jax.random.split(jax.random.PRNGKey(0), args.seeds)
+    init = jax.jit(jax.vmap(trainer.init, in_axes=(0, None)))
+    chunk = jax.jit(jax.vmap(trainer.train_chunk, in_axes=(0, None)))
+    t0 = time.perf_counter()
+    state = init(keys, traced)
+    sums, counts, seconds = [], [], []
+    for i in range(config.num_evals):
+        t = time.perf_counter()
+        state, metrics = chunk(state, traced)
+        ph = jax.device_get(metrics.phases)
+        sums.append(np.asarray(ph.episode_return_sum).reshape(args.seeds, -1))
+        counts.append(np.asarray(ph.episode_count).reshape(args.seeds, -1))
+        seconds.append(time.perf_counter() - t)
+        done = (i + 1) * config.env_steps_per_chunk
+        recent = sums[-1].sum(-1) / np.maximum(counts[-1].sum(-1), 1)
+        print(f"  {task} {args.settings}: {done:,} steps/seed, chunk {seconds[-1]:.0f} s, training return "
+              f"{np.round(recent, 1).tolist()}", flush=True)
+    sums, counts = np.concatenate(sums, 1), np.concatenate(counts, 1)
+    diverged = np.asarray(jax.device_get(~jnp.isfinite(
+        sum(jnp.sum(x, axis=tuple(range(1, x.ndim))) for x in jax.tree.leaves(state.learner.policy_params)))))
+    scores = last_fraction_score(sums, counts, config.batch_size)
+    steady = sum(seconds[1:]) if len(seconds) > 1 else seconds[0]
+    steady_steps = config.env_steps_per_chunk * max(len(seconds) - 1, 1) * args.seeds
+    return {"task": task, "settings": args.settings, "config": config.as_record(), "seeds": args.seeds,
+            "scores": [None if not np.isfinite(s) else float(s) for s in scores],
+            "diverged": diverged.tolist(),
+            "curve": {"episode_return_sum": sums.tolist(), "episode_count": counts.tolist()},
+            "seconds_total": time.perf_counter() - t0, "env_steps_per_second": steady_steps / steady,
+            "machine": {"cpus": os.cpu_count(), "device": str(jax.devices()[0])},
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+
+
+def report(record: dict) -> str:
+    s = np.array([np.nan if v is None else v for v in record["scores"]], float)
+    ok = s[np.isfinite(s)]
+    mean, std = (float(ok.mean()), float(ok.std(ddof=1))) if len(ok) > 1 else (float("nan"), float("nan"))
+    ref = CLEANRL.get(record["task"])
+    line = (f"{record['task']:<15} {record['settings']:<9} ours {mean:8.1f} +- {std:6.1f} (n={len(ok)}"
+            f"{', ' + str(int(np.sum(record['diverged']))) + ' diverged' if any(record['diverged']) else ''})")
+    if ref:
+        inside = ref[0] - 2 * ref[1] <= mean <= ref[0] + 2 * ref[1]
+        line += f"   CleanRL {ref[0]:.1f} +- {ref[1]:.1f}   inside mean +- 2 std: {'yes' if inside else 'NO'}"
+    return line + f"   {record['env_steps_per_second']:.0f} env steps/s ({record['seconds_total']:.0f} s)"
+
+
+def main(args: Args) -> None:
+    if args.settings not in SETTINGS:
+        raise ConfigError(f"settings={args.settings!r} is not valid; allowed values: {', '.join(SETTINGS)}")
+    if args.seeds < 2:
+        raise ConfigError(f"seeds={args.seeds!r} must be an integer >= 2 (a std needs two)")
+    os.makedirs(args.out, exist_ok=True)
+    lines = []
+    for task in args.tasks:
+        record = run_task(task, args)
+        suffix = "_" + hashlib.sha1(args.overrides.encode()).hexdigest()[:8] if args.overrides else ""
+        results.write_json(os.path.join(args.out, f"{task}_{args.settings}{suffix}.json"), record)
+        lines.append(report(record))
+        print(lines[-1], flush=True)
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    import tyro
+
+    main(tyro.cli(Args))
