@@ -32,6 +32,8 @@ from vaco_jax.cli import config_flags, with_config_flags  # noqa: E402
 from vaco_jax.config import Config, ConfigError  # noqa: E402
 from vaco_jax.methods import METHODS  # noqa: E402
 
+TOTAL_CPU_LOCOMOTION = 500_000
+
 PRESETS = {
     # ~10 minutes on 2 CPU cores (583 s on 2026-12-02; see BENCHMARKS.md)
     "cpu": dict(tasks=("inverted_double_pendulum",), methods=("ppo_clip", "vaco", "a3po", "ppo_ewma_revised"),
@@ -43,6 +45,11 @@ PRESETS = {
                            "ppo_ewma_revised", "decoupled_recompute", "spo"),
                   lag_depths=(1, 2, 4, 8, 16, 32), seeds=tuple(range(10)), total_env_steps=10_000_000,
                   num_envs=256, unroll_length=64, num_evals=20, eval_episodes=16, buffer_capacity=32),
+    # Gymnasium's Hopper-v4 on MuJoCo's C engine: PPO-Clip and VACO at B = 1 and 16, sized to finish in
+    # <= 20 minutes on 2 CPU cores (BENCHMARKS.md, "MuJoCo's C engine")
+    "cpu_locomotion": dict(tasks=("Hopper-v4",), methods=("ppo_clip", "vaco"), lag_depths=(1, 16), seeds=(0, 1, 2),
+                           total_env_steps=TOTAL_CPU_LOCOMOTION, num_envs=64, unroll_length=32, num_evals=10,
+                           eval_episodes=8, buffer_capacity=16),
     # for tests and smoke runs: the tiny pure-JAX point_mass task (seconds, no physics engine)
     "tiny": dict(tasks=("point_mass",), methods=("ppo_clip",), lag_depths=(1, 4),
                  seeds=(0, 1), total_env_steps=8 * 16 * 4, num_envs=8, unroll_length=16, num_evals=2,
@@ -54,7 +61,7 @@ PRESETS = {
 class StudyArgs:
     """Lag sweep: every (task, method) is one compiled, vmapped grid of lag depths x seeds."""
 
-    preset: Literal["cpu", "paper", "tiny"] = "cpu"  # the sizes in PRESETS; a flag given overrides its value
+    preset: Literal["cpu", "cpu_locomotion", "paper", "tiny"] = "cpu"  # the sizes in PRESETS; a flag given overrides its value
     out: str = ""  # run directory; default runs/lag_sweep_<preset>
     tasks: tuple[str, ...] | None = None  # None: the preset's tasks
     methods: tuple[str, ...] | None = None  # None: the preset's methods (a group per task and method)

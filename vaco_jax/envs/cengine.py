@@ -189,13 +189,16 @@ class Engine:
 
         def work(data, lo, hi):
             warnings, views = self._views(data)
+            # MuJoCo counts BADQPOS, BADQVEL and BADQACC (3, 4, 5) when it resets the data of a step it
+            # could not integrate; mj_setState leaves the counters alone, so a change marks this env
+            bad = int(warnings[3] + warnings[4] + warnings[5])
             for i in range(lo, hi):
                 set_state(model, data, states_in[i], spec)
-                bad = warnings[3:6].sum()  # BADQPOS, BADQVEL, BADQACC: MuJoCo reset the data
                 mj_step(model, data, frame_skip)
                 if rne:
                     post(model, data)
-                unstable[i] = warnings[3:6].sum() != bad
+                now = int(warnings[3] + warnings[4] + warnings[5])
+                unstable[i], bad = now != bad, now
                 get_state(model, data, states[i], spec)
                 for f, v in views:
                     derived[f][i] = v
