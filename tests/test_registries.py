@@ -57,7 +57,8 @@ def test_a_user_env_trains_and_its_action_bounds_come_from_the_env():
     register_env("wide_box_mass", lambda backend: WideBoxMass())
     assert "wide_box_mass" in available_envs()
     env = make_env("wide_box_mass", episode_length=30)
-    np.testing.assert_array_equal(env.action_low, [-2.0]) and np.testing.assert_array_equal(env.action_high, [3.0])
+    np.testing.assert_array_equal(env.action_low, [-2.0])
+    np.testing.assert_array_equal(env.action_high, [3.0])
     config = tiny_config(env="wide_box_mass", init_log_std=1.5, **ONE_PHASE)  # wide noise: the box binds
     trainer, state, _ = _train_one_phase(config)
     metrics = state.env_state.core.metrics
