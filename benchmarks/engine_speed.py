@@ -33,14 +33,14 @@ from vaco_jax.envs.gymnasium_tasks import GYM_TASKS
 
 @dataclasses.dataclass
 class Args:
-    tasks: tuple[str, ...] = tuple(GYM_TASKS)
-    num_envs: int = 256
+    tasks: tuple[str, ...] = tuple(GYM_TASKS)  # Gymnasium tasks stepped by ours and EnvPool
+    num_envs: int = 256  # envs stepped together by every contender
     steps: int = 100  # env steps per timed call (ours and EnvPool); MJX takes mjx_steps
-    mjx_steps: int = 10
-    rounds: int = 3
-    train_envs: int = 64
+    mjx_steps: int = 10  # env steps per timed call of Brax's hopper on MJX (slow on a CPU)
+    rounds: int = 3  # rounds; each times every contender once, one after another
+    train_envs: int = 64  # envs of the PPO-Clip training timed beside ours raw at the same envs
     mjx: bool = True  # time Brax's hopper on MJX (compiles for ~1 minute)
-    envpool: bool = True
+    envpool: bool = True  # time EnvPool where it is installed (extra 'bench')
     out: str = ""  # a JSON file of every number (optional)
 
 

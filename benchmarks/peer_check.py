@@ -49,13 +49,13 @@ SETTINGS = {
 
 @dataclasses.dataclass
 class Args:
-    tasks: tuple[str, ...] = ("Hopper-v4", "HalfCheetah-v4", "Walker2d-v4")
-    settings: str = "cleanrl"  # a key of SETTINGS
-    seeds: int = 5
-    total_env_steps: int = 1_000_000
+    tasks: tuple[str, ...] = ("Hopper-v4", "HalfCheetah-v4", "Walker2d-v4")  # Gymnasium tasks, one program each
+    settings: str = "cleanrl"  # 'cleanrl' (CleanRL's ppo_continuous_action) or 'defaults' (the Config's)
+    seeds: int = 5  # seeds, vmapped in one program (>= 2)
+    total_env_steps: int = 1_000_000  # env steps per seed
     num_evals: int = 8  # chunks (progress lines); the score reads training episodes, not evaluations
     overrides: str = ""  # JSON object of further Config fields, e.g. '{"num_envs": 16}'
-    out: str = "results/peer_check"
+    out: str = "results/peer_check"  # directory of the JSON records (one per task and settings)
 
 
 def last_fraction_score(episode_return_sum: np.ndarray, episode_count: np.ndarray, batch: int,
