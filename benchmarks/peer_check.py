@@ -45,12 +45,14 @@ SETTINGS = {
                     policy_hidden=(64, 64), value_hidden=(64, 64), activation="tanh"),
     "defaults": dict(),  # Config's own defaults (64 envs x 32 steps, 4 epochs x 8 minibatches, ...)
 }
+# CleanRL's learning settings on 16 vmapped envs x 128 steps: the same 2,048-step phase, 16 actors
+SETTINGS["vmapped16"] = {**SETTINGS["cleanrl"], "num_envs": 16, "unroll_length": 128}
 
 
 @dataclasses.dataclass
 class Args:
     tasks: tuple[str, ...] = ("Hopper-v4", "HalfCheetah-v4", "Walker2d-v4")  # Gymnasium tasks, one program each
-    settings: str = "cleanrl"  # 'cleanrl' (CleanRL's ppo_continuous_action) or 'defaults' (the Config's)
+    settings: str = "cleanrl"  # 'cleanrl' (CleanRL's ppo_continuous_action), 'defaults' (the Config's) or 'vmapped16'
     seeds: int = 5  # seeds, vmapped in one program (>= 2)
     total_env_steps: int = 1_000_000  # env steps per seed
     num_evals: int = 8  # chunks (progress lines); the score reads training episodes, not evaluations
