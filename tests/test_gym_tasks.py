@@ -250,3 +250,21 @@ def test_training_resumed_from_a_checkpoint_equals_uninterrupted(tmp_path):
     for a, b in zip(jax.tree.leaves((full, full_metrics[2:])), jax.tree.leaves((resumed, resumed_metrics))):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     assert np.isfinite(float(full_metrics[-1].eval_return))
+
+
+def test_a_runs_record_names_engine_and_model_and_refuses_another_model(tmp_path):
+    import hashlib
+
+    from vaco_jax import sweep
+    from vaco_jax.config import Config
+    from vaco_jax.envs.gymnasium_tasks import model_path
+
+    config = Config(env="Hopper-v4")
+    record = config.as_record()
+    with open(model_path(GYM_TASKS["Hopper-v4"]), "rb") as f:
+        assert record["model_sha256"] == hashlib.sha256(f.read()).hexdigest()
+    assert record["backend"] == "mujoco" and Config(env="hopper").as_record()["backend"] == "mjx"
+    assert "gymnasium" in sweep.package_versions() and "mujoco" in sweep.package_versions()
+    old = {"Hopper-v4/ppo_clip": {**record, "model_sha256": "0" * 64}}
+    with pytest.raises(ConfigError, match="model_sha256"):
+        sweep._compare_identity(str(tmp_path), old, {"Hopper-v4/ppo_clip": record})

@@ -244,8 +244,16 @@ class Config:
         return _ages_depth(self.age_weights) if self.lag_model == "ages" else int(self.lag_depth)
 
     def as_record(self) -> dict:
-        """The settings as a run records them: every field, the backend resolved to the physics used."""
-        return {**dataclasses.asdict(self), "backend": self.physics_backend}
+        """The settings as a run records them: every field, the backend resolved to the physics used, and
+        for a Gymnasium task the SHA-256 of the model file it loads (``model_sha256``)."""
+        from vaco_jax.envs import env_source
+
+        record = {**dataclasses.asdict(self), "backend": self.physics_backend}
+        if env_source(self.env) == "gymnasium":
+            from vaco_jax.envs.gymnasium_tasks import model_sha256
+
+            record["model_sha256"] = model_sha256(self.env)
+        return record
 
     # ----- derived static quantities
     @property

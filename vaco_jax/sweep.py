@@ -933,18 +933,9 @@ def git_commit() -> str | None:
 
 
 def _identity(groups: Sequence[Group]) -> dict:
-    """Each group's settings as recorded: the backend resolved to the physics it runs on, and for a
-    Gymnasium task the hash of the model file it loaded."""
-    from vaco_jax.envs import env_source
-    from vaco_jax.envs.gymnasium_tasks import model_sha256
-
-    out = {}
-    for g in groups:
-        record = g.config.as_record()
-        if env_source(g.config.env) == "gymnasium":
-            record["model_sha256"] = model_sha256(g.config.env)
-        out[g.subdir] = record
-    return json.loads(json.dumps(out, default=str))
+    """Each group's settings as recorded (``Config.as_record``: the backend resolved, a Gymnasium task's
+    model hash)."""
+    return json.loads(json.dumps({g.subdir: g.config.as_record() for g in groups}, default=str))
 
 
 # A setting added to Config after runs were recorded without it: the value that reproduces those runs.
