@@ -1,0 +1,116 @@
+"""The decision rules (vaco_jax/rules.py) on synthetic scores: a case clearly on each side of every
+threshold, one whose interval straddles it, and the bootstrap against a slow per-task loop."""
+
+import numpy as np
+import pytest
+
+from vaco_jax import rules
+
+RNG = np.random.default_rng(0)
+
+
+def _runs(means, runs=10, spread=0.05, seed=0):
+    rng = np.random.default_rng(seed)
+    return np.asarray(means)[None, :] + spread * rng.standard_normal((runs, len(means)))
+
+
+def test_normalise_maps_random_to_0_and_ppo_to_1_with_negative_returns():
+    raw = np.array([[-50.0, 100.0], [300.0, 1100.0]])
+    out = rules.normalise(raw, random_score=[-50.0, 100.0], ppo_score=[300.0, 1100.0])
+    np.testing.assert_allclose(out, [[0.0, 0.0], [1.0, 1.0]])
+    with pytest.raises(ValueError, match=r"task column\(s\) \[1\]"):
+        rules.normalise(raw, [0.0, 5.0], [1.0, 5.0])
+
+
+@pytest.mark.parametrize("low,high,expected", [(0.95, 1.2, "holds"), (0.5, 0.85, "fails"), (0.85, 0.95, "inconclusive")])
+def test_verdict_reads_the_lower_bound_for_greater(low, high, expected):
+    # (0.85, 0.95) straddles 0.9: a rule that read the upper bound would call it "holds"
+    assert rules.verdict(low, high, 0.9) == expected
+    # "x > 0.9" is "-x < -0.9": the same verdict from the mirrored interval
+    assert rules.verdict(-high, -low, -0.9, side="less") == expected
+
+
+def test_retention_on_each_side_and_straddling():
+    at_1 = _runs([1.0, 1.0, 1.0])
+    kept = rules.retention(_runs([0.98, 1.0, 1.02], seed=1), at_1)
+    lost = rules.retention(_runs([0.5, 0.6, 0.4], seed=2), at_1)
+    unsure = rules.retention(_runs([0.9, 0.9, 0.9], spread=0.3, seed=3), at_1)
+    assert rules.verdict(kept[1], kept[2], 0.9) == "holds"
+    assert rules.verdict(lost[1], lost[2], 0.9) == "fails"
+    assert unsure[1] < 0.9 < unsure[2] and rules.verdict(unsure[1], unsure[2], 0.9) == "inconclusive"
+    assert np.isnan(rules.retention(at_1, -at_1)[0])  # a method that does not learn at B = 1
+
+
+def test_retention_difference_point_is_the_difference_of_retentions():
+    a_b, a_1, x_b, x_1 = _runs([0.9, 0.8]), _runs([1.0, 1.0], seed=1), _runs([0.5, 0.6], seed=2), _runs([1.0, 0.9], seed=3)
+    point, lo, hi = rules.retention_difference(a_b, a_1, x_b, x_1)
+    assert point == pytest.approx(rules.retention(a_b, a_1)[0] - rules.retention(x_b, x_1)[0])
+    assert lo > 0 and rules.verdict(lo, hi, 0.0) == "holds"
+
+
+def test_stratified_bootstrap_equals_a_slow_per_task_loop():
+    """The vectorised retention replicates against plain loops over replicates and tasks, reading the
+    same drawn indices: each task's runs are resampled from that task's own column only."""
+    at_b, at_1 = _runs([0.7, 0.9, 0.4], runs=6), _runs([1.0, 0.8, 1.1], runs=5, seed=4)
+    reps, seed = 300, 11
+    fast = rules._replicates([at_b, at_1], rules._retention, reps, seed)
+    rng = np.random.default_rng(seed)
+    idx_b = rng.integers(0, 6, size=(reps, 6, 3))
+    idx_1 = rng.integers(0, 5, size=(reps, 5, 3))
+    slow = []
+    for r in range(reps):
+        num = np.mean([np.mean([at_b[idx_b[r, i, t], t] for i in range(6)]) for t in range(3)])
+        den = np.mean([np.mean([at_1[idx_1[r, i, t], t] for i in range(5)]) for t in range(3)])
+        slow.append(num / den)
+    np.testing.assert_allclose(fast, slow, rtol=1e-12)
+
+
+def test_head_to_head_and_its_p_value():
+    better = rules.head_to_head(_runs([1.2, 1.1]), _runs([0.8, 0.9], seed=1))
+    worse = rules.head_to_head(_runs([0.8, 0.9]), _runs([1.2, 1.1], seed=1))
+    tied = rules.head_to_head(_runs([1.0, 1.0], spread=0.3), _runs([1.0, 1.0], spread=0.3, seed=1))
+    assert better["point"] == 1.0 and better["p_value"] < 0.01 and rules.verdict(better["low"], better["high"], 0.5) == "holds"
+    assert worse["point"] == 0.0 and worse["p_value"] == 1.0 and rules.verdict(worse["low"], worse["high"], 0.5) == "fails"
+    assert tied["low"] < 0.5 < tied["high"] and tied["p_value"] > 0.05
+
+
+def test_holm_step_down():
+    out = rules.holm({"a": 0.01, "b": 0.04, "c": 0.03}, alpha=0.05)
+    # sorted 0.01 (x3 = 0.03 <= 0.05, reject), 0.03 (x2 = 0.06 > 0.025 threshold: stop), 0.04
+    assert out["a"] == (pytest.approx(0.03), True)
+    assert out["c"] == (pytest.approx(0.06), False) and out["b"][1] is False
+    assert rules.holm({"a": 0.001, "b": 0.002}, 0.05) == {"a": (pytest.approx(0.002), True), "b": (pytest.approx(0.002), True)}
+
+
+def test_equivalence_inside_outside_and_straddling_the_margin():
+    base = _runs([1.0, 1.0])
+    assert rules.equivalence(_runs([1.01, 0.99], seed=1), base, margin=0.1)["verdict"] == "equivalent"
+    assert rules.equivalence(_runs([1.5, 1.4], seed=1), base, margin=0.1)["verdict"] == "not equivalent"
+    unsure = rules.equivalence(_runs([1.1, 1.1], seed=1), base, margin=0.1)
+    assert unsure["low"] < 0.1 < unsure["high"] and unsure["verdict"] == "inconclusive"
+    with pytest.raises(ValueError, match="margin"):
+        rules.equivalence(base, base, margin=0.0)
+
+
+def test_ceiling_needs_most_runs_within_two_percent_of_the_best():
+    assert rules.at_ceiling([995, 999, 1000, 990], best_score=1000, random_score=0)
+    assert not rules.at_ceiling([995, 700, 600, 990], best_score=1000, random_score=0)
+    assert not rules.at_ceiling([975, 970, 960], best_score=1000, random_score=0)  # 2.5% below
+
+
+def test_stability_counts_seeds_that_agree():
+    at_1 = _runs([1.0, 1.0])
+    clear = lambda s: rules.verdict(*rules.retention(_runs([0.5, 0.5], seed=1), at_1, reps=300, seed=s)[1:], 0.9)
+    assert rules.stability(clear, seeds=range(1, 6)) == 1.0
+    # an interval whose edge sits near the threshold flips with the bootstrap seed
+    edge = _runs([0.9, 0.9], spread=0.2, seed=5)
+    point, lo, _ = rules.retention(edge, at_1, reps=300)
+    near = lambda s: rules.verdict(*rules.retention(edge, at_1, reps=300, seed=s)[1:], lo)
+    assert rules.stability(near, seeds=range(1, 21)) < 1.0
+
+
+def test_diverged_runs_must_be_left_out_first():
+    bad = _runs([1.0, 1.0])
+    bad[0, 0] = np.nan
+    with pytest.raises(ValueError, match="diverged"):
+        rules.retention(bad, _runs([1.0, 1.0]))
