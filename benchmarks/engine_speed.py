@@ -8,7 +8,8 @@ Each round times, one after another (so every contender sees the same machine lo
     task at ``num_envs`` envs, threads = cores;
   * EnvPool (optional: ``pip install -e '.[bench]'``; skipped with a message where it does not import):
     the same task, envs and threads, synchronous ``step`` of a whole batch;
-  * MJX (Brax's ``hopper`` on MJX, the accelerator path) at the same envs: Hopper only;
+  * MJX (the accelerator path) at the same envs: Gymnasium's Hopper-v4 model (``backend='mjx'``) and
+    Brax's own ``hopper`` model;
   * training: PPO-Clip's ``train_chunk`` on Hopper-v4 at ``train_envs`` envs (env steps of the phases
     over their seconds), beside ours raw at ``train_envs`` envs.
 Ratios are per round; the report gives each round's and their median. Actions are uniform random in
@@ -39,7 +40,7 @@ class Args:
     mjx_steps: int = 10  # env steps per timed call of Brax's hopper on MJX (slow on a CPU)
     rounds: int = 3  # rounds; each times every contender once, one after another
     train_envs: int = 64  # envs of the PPO-Clip training timed beside ours raw at the same envs
-    mjx: bool = True  # time Brax's hopper on MJX (compiles for ~1 minute)
+    mjx: bool = True  # time Hopper on MJX, Gymnasium's model and Brax's (compiles for ~1 minute each)
     envpool: bool = True  # time EnvPool where it is installed (extra 'bench')
     out: str = ""  # a JSON file of every number (optional)
 
@@ -124,8 +125,9 @@ def main(args: Args) -> dict:
                 notes.append("EnvPool is not installed (pip install -e '.[bench]'): its columns are skipped")
                 args.envpool = False
     if "Hopper-v4" in args.tasks:
-        if args.mjx:
-            contenders["mjx hopper"] = Ours("hopper", args.num_envs, args.mjx_steps)
+        if args.mjx:  # the same model on MJX, and Brax's own hopper model on MJX
+            contenders["mjx Hopper-v4"] = Ours("Hopper-v4", args.num_envs, args.mjx_steps, backend="mjx")
+            contenders["mjx hopper (Brax)"] = Ours("hopper", args.num_envs, args.mjx_steps)
         contenders[f"ours Hopper-v4 @{args.train_envs}"] = Ours("Hopper-v4", args.train_envs, args.steps)
         contenders[f"training Hopper-v4 @{args.train_envs}"] = Training("Hopper-v4", args.train_envs)
     rates: dict[str, list[float]] = {k: [] for k in contenders}
@@ -143,7 +145,8 @@ def main(args: Args) -> dict:
     ratios = {}
     for task in args.tasks:
         ratios[f"ours / EnvPool, {task}"] = ratio(f"ours {task}", f"envpool {task}")
-    ratios["ours / MJX, hopper"] = ratio("ours Hopper-v4", "mjx hopper")
+    ratios["ours / MJX, Hopper-v4 (same model)"] = ratio("ours Hopper-v4", "mjx Hopper-v4")
+    ratios["ours / MJX, Brax's hopper"] = ratio("ours Hopper-v4", "mjx hopper (Brax)")
     ratios[f"training / ours raw, Hopper-v4 @{args.train_envs}"] = ratio(
         f"training Hopper-v4 @{args.train_envs}", f"ours Hopper-v4 @{args.train_envs}")
     lines = [f"env steps/s, {args.num_envs} envs, {os.cpu_count()} threads, median of {args.rounds} rounds "

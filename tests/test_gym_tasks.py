@@ -268,3 +268,17 @@ def test_a_runs_record_names_engine_and_model_and_refuses_another_model(tmp_path
     old = {"Hopper-v4/ppo_clip": {**record, "model_sha256": "0" * 64}}
     with pytest.raises(ConfigError, match="model_sha256"):
         sweep._compare_identity(str(tmp_path), old, {"Hopper-v4/ppo_clip": record})
+
+
+def test_mujocos_batch_and_our_thread_pool_step_alike(monkeypatch):
+    """Hopper-v4 steps through MuJoCo's batch; the same steps on our own thread pool (the path Humanoid
+    takes) give the same bits."""
+    env = make_env("Hopper-v4", episode_length=25)
+    keys = jax.random.split(jax.random.PRNGKey(9), 2)
+    eng = cengine.engine("Hopper-v4")
+    assert eng.uses_batch
+    batch = _rollout(env, keys)
+    monkeypatch.setattr(eng, "uses_batch", False)
+    loop = _rollout(env, keys)
+    for a, b in zip(batch, loop):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -42,6 +42,12 @@ from flax import struct
 from vaco_jax.envs.gymnasium_tasks import GYM_TASKS, LocomotionTask, load_model, model_constants
 
 _THREADS: int | None = None  # None: one per core
+try:
+    from mujoco import batch as _mj_batch  # noqa: F401  (mujoco >= 3.17)
+
+    _HAS_BATCH = True
+except ImportError:
+    _HAS_BATCH = False
 
 
 def set_threads(n: int | None) -> None:
@@ -77,7 +83,8 @@ class _Workers:
 
     def map(self, fn, n_items: int):
         """``fn(data, lo, hi)`` over contiguous slices of ``n_items``, one slice per thread."""
-        k = max(1, min(self.n, n_items))
+        # a few items (the resets of one step) run on the calling thread: handing them to the pool costs more
+        k = max(1, min(self.n, n_items // 16))
         bounds = np.linspace(0, n_items, k + 1).astype(int)
         if self.pool is None or k == 1:
             fn(self.datas[0], 0, n_items)
@@ -118,6 +125,10 @@ class Engine:
         self._derived_shapes = {f: shapes[f] for f in self._fields}
         self._view_cache: dict[int, tuple] = {}
         self._free: list[_Workers] = []
+        self._batches: dict[tuple[int, int], list] = {}
+        # MuJoCo's batch steps rows in C++ threads; a task whose observation needs mj_rnePostConstraint
+        # after the step (Humanoid's contact forces) steps on our own thread pool instead
+        self.uses_batch = _HAS_BATCH and not task.needs_rne_post
         self._lock = threading.Lock()
 
     # ----- the pool: each call owns its workers for the call's length
@@ -180,6 +191,43 @@ class Engine:
         n = states_in.shape[0]
         states_in = states_in.copy()
         states_in[:, self._ctrl_slice] = action  # the controls are part of the state mj_setState sets
+        if self.uses_batch:
+            states, derived, unstable = self._step_batch(states_in)
+        else:
+            states, derived, unstable = self._step_loop(states_in)
+        fields = {"qpos": states[:, self._qpos_slice], "qvel": states[:, self._qvel_slice], **derived}
+        after = self._position(fields)
+        reward = self.task.reward(np, position, after, action, fields, self.consts["dt"])
+        terminated = self.task.terminated(np, fields) | unstable
+        next_obs = self._obs(fields)
+        obs, new_position = next_obs.copy(), after.copy()
+        if auto_reset:
+            resets = np.nonzero(terminated | ends)[0]
+            if resets.size:
+                r_states, r_position, r_obs = self.host_reset(keys[resets])
+                states[resets], new_position[resets], obs[resets] = r_states, r_position, r_obs
+        return states, new_position, obs, next_obs, reward, terminated, unstable
+
+    def _step_batch(self, states_in: np.ndarray):
+        """MuJoCo's own threaded batch (``mujoco.batch``): each row loaded into an MjData of a C++ thread,
+        ``mj_step`` ``frame_skip`` times, saved back; the bound derived fields copied out."""
+        n = states_in.shape[0]
+        b, views = self._checkout_batch(n)
+        try:
+            bad = b.warning[:, 3:6, 1].sum(axis=1)  # BADQPOS, BADQVEL, BADQACC counters of each row
+            b.state[:] = states_in
+            b.step(nstep=self.task.frame_skip)
+            unstable = b.warning[:, 3:6, 1].sum(axis=1) != bad
+            return b.state.copy(), {f: v.copy() for f, v in views.items()}, unstable
+        finally:
+            self._checkin_batch(n, b, views)
+
+    def _step_loop(self, states_in: np.ndarray):
+        """A thread pool of our own over ``MjData``: needed where Gymnasium calls ``mj_rnePostConstraint``
+        after the step (the batch does not)."""
+        import mujoco
+
+        n = states_in.shape[0]
         states = np.empty_like(states_in)
         derived = {f: np.empty((n,) + shape) for f, shape in self._derived_shapes.items()}
         unstable = np.zeros(n, bool)
@@ -204,18 +252,21 @@ class Engine:
                     derived[f][i] = v
 
         self._run(work, n)
-        fields = {"qpos": states[:, self._qpos_slice], "qvel": states[:, self._qvel_slice], **derived}
-        after = self._position(fields)
-        reward = self.task.reward(np, position, after, action, fields, self.consts["dt"])
-        terminated = self.task.terminated(np, fields) | unstable
-        next_obs = self._obs(fields)
-        obs, new_position = next_obs.copy(), after.copy()
-        if auto_reset:
-            resets = np.nonzero(terminated | ends)[0]
-            if resets.size:
-                r_states, r_position, r_obs = self.host_reset(keys[resets])
-                states[resets], new_position[resets], obs[resets] = r_states, r_position, r_obs
-        return states, new_position, obs, next_obs, reward, terminated, unstable
+        return states, derived, unstable
+
+    def _checkout_batch(self, n: int):
+        with self._lock:
+            free = self._batches.setdefault((n, threads()), [])
+            if free:
+                return free.pop()
+        from mujoco import batch as mj_batch
+
+        b = mj_batch.Batch(self.model, n, threads())
+        return b, {f: b.bind(f) for f in self._derived_shapes}
+
+    def _checkin_batch(self, n: int, b, views) -> None:
+        with self._lock:
+            self._batches.setdefault((n, b.nthread), []).append((b, views))
 
     def _views(self, data):
         """Cached numpy views into ``data``: its warning counters and the derived fields the task reads."""
