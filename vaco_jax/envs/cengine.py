@@ -155,12 +155,23 @@ class Engine:
         for f in self._fields:
             fields[f][i] = getattr(data, f)
 
-    def _reset_one(self, data, key: np.ndarray, fields: dict, i: int, state_out: np.ndarray) -> None:
+    def reset_noise(self, bits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Reset noise for a batch of envs from ``noise_words`` random uint32 words each (drawn in the
+        program, so a run is a pure function of its seed): float64 uniforms of 53 bits from pairs of
+        words, then the task's own noise (``LocomotionTask.reset_noise``)."""
+        words = bits.astype(np.uint64).reshape(bits.shape[0], -1, 2)
+        u = ((words[..., 0] >> np.uint64(5)) * np.uint64(1 << 26) + (words[..., 1] >> np.uint64(6))) * 2.0 ** -53
+        return self.task.reset_noise(np, u, self.nq, self.nv)
+
+    @property
+    def noise_words(self) -> int:
+        """uint32 words of randomness one env's reset reads (two per uniform)."""
+        return 2 * self.task.uniforms_per_reset(self.nq, self.nv)
+
+    def _reset_one(self, data, dq: np.ndarray, dv: np.ndarray, fields: dict, i: int, state_out: np.ndarray) -> None:
         """Gymnasium's reset: ``mj_resetData``, the noisy initial qpos and qvel, ``mj_forward``."""
         import mujoco
 
-        rng = np.random.default_rng([int(k) for k in key])
-        dq, dv = self.task.reset_noise(rng, self.nq, self.nv)
         mujoco.mj_resetData(self.model, data)
         data.qpos[:] = self.init_qpos + dq
         data.qvel[:] = self.init_qvel + dv
@@ -169,19 +180,20 @@ class Engine:
         self._read(data, fields, i)
 
     # ----- the host functions the callbacks call (flat batches)
-    def host_reset(self, keys: np.ndarray):
-        n = keys.shape[0]
+    def host_reset(self, bits: np.ndarray):
+        n = bits.shape[0]
+        dq, dv = self.reset_noise(bits)
         states = np.empty((n, self.state_size))
         fields = self._field_buffers(n)
 
         def work(data, lo, hi):
             for i in range(lo, hi):
-                self._reset_one(data, keys[i], fields, i, states[i])
+                self._reset_one(data, dq[i], dv[i], fields, i, states[i])
 
         self._run(work, n)
         return states, self._position(fields), self._obs(fields)
 
-    def host_step(self, states_in: np.ndarray, position: np.ndarray, action: np.ndarray, keys: np.ndarray,
+    def host_step(self, states_in: np.ndarray, position: np.ndarray, action: np.ndarray, bits: np.ndarray,
                   ends: np.ndarray, auto_reset: bool):
         """Step every env; then, with ``auto_reset``, reset those that terminated or whose ``ends`` is set
         (their episode reaches its time limit with this step). Returns the states, forward positions and
@@ -204,7 +216,7 @@ class Engine:
         if auto_reset:
             resets = np.nonzero(terminated | ends)[0]
             if resets.size:
-                r_states, r_position, r_obs = self.host_reset(keys[resets])
+                r_states, r_position, r_obs = self.host_reset(bits[resets])
                 states[resets], new_position[resets], obs[resets] = r_states, r_position, r_obs
         return states, new_position, obs, next_obs, reward, terminated, unstable
 
@@ -311,7 +323,7 @@ class CState:
 
     physics: jnp.ndarray  # uint32 [2 * state_size]: mj_getState(mjSTATE_INTEGRATION), float64 bits
     position: jnp.ndarray  # uint32 [4]: the forward-reward (x, y) read after the last step, float64 bits
-    key: jnp.ndarray  # PRNG key of this env's reset noise
+    key: jnp.ndarray  # PRNG key of this env's reset noise (each step draws the words a reset would read)
     obs: jnp.ndarray  # float32 [obs]
     reward: jnp.ndarray  # float32
     done: jnp.ndarray  # float32: the task terminated (or MuJoCo flagged the step unstable)
@@ -344,6 +356,9 @@ class CEngineEnv:
         return (jax.ShapeDtypeStruct((self._state_words,), u32), jax.ShapeDtypeStruct((4,), u32),
                 jax.ShapeDtypeStruct((self.observation_size,), f32))
 
+    def _noise_bits(self, key):
+        return jax.random.bits(key, (engine(self.name).noise_words,), jnp.uint32)
+
     def reset(self, key: jax.Array) -> CState:
         key, noise_key = jax.random.split(key)
         name = self.name
@@ -354,7 +369,8 @@ class CEngineEnv:
             return (_bits(states).reshape(lead + (-1,)), _bits(position).reshape(lead + (4,)),
                     obs.reshape(lead + obs.shape[1:]))
 
-        physics, position, obs = jax.pure_callback(host, self._shapes(), noise_key, vmap_method="broadcast_all")
+        physics, position, obs = jax.pure_callback(host, self._shapes(), self._noise_bits(noise_key),
+                                                   vmap_method="broadcast_all")
         zero = jnp.zeros((), jnp.float32)
         return CState(physics=physics, position=position, key=key, obs=obs, reward=zero, done=zero,
                       unstable_steps=jnp.zeros((), jnp.int32))
@@ -380,7 +396,7 @@ class CEngineEnv:
         action = jnp.asarray(action, f32)
         if action.shape != (self.action_size,):
             raise ValueError(f"{self.name}: an action has shape ({self.action_size},), got {action.shape}")
-        out = jax.pure_callback(host, shapes, state.physics, state.position, action, noise_key,
+        out = jax.pure_callback(host, shapes, state.physics, state.position, action, self._noise_bits(noise_key),
                                 jnp.asarray(ends, jnp.bool_), vmap_method="broadcast_all")
         physics, position, obs, next_obs, reward, terminated, unstable = out
         nxt = state.replace(physics=physics, position=position, key=key, obs=obs, reward=reward,

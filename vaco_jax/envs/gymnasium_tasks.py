@@ -117,12 +117,20 @@ class LocomotionTask:
             return xp.zeros(fields["qpos"].shape[:-1], bool)
         return ~self.healthy(xp, fields["qpos"], fields["qvel"])
 
-    def reset_noise(self, rng: np.random.Generator, nq: int, nv: int) -> tuple[np.ndarray, np.ndarray]:
-        """The noise Gymnasium's ``reset_model`` adds to the model's initial qpos and qvel (float64)."""
+    def uniforms_per_reset(self, nq: int, nv: int) -> int:
+        """Uniforms on [0, 1) one reset reads: one per qpos entry, one (or two for a normal) per qvel."""
+        return nq + (2 if self.qvel_noise == "normal" else 1) * nv
+
+    def reset_noise(self, xp, u, nq: int, nv: int):
+        """The noise Gymnasium's ``reset_model`` adds to the model's initial qpos and qvel, from uniforms
+        ``u`` [..., uniforms_per_reset] on [0, 1): uniform on [-s, s], or s times a standard normal (from
+        two uniforms, Box-Muller)."""
         s = self.reset_noise_scale
-        dq = rng.uniform(low=-s, high=s, size=nq)
-        dv = rng.uniform(low=-s, high=s, size=nv) if self.qvel_noise == "uniform" else s * rng.standard_normal(nv)
-        return dq, dv
+        dq = -s + 2.0 * s * u[..., :nq]
+        if self.qvel_noise == "uniform":
+            return dq, -s + 2.0 * s * u[..., nq:nq + nv]
+        u1, u2 = 1.0 - u[..., nq:nq + nv], u[..., nq + nv:nq + 2 * nv]  # 1 - u in (0, 1]: a finite log
+        return dq, s * xp.sqrt(-2.0 * xp.log(u1)) * xp.cos(2.0 * np.pi * u2)
 
 
 GYM_TASKS: dict[str, LocomotionTask] = {t.name: t for t in (

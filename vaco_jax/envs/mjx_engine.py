@@ -55,14 +55,10 @@ class MjxTaskEnv:
         return fields
 
     def reset(self, key):
-        kq, kv = jax.random.split(key)
-        s = self.task.reset_noise_scale
         nq, nv = self._init_qpos.shape[0], self._init_qvel.shape[0]
-        qpos = self._init_qpos + jax.random.uniform(kq, (nq,), minval=-s, maxval=s)
-        if self.task.qvel_noise == "uniform":
-            qvel = self._init_qvel + jax.random.uniform(kv, (nv,), minval=-s, maxval=s)
-        else:
-            qvel = self._init_qvel + s * jax.random.normal(kv, (nv,))
+        u = jax.random.uniform(key, (self.task.uniforms_per_reset(nq, nv),))
+        dq, dv = self.task.reset_noise(jnp, u, nq, nv)
+        qpos, qvel = self._init_qpos + dq, self._init_qvel + dv
         data = self._mjx.forward(self.model, self._mjx.make_data(self.model).replace(qpos=qpos, qvel=qvel))
         fields = self._fields(data)
         zero = jnp.zeros((), jnp.float32)
