@@ -120,10 +120,11 @@ def resolve(args: Args) -> dict:
 
 
 def base_config(args: Args, spec: dict, task: str, method: str) -> Config:
-    return Config(env=task, method=method, total_env_steps=spec["total_env_steps"], num_envs=spec["num_envs"],
-                  unroll_length=spec["unroll_length"], num_evals=spec["num_evals"],
-                  eval_episodes=spec["eval_episodes"], buffer_capacity=spec["buffer_capacity"],
-                  lag_model=args.lag_model, episode_length=args.episode_length)
+    """The task's own defaults (Config.for_task), then the preset's sizes (None: the task's), then flags."""
+    sizes = {k: spec[k] for k in ("total_env_steps", "num_envs", "unroll_length", "num_evals", "eval_episodes",
+                                  "buffer_capacity") if spec.get(k) is not None}
+    return Config.for_task(task, method=method, lag_model=args.lag_model, episode_length=args.episode_length,
+                           **sizes)
 
 
 def plan(args: Args, spec: dict) -> list:

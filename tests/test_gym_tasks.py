@@ -282,3 +282,27 @@ def test_mujocos_batch_and_our_thread_pool_step_alike(monkeypatch):
     loop = _rollout(env, keys)
     for a, b in zip(batch, loop):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_task_defaults_fill_only_the_settings_left_unset(monkeypatch):
+    from conftest import load_script
+    from vaco_jax import config as config_mod
+    from vaco_jax.config import Config
+    from vaco_jax.train import train_args_class, with_task_defaults
+
+    monkeypatch.setitem(config_mod.TASK_DEFAULTS, "Hopper-v4", {"num_envs": 16, "unroll_length": 128})
+    assert Config.for_task("Hopper-v4").num_envs == 16
+    assert Config.for_task("Hopper-v4", num_envs=32).num_envs == 32
+    assert Config.for_task("hopper").num_envs == Config().num_envs
+    # the train command line: a value left at the shown default takes the task's, a given one stays
+    args = train_args_class()(env="Hopper-v4", num_envs=32)
+    from vaco_jax.cli import config_from_args
+    config = with_task_defaults(config_from_args(args), True)
+    assert (config.num_envs, config.unroll_length) == (32, 128)
+    assert with_task_defaults(config_from_args(args), False).unroll_length == Config().unroll_length
+    # the lag sweep: the task's defaults, then the preset's sizes (None: the task's), then flags
+    lag_sweep = load_script("lag_sweep")
+    args = lag_sweep.Args(preset="tiny", tasks=("Hopper-v4",))
+    spec = {**lag_sweep.resolve(args), "num_envs": None}
+    config = lag_sweep.base_config(args, spec, "Hopper-v4", "ppo_clip")
+    assert (config.num_envs, config.unroll_length) == (16, spec["unroll_length"])

@@ -42,7 +42,13 @@ BACKENDS = ("mujoco", "mjx", "generalized", "positional")  # envs.check_backend:
 ACTOR_DTYPES = ("float32", "bfloat16", "float16")
 SHUFFLES = ("rank", "sort")  # update.permutation's methods; 'sort' reproduces runs made before 2026-12-01
 
-__all__ = ["Config", "ConfigError", "STATIC_FIELDS", "TRACED_FIELDS", "TracedParams", "make_traced",
+# Settings a Gymnasium locomotion task starts from where the user leaves them unset (Config.for_task; the
+# study scripts and `python -m vaco_jax.train` apply them): vmapped-env PPO-Clip settings that reach
+# CleanRL's published band on the task (BENCHMARKS.md, "The peer check"). Config(...) itself keeps its
+# global defaults.
+TASK_DEFAULTS: dict[str, dict] = {}
+
+__all__ = ["Config", "ConfigError", "TASK_DEFAULTS", "STATIC_FIELDS", "TRACED_FIELDS", "TracedParams", "make_traced",
            "stack_traced"]
 
 
@@ -242,6 +248,12 @@ class Config:
 
     def effective_lag_depth(self) -> int:
         return _ages_depth(self.age_weights) if self.lag_model == "ages" else int(self.lag_depth)
+
+    @classmethod
+    def for_task(cls, env: str, **settings) -> "Config":
+        """A Config for ``env`` that starts from the task's own defaults (``TASK_DEFAULTS``); ``settings``
+        win over them."""
+        return cls(env=env, **{**TASK_DEFAULTS.get(env, {}), **settings})
 
     def as_record(self) -> dict:
         """The settings as a run records them: every field, the backend resolved to the physics used, and

@@ -431,14 +431,35 @@ TRAIN_EXTRA = [("seed", int, 0, "seed of the run (environment, initialisation, a
                                           "every setting, so runs never overwrite each other)"),
                ("progress", bool, True, "show a progress bar"),
                ("tensorboard", bool, False, "live metrics: TensorBoard event files in OUT/tensorboard/<run name>/ "
-                                            "(not part of the run's name)")]
+                                            "(not part of the run's name)"),
+               ("task_defaults", bool, True, "a Gymnasium locomotion task starts from its own defaults "
+                                             "(config.TASK_DEFAULTS) for every setting left at the value shown "
+                                             "here; --no-task-defaults keeps these values")]
 
 
 def train_args_class():
     """``python -m vaco_jax.train`` flags: seed, out, progress, tensorboard, then every Config field (cli.py)."""
     from vaco_jax.cli import config_args_class
 
-    return config_args_class("TrainArgs", TRAIN_EXTRA, defaults=Config(total_env_steps=300_000))
+    return config_args_class("TrainArgs", TRAIN_EXTRA, defaults=train_defaults())
+
+
+def with_task_defaults(config: Config, enabled: bool) -> Config:
+    """``config`` with the task's own defaults (config.TASK_DEFAULTS) for each setting left at the
+    command line's default; a setting given on the command line keeps its value."""
+    from vaco_jax.config import TASK_DEFAULTS
+
+    if not enabled or config.env not in TASK_DEFAULTS:
+        return config
+    shown = train_defaults()
+    keep = {k: v for k, v in TASK_DEFAULTS[config.env].items() if getattr(config, k) == getattr(shown, k)}
+    if keep:
+        print(f"{config.env}: the task's defaults " + ", ".join(f"{k}={v}" for k, v in keep.items()))
+    return config.replace(**keep)
+
+
+def train_defaults() -> Config:
+    return Config(total_env_steps=300_000)
 
 
 def settings_hash(config: Config, seed: int) -> str:
@@ -466,7 +487,7 @@ def main(args=None) -> int:
     from vaco_jax.cli import config_from_args
 
     args = args or tyro.cli(train_args_class())
-    config = config_from_args(args)
+    config = with_task_defaults(config_from_args(args), getattr(args, "task_defaults", False))
     traced = make_traced(config)
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         raise ConfigError(f"out={args.out!r} is a file; give a directory")
