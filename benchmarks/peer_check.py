@@ -58,6 +58,7 @@ class Args:
     num_evals: int = 8  # chunks (progress lines); the score reads training episodes, not evaluations
     overrides: str = ""  # JSON object of further Config fields, e.g. '{"num_envs": 16}'
     out: str = "results/peer_check"  # directory of the JSON records (one per task and settings)
+    table: bool = False  # run nothing: print the markdown table of every record in OUT
 
 
 def last_fraction_score(episode_return_sum: np.ndarray, episode_count: np.ndarray, batch: int,
@@ -126,7 +127,30 @@ def report(record: dict) -> str:
     return line + f"   {record['env_steps_per_second']:.0f} env steps/s ({record['seconds_total']:.0f} s)"
 
 
+def table(out: str) -> str:
+    """A markdown table of every record in ``out``: ours beside CleanRL's published figure."""
+    import glob
+
+    lines = ["| task | settings | ours: mean ± std (seeds) | per seed | CleanRL 1M | inside ± 2 std |",
+             "|---|---|---|---|---|---|"]
+    for path in sorted(glob.glob(os.path.join(out, "*.json"))):
+        r = results.read_json(path)
+        s = np.array([np.nan if v is None else v for v in r["scores"]], float)
+        ok = s[np.isfinite(s)]
+        mean, std = float(ok.mean()), float(ok.std(ddof=1))
+        ref = CLEANRL.get(r["task"])
+        inside = "—" if not ref else ("yes" if ref[0] - 2 * ref[1] <= mean <= ref[0] + 2 * ref[1] else
+                                      "**no**, " + ("above" if mean > ref[0] else "below"))
+        lines.append(f"| {r['task']} | {r['settings']} | {mean:.1f} ± {std:.1f} ({len(ok)}) | "
+                     f"{', '.join(f'{v:.0f}' for v in ok)} | "
+                     f"{'' if not ref else f'{ref[0]:.2f} ± {ref[1]:.2f}'} | {inside} |")
+    return "\n".join(lines)
+
+
 def main(args: Args) -> None:
+    if args.table:
+        print(table(args.out))
+        return
     if args.settings not in SETTINGS:
         raise ConfigError(f"settings={args.settings!r} is not valid; allowed values: {', '.join(SETTINGS)}")
     if args.seeds < 2:
