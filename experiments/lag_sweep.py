@@ -32,8 +32,6 @@ from vaco_jax.cli import config_flags, with_config_flags  # noqa: E402
 from vaco_jax.config import Config, ConfigError  # noqa: E402
 from vaco_jax.methods import METHODS  # noqa: E402
 
-TOTAL_CPU_LOCOMOTION = 500_000
-
 PRESETS = {
     # ~10 minutes on 2 CPU cores (583 s on 2026-12-02; see BENCHMARKS.md)
     "cpu": dict(tasks=("inverted_double_pendulum",), methods=("ppo_clip", "vaco", "a3po", "ppo_ewma_revised"),
@@ -45,10 +43,10 @@ PRESETS = {
                            "ppo_ewma_revised", "decoupled_recompute", "spo"),
                   lag_depths=(1, 2, 4, 8, 16, 32), seeds=tuple(range(10)), total_env_steps=10_000_000,
                   num_envs=256, unroll_length=64, num_evals=20, eval_episodes=16, buffer_capacity=32),
-    # Gymnasium's Hopper-v4 on MuJoCo's C engine: PPO-Clip and VACO at B = 1 and 16, sized to finish in
-    # <= 20 minutes on 2 CPU cores (BENCHMARKS.md, "MuJoCo's C engine")
+    # Gymnasium's Hopper-v4 on MuJoCo's C engine with the task's own (peer-checked) defaults: PPO-Clip and
+    # VACO at B = 1 and 16, sized to finish in <= 20 minutes on 2 CPU cores (BENCHMARKS.md, "MuJoCo's C engine")
     "cpu_locomotion": dict(tasks=("Hopper-v4",), methods=("ppo_clip", "vaco"), lag_depths=(1, 16), seeds=(0, 1, 2),
-                           total_env_steps=TOTAL_CPU_LOCOMOTION, num_envs=64, unroll_length=32, num_evals=10,
+                           total_env_steps=400_000, num_envs=None, unroll_length=None, num_evals=10,
                            eval_episodes=8, buffer_capacity=16),
     # for tests and smoke runs: the tiny pure-JAX point_mass task (seconds, no physics engine)
     "tiny": dict(tasks=("point_mass",), methods=("ppo_clip",), lag_depths=(1, 4),

@@ -306,3 +306,21 @@ def test_task_defaults_fill_only_the_settings_left_unset(monkeypatch):
     spec = {**lag_sweep.resolve(args), "num_envs": None}
     config = lag_sweep.base_config(args, spec, "Hopper-v4", "ppo_clip")
     assert (config.num_envs, config.unroll_length) == (16, spec["unroll_length"])
+
+
+def test_task_defaults_are_the_settings_the_peer_check_ran():
+    """Hopper-v4's defaults are what reached CleanRL's band: the committed peer-check record's settings."""
+    import json
+    import pathlib
+
+    from vaco_jax.config import TASK_DEFAULTS, Config
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    record = json.loads((root / "results" / "peer_check" / "Hopper-v4_vmapped16.json").read_text())["config"]
+    ours = Config.for_task("Hopper-v4", method="ppo_clip", lag_model="synchronous", eval_episodes=0,
+                           total_env_steps=record["total_env_steps"], num_evals=record["num_evals"],
+                           gae_lambda=0.95, clip_epsilon=0.2).as_record()
+    assert set(TASK_DEFAULTS["Hopper-v4"]) <= set(ours)
+    assert {k: v for k, v in ours.items() if k != "policy_hidden" and k != "value_hidden"} == \
+        {k: v for k, v in record.items() if k != "policy_hidden" and k != "value_hidden"}
+    assert tuple(record["policy_hidden"]) == ours["policy_hidden"]

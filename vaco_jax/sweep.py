@@ -246,8 +246,12 @@ def apply_sweep(groups: Sequence[Group], axes: dict[str, list], fixed: dict | No
 
 def preset_text(preset: str, spec: dict) -> str:
     """What a study preset (after the flags that override it) sets, printed before the plan."""
-    return f"preset {preset!r} sets: " + ", ".join(f"{k}={_fmt(v) if not isinstance(v, (list, tuple)) else list(v)}"
-                                                    for k, v in spec.items() if k != "out")
+    def shown(v):
+        if v is None:
+            return "the task's default"
+        return list(v) if isinstance(v, (list, tuple)) else _fmt(v)
+
+    return f"preset {preset!r} sets: " + ", ".join(f"{k}={shown(v)}" for k, v in spec.items() if k != "out")
 
 
 def plan_text(groups: Sequence[Group], first: int = 0) -> str:
