@@ -59,6 +59,7 @@ class Args:
     overrides: str = ""  # JSON object of further Config fields, e.g. '{"num_envs": 16}'
     out: str = "results/peer_check"  # directory of the JSON records (one per task and settings)
     table: bool = False  # run nothing: print the markdown table of every record in OUT
+    truncation_as_termination: bool = False  # CleanRL's handling of time limits (a diagnostic): no bootstrap at truncation
 
 
 def last_fraction_score(episode_return_sum: np.ndarray, episode_count: np.ndarray, batch: int,
@@ -76,12 +77,27 @@ def last_fraction_score(episode_return_sum: np.ndarray, episode_count: np.ndarra
         return np.where(count > 0, total / np.maximum(count, 1), np.nan)
 
 
+def _truncation_as_termination(config: Config):
+    """The task's env with every truncation reported as a termination: the learner then bootstraps 0
+    at the time limit, as CleanRL's PPO does."""
+    from vaco_jax.envs import make_env
+
+    env = make_env(config.env, config.backend, config.episode_length)
+
+    def step(state, action):
+        state, out = env.step(state, action)
+        return state, out._replace(termination=jnp.maximum(out.termination, out.truncation),
+                                   truncation=jnp.zeros_like(out.truncation))
+
+    return env._replace(step=step)
+
+
 def run_task(task: str, args: Args) -> dict:
     fields = {**SETTINGS[args.settings], **json.loads(args.overrides or "{}")}
     config = Config(env=task, method="ppo_clip", lag_model="synchronous", total_env_steps=args.total_env_steps,
                     num_evals=args.num_evals, eval_episodes=0, **fields)
     traced = make_traced(config)
-    trainer = make_train(config)
+    trainer = make_train(config, env=_truncation_as_termination(config) if args.truncation_as_termination else None)
     keys = jax.random.split(jax.random.PRNGKey(0), args.seeds)
     init = jax.jit(jax.vmap(trainer.init, in_axes=(0, None)))
     chunk = jax.jit(jax.vmap(trainer.train_chunk, in_axes=(0, None)))
@@ -105,7 +121,9 @@ def run_task(task: str, args: Args) -> dict:
     scores = last_fraction_score(sums, counts, config.batch_size)
     steady = sum(seconds[1:]) if len(seconds) > 1 else seconds[0]
     steady_steps = config.env_steps_per_chunk * max(len(seconds) - 1, 1) * args.seeds
-    return {"task": task, "settings": args.settings, "config": config.as_record(), "seeds": args.seeds,
+    return {"task": task, "settings": args.settings + ("+truncation_as_termination" if args.truncation_as_termination
+                                                      else ""),
+            "config": config.as_record(), "seeds": args.seeds, "truncation_as_termination": args.truncation_as_termination,
             "scores": [None if not np.isfinite(s) else float(s) for s in scores],
             "diverged": diverged.tolist(),
             "curve": {"episode_return_sum": sums.tolist(), "episode_count": counts.tolist()},
@@ -160,6 +178,7 @@ def main(args: Args) -> None:
     for task in args.tasks:
         record = run_task(task, args)
         suffix = "_" + hashlib.sha1(args.overrides.encode()).hexdigest()[:8] if args.overrides else ""
+        suffix += "_truncation_as_termination" if args.truncation_as_termination else ""
         results.write_json(os.path.join(args.out, f"{task}_{args.settings}{suffix}.json"), record)
         lines.append(report(record))
         print(lines[-1], flush=True)
