@@ -345,3 +345,22 @@ def test_the_solvers_warmstart_is_what_keeps_halfcheetah_equal_to_gymnasium():
         mujoco.mj_getState(model, data, state, SPEC)
         worst = max(worst, float(np.abs(data.qpos - genv.data.qpos).max()))
     assert worst > 1e-3, worst
+
+
+@pytest.mark.parametrize("name", ["Hopper-v4", "HalfCheetah-v4"])
+def test_a_batch_reset_equals_gymnasiums_reset_through_mujoco(name):
+    """Tasks whose observation reads qpos and qvel alone reset in numpy from the model's default state
+    row; the same noise through mj_resetData, qpos/qvel and mj_forward (Gymnasium's reset) gives the
+    same state rows, positions and observations."""
+    eng = cengine.engine(name)
+    bits = np.random.default_rng(0).integers(0, 2 ** 32, (50, eng.noise_words), dtype=np.uint64).astype(np.uint32)
+    fast = eng.host_reset(bits)
+    states = np.empty((50, eng.state_size))
+    fields = eng._field_buffers(50)
+    dq, dv = eng.reset_noise(bits)
+    data = mujoco.MjData(eng.model)
+    for i in range(50):
+        eng._reset_one(data, dq[i], dv[i], fields, i, states[i])
+    np.testing.assert_array_equal(fast[0], states)
+    np.testing.assert_array_equal(fast[1], eng._position(fields))
+    np.testing.assert_array_equal(fast[2], eng._obs(fields))

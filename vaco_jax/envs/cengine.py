@@ -123,6 +123,9 @@ class Engine:
                   "cvel": (self.model.nbody, 6), "cfrc_ext": (self.model.nbody, 6), "qfrc_actuator": (self.nv,),
                   "ctrl": (self.nu,)}
         self._derived_shapes = {f: shapes[f] for f in self._fields}
+        mujoco.mj_resetData(self.model, data)
+        self._reset_row = np.empty(self.state_size)
+        mujoco.mj_getState(self.model, data, self._reset_row, self.spec)
         self._view_cache: dict[int, tuple] = {}
         self._free: list[_Workers] = []
         self._batches: dict[tuple[int, int], list] = {}
@@ -183,6 +186,15 @@ class Engine:
     def host_reset(self, bits: np.ndarray):
         n = bits.shape[0]
         dq, dv = self.reset_noise(bits)
+        if not self._derived_shapes:
+            # The observation and the forward position read qpos and qvel alone: the reset state is the
+            # model's default state row with the noisy qpos and qvel (mj_forward writes no part of the
+            # state), built for the whole batch at once
+            states = np.repeat(self._reset_row[None], n, axis=0)
+            states[:, self._qpos_slice] = self.init_qpos + dq
+            states[:, self._qvel_slice] = self.init_qvel + dv
+            fields = {"qpos": states[:, self._qpos_slice], "qvel": states[:, self._qvel_slice]}
+            return states, self._position(fields), self._obs(fields)
         states = np.empty((n, self.state_size))
         fields = self._field_buffers(n)
 
