@@ -44,6 +44,7 @@ def _load_lag_sweep():
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lag_sweep.py")
     spec = importlib.util.spec_from_file_location("lag_sweep", path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules["lag_sweep"] = module  # dataclasses look their module up while defining Args
     spec.loader.exec_module(module)
     return module
 
