@@ -353,11 +353,12 @@ def test_a_batch_reset_equals_gymnasiums_reset_through_mujoco(name):
     row; the same noise through mj_resetData, qpos/qvel and mj_forward (Gymnasium's reset) gives the
     same state rows, positions and observations."""
     eng = cengine.engine(name)
-    bits = np.random.default_rng(0).integers(0, 2 ** 32, (50, eng.noise_words), dtype=np.uint64).astype(np.uint32)
-    fast = eng.host_reset(bits)
+    keys = np.random.default_rng(0).integers(0, 2 ** 32, (50, 2), dtype=np.uint64).astype(np.uint32)
+    episodes = np.arange(50) % 7
+    fast = eng.host_reset(keys, episodes)
     states = np.empty((50, eng.state_size))
     fields = eng._field_buffers(50)
-    dq, dv = eng.reset_noise(bits)
+    dq, dv = eng.reset_noise(keys, episodes)
     data = mujoco.MjData(eng.model)
     for i in range(50):
         eng._reset_one(data, dq[i], dv[i], fields, i, states[i])

@@ -62,6 +62,17 @@ def threads() -> int:
     return _THREADS or os.cpu_count() or 1
 
 
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _mix64(z: np.ndarray) -> np.ndarray:
+    """SplitMix64's output function (uint64 arithmetic wraps)."""
+    z = np.asarray(z, np.uint64)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
 def _bits(x64: np.ndarray) -> np.ndarray:
     """float64 [..., n] -> uint32 [..., 2n] (the same bytes)."""
     return np.ascontiguousarray(x64, np.float64).view(np.uint32)
@@ -158,18 +169,17 @@ class Engine:
         for f in self._fields:
             fields[f][i] = getattr(data, f)
 
-    def reset_noise(self, bits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Reset noise for a batch of envs from ``noise_words`` random uint32 words each (drawn in the
-        program, so a run is a pure function of its seed): float64 uniforms of 53 bits from pairs of
-        words, then the task's own noise (``LocomotionTask.reset_noise``)."""
-        words = bits.astype(np.uint64).reshape(bits.shape[0], -1, 2)
-        u = ((words[..., 0] >> np.uint64(5)) * np.uint64(1 << 26) + (words[..., 1] >> np.uint64(6))) * 2.0 ** -53
+    def reset_noise(self, keys: np.ndarray, episodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Reset noise for a batch of envs: each env's stream of 53-bit uniforms is SplitMix64 seeded by its
+        key (two uint32 words the program carries) and the number of its episode, so a run is a pure
+        function of its seed and the program draws nothing per step; then the task's own noise
+        (``LocomotionTask.reset_noise``)."""
+        k = keys.astype(np.uint64)
+        seed = _mix64((k[:, 0] << np.uint64(32)) | k[:, 1]) ^ _mix64(episodes.astype(np.uint64) + np.uint64(1))
+        count = self.task.uniforms_per_reset(self.nq, self.nv)
+        z = _mix64(seed[:, None] + _GOLDEN * np.arange(1, count + 1, dtype=np.uint64)[None, :])
+        u = (z >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
         return self.task.reset_noise(np, u, self.nq, self.nv)
-
-    @property
-    def noise_words(self) -> int:
-        """uint32 words of randomness one env's reset reads (two per uniform)."""
-        return 2 * self.task.uniforms_per_reset(self.nq, self.nv)
 
     def _reset_one(self, data, dq: np.ndarray, dv: np.ndarray, fields: dict, i: int, state_out: np.ndarray) -> None:
         """Gymnasium's reset: ``mj_resetData``, the noisy initial qpos and qvel, ``mj_forward``."""
@@ -183,9 +193,9 @@ class Engine:
         self._read(data, fields, i)
 
     # ----- the host functions the callbacks call (flat batches)
-    def host_reset(self, bits: np.ndarray):
-        n = bits.shape[0]
-        dq, dv = self.reset_noise(bits)
+    def host_reset(self, keys: np.ndarray, episodes: np.ndarray):
+        n = keys.shape[0]
+        dq, dv = self.reset_noise(keys, episodes)
         if not self._derived_shapes:
             # The observation and the forward position read qpos and qvel alone: the reset state is the
             # model's default state row with the noisy qpos and qvel (mj_forward writes no part of the
@@ -205,11 +215,12 @@ class Engine:
         self._run(work, n)
         return states, self._position(fields), self._obs(fields)
 
-    def host_step(self, states_in: np.ndarray, position: np.ndarray, action: np.ndarray, bits: np.ndarray,
-                  ends: np.ndarray, auto_reset: bool):
+    def host_step(self, states_in: np.ndarray, position: np.ndarray, action: np.ndarray, keys: np.ndarray,
+                  episodes: np.ndarray, ends: np.ndarray, auto_reset: bool):
         """Step every env; then, with ``auto_reset``, reset those that terminated or whose ``ends`` is set
-        (their episode reaches its time limit with this step). Returns the states, forward positions and
-        observations to continue from, the observations this step reached, reward, terminated, unstable."""
+        (their episode reaches its time limit with this step; the next episode's number is ``episodes + 1``).
+        Returns the states, forward positions and observations to continue from, the observations this
+        step reached, reward, terminated, unstable, and each env's episode number."""
         import mujoco
 
         n = states_in.shape[0]
@@ -224,13 +235,14 @@ class Engine:
         reward = self.task.reward(np, position, after, action, fields, self.consts["dt"])
         terminated = self.task.terminated(np, fields) | unstable
         next_obs = self._obs(fields)
-        obs, new_position = next_obs.copy(), after.copy()
+        obs, new_position, episodes = next_obs.copy(), after.copy(), episodes.copy()
         if auto_reset:
             resets = np.nonzero(terminated | ends)[0]
             if resets.size:
-                r_states, r_position, r_obs = self.host_reset(bits[resets])
+                episodes[resets] += 1
+                r_states, r_position, r_obs = self.host_reset(keys[resets], episodes[resets])
                 states[resets], new_position[resets], obs[resets] = r_states, r_position, r_obs
-        return states, new_position, obs, next_obs, reward, terminated, unstable
+        return states, new_position, obs, next_obs, reward, terminated, unstable, episodes
 
     def _step_batch(self, states_in: np.ndarray):
         """MuJoCo's own threaded batch (``mujoco.batch``): each row loaded into an MjData of a C++ thread,
@@ -335,7 +347,8 @@ class CState:
 
     physics: jnp.ndarray  # uint32 [2 * state_size]: mj_getState(mjSTATE_INTEGRATION), float64 bits
     position: jnp.ndarray  # uint32 [4]: the forward-reward (x, y) read after the last step, float64 bits
-    key: jnp.ndarray  # PRNG key of this env's reset noise (each step draws the words a reset would read)
+    key: jnp.ndarray  # uint32 [2]: this env's reset-noise key (the host derives each episode's noise from it)
+    episode: jnp.ndarray  # int32: episodes this env began (0: the first); numbers its reset noise
     obs: jnp.ndarray  # float32 [obs]
     reward: jnp.ndarray  # float32
     done: jnp.ndarray  # float32: the task terminated (or MuJoCo flagged the step unstable)
@@ -368,50 +381,48 @@ class CEngineEnv:
         return (jax.ShapeDtypeStruct((self._state_words,), u32), jax.ShapeDtypeStruct((4,), u32),
                 jax.ShapeDtypeStruct((self.observation_size,), f32))
 
-    def _noise_bits(self, key):
-        return jax.random.bits(key, (engine(self.name).noise_words,), jnp.uint32)
-
     def reset(self, key: jax.Array) -> CState:
-        key, noise_key = jax.random.split(key)
         name = self.name
+        key = jnp.asarray(jax.random.key_data(key) if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)
+                          else key, jnp.uint32)
+        episode = jnp.zeros((), jnp.int32)
 
-        def host(k):
+        def host(k, e):
             flat, lead = _flat(np.asarray(k), 1)
-            states, position, obs = engine(name).host_reset(flat)
+            states, position, obs = engine(name).host_reset(flat, np.asarray(e).reshape(-1))
             return (_bits(states).reshape(lead + (-1,)), _bits(position).reshape(lead + (4,)),
                     obs.reshape(lead + obs.shape[1:]))
 
-        physics, position, obs = jax.pure_callback(host, self._shapes(), self._noise_bits(noise_key),
-                                                   vmap_method="broadcast_all")
+        physics, position, obs = jax.pure_callback(host, self._shapes(), key, episode, vmap_method="broadcast_all")
         zero = jnp.zeros((), jnp.float32)
-        return CState(physics=physics, position=position, key=key, obs=obs, reward=zero, done=zero,
-                      unstable_steps=jnp.zeros((), jnp.int32))
+        return CState(physics=physics, position=position, key=key, episode=episode, obs=obs, reward=zero,
+                      done=zero, unstable_steps=jnp.zeros((), jnp.int32))
 
     def _call(self, state: CState, action, ends, auto_reset: bool):
-        key, noise_key = jax.random.split(state.key)
         name = self.name
-        f32, u32 = jnp.float32, jnp.uint32
+        f32 = jnp.float32
         shapes = self._shapes() + (jax.ShapeDtypeStruct((self.observation_size,), f32),
                                    jax.ShapeDtypeStruct((), f32), jax.ShapeDtypeStruct((), jnp.bool_),
-                                   jax.ShapeDtypeStruct((), jnp.bool_))
+                                   jax.ShapeDtypeStruct((), jnp.bool_), jax.ShapeDtypeStruct((), jnp.int32))
 
-        def host(physics, position, act, k, e):
+        def host(physics, position, act, k, episode, e):
             physics, lead = _flat(np.asarray(physics), 1)
             out = engine(name).host_step(
                 _float64(physics), _float64(_flat(np.asarray(position), 1)[0]), _flat(np.asarray(act), 1)[0],
-                _flat(np.asarray(k), 1)[0], np.asarray(e).reshape(-1), auto_reset)
-            states, new_position, obs, next_obs, reward, terminated, unstable = out
+                _flat(np.asarray(k), 1)[0], np.asarray(episode).reshape(-1), np.asarray(e).reshape(-1), auto_reset)
+            states, new_position, obs, next_obs, reward, terminated, unstable, episodes = out
             return (_bits(states).reshape(lead + (-1,)), _bits(new_position).reshape(lead + (4,)),
                     obs.reshape(lead + obs.shape[1:]), next_obs.reshape(lead + next_obs.shape[1:]),
-                    reward.astype(np.float32).reshape(lead), terminated.reshape(lead), unstable.reshape(lead))
+                    reward.astype(np.float32).reshape(lead), terminated.reshape(lead), unstable.reshape(lead),
+                    episodes.astype(np.int32).reshape(lead))
 
         action = jnp.asarray(action, f32)
         if action.shape != (self.action_size,):
             raise ValueError(f"{self.name}: an action has shape ({self.action_size},), got {action.shape}")
-        out = jax.pure_callback(host, shapes, state.physics, state.position, action, self._noise_bits(noise_key),
+        out = jax.pure_callback(host, shapes, state.physics, state.position, action, state.key, state.episode,
                                 jnp.asarray(ends, jnp.bool_), vmap_method="broadcast_all")
-        physics, position, obs, next_obs, reward, terminated, unstable = out
-        nxt = state.replace(physics=physics, position=position, key=key, obs=obs, reward=reward,
+        physics, position, obs, next_obs, reward, terminated, unstable, episode = out
+        nxt = state.replace(physics=physics, position=position, episode=episode, obs=obs, reward=reward,
                             done=terminated.astype(f32),
                             unstable_steps=state.unstable_steps + unstable.astype(jnp.int32))
         return nxt, next_obs
