@@ -3,20 +3,26 @@
 The env state holds the full physics state that ``mj_getState(mjSTATE_INTEGRATION)`` returns (time,
 qpos, qvel, act, the solver's warmstart, controls, applied forces, ...), float64, carried through the
 program as its bits (``uint32``, two words a number) so that JAX never needs x64. A step hands every
-env of the call to the host; a thread pool (threads = cores) sets each env's state on an ``MjData`` of
-its own thread, applies the action, calls ``mj_step`` ``frame_skip`` times and reads the state back.
+env of the call to the host, which writes the actions into the state rows and steps them:
+
+* through MuJoCo's own threaded batch (``mujoco.batch.Batch``: each row loaded into an ``MjData`` of a
+  C++ thread, ``mj_step`` ``frame_skip`` times, the row saved back, the derived fields the task reads
+  copied out), or
+* for a task whose observation needs ``mj_rnePostConstraint`` after the step, as Gymnasium calls it
+  (Humanoid's contact forces), on a thread pool of our own over ``MjData``.
+
 The task's definition (``gymnasium_tasks``) then computes observation, reward and termination for the
-whole batch in numpy, float64, exactly as Gymnasium does.
+whole batch in numpy, float64, exactly as Gymnasium does. Threads = cores unless ``set_threads``.
 
-Why ``mj_step`` on our own ``MjData`` and not ``mujoco.rollout``: equality with Gymnasium needs the
-solver's warmstart to continue from step to step, and rollout takes one in but does not hand it back
-(docs/envs.md, "MuJoCo's C engine").
+Why not ``mujoco.rollout``: equality with Gymnasium needs the solver's warmstart to continue from step
+to step, and rollout takes one in but does not hand it back (docs/envs.md, "MuJoCo's C engine").
 
-Purity and concurrency. The callback is a pure function of its inputs: the same state and action
-give the same bits, whatever the batch, the thread count or the caller. Every call checks a set of
-``MjData`` and its thread pool out of a pool and returns it after: two concurrent callers (one per
-device of a sharded grid, one per actor thread) never share either, and nothing is tied to the life
-of a thread the program does not own (XLA's callback threads come and go).
+Purity and concurrency. The callback is a pure function of its inputs: the same state and action give
+the same bits, whatever the batch, the thread count or the caller; an episode's reset noise comes from
+the env's key and episode number (SplitMix64 on the host). Every call checks a batch (or a set of
+``MjData`` and its thread pool) out of a pool and returns it after: two concurrent callers (one per
+device of a sharded grid, one per actor thread) never share one, and nothing is tied to the life of a
+thread the program does not own (XLA's callback threads come and go).
 
 Under ``vmap`` (envs, then a grid's cells) the callback receives all envs of the whole grid at once
 (``vmap_method='broadcast_all'``) and steps them in one call.
@@ -32,7 +38,6 @@ from __future__ import annotations
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
