@@ -32,6 +32,7 @@ import numpy as np
 
 from vaco_jax import results
 from vaco_jax.config import Config, ConfigError, make_traced
+from vaco_jax.sweep import last_fraction_train_return
 from vaco_jax.train import make_train
 
 # CleanRL's ppo_continuous_action at 1M env steps (its documentation's table: mean +- std over seeds)
@@ -60,21 +61,6 @@ class Args:
     out: str = "results/peer_check"  # directory of the JSON records (one per task and settings)
     table: bool = False  # run nothing: print the markdown table of every record in OUT
     truncation_as_termination: bool = False  # CleanRL's handling of time limits (a diagnostic): no bootstrap at truncation
-
-
-def last_fraction_score(episode_return_sum: np.ndarray, episode_count: np.ndarray, batch: int,
-                        fraction: float = 0.05) -> np.ndarray:
-    """Per seed: the mean return of the training episodes ending in the last ``fraction`` of env steps.
-
-    ``episode_return_sum`` / ``episode_count``: [seeds, phases]; a phase holds ``batch`` env steps and an
-    episode counts in the phase where it ended. A phase is in the window when its last step is."""
-    phases = episode_count.shape[-1]
-    ends = (np.arange(phases) + 1) * batch
-    window = ends > (1.0 - fraction) * phases * batch
-    total = episode_return_sum[..., window].sum(-1)
-    count = episode_count[..., window].sum(-1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(count > 0, total / np.maximum(count, 1), np.nan)
 
 
 def _truncation_as_termination(config: Config):
@@ -118,7 +104,7 @@ def run_task(task: str, args: Args) -> dict:
     sums, counts = np.concatenate(sums, 1), np.concatenate(counts, 1)
     diverged = np.asarray(jax.device_get(~jnp.isfinite(
         sum(jnp.sum(x, axis=tuple(range(1, x.ndim))) for x in jax.tree.leaves(state.learner.policy_params)))))
-    scores = last_fraction_score(sums, counts, config.batch_size)
+    scores = last_fraction_train_return(sums, counts)
     steady = sum(seconds[1:]) if len(seconds) > 1 else seconds[0]
     steady_steps = config.env_steps_per_chunk * max(len(seconds) - 1, 1) * args.seeds
     return {"task": task, "settings": args.settings + ("+truncation_as_termination" if args.truncation_as_termination

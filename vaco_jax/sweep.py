@@ -655,6 +655,17 @@ def _pad(cells: list[Cell], multiple: int) -> list[Cell]:
 
 # ----------------------------------------------------------------------------- scores
 
+def last_fraction_train_return(phase_returns: np.ndarray, phase_counts: np.ndarray,
+                               last_fraction: float = 0.05) -> np.ndarray:
+    """Mean return of the training episodes that ended in the last ``last_fraction`` of the phases
+    (at least one phase); ``[..., phases]`` sums and counts -> ``[...]``, NaN where none ended."""
+    phases = phase_returns.shape[-1]
+    window = np.arange(phases) >= phases - max(1, int(math.ceil(last_fraction * phases)))
+    ret, cnt = phase_returns[..., window].sum(-1), phase_counts[..., window].sum(-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(cnt > 0, ret / np.maximum(cnt, 1), np.nan)
+
+
 def cell_scores(curve_rows: list[dict], phase_returns: np.ndarray, phase_counts: np.ndarray,
                 last_fraction: float = 0.05, evaluated: bool = True) -> dict:
     """Scores of one cell (docs/evaluation.md): final eval return, area under the eval curve, last-5% train return.
@@ -663,14 +674,12 @@ def cell_scores(curve_rows: list[dict], phase_returns: np.ndarray, phase_counts:
     evaluated (``evaluated``), its final evaluation return is not finite.
     """
     evals = np.array([r["eval_return"] for r in curve_rows], float)
-    n_last = max(1, int(math.ceil(last_fraction * len(phase_returns))))
-    ret, cnt = phase_returns[-n_last:].sum(), phase_counts[-n_last:].sum()
     diverged = any(bool(r["diverged"]) for r in curve_rows) or (
         evaluated and not np.isfinite(evals[-1] if len(evals) else np.nan))
     return {
         "final_eval_return": float(evals[-1]) if len(evals) else float("nan"),
         "auc_eval_return": float(np.mean(evals)) if len(evals) else float("nan"),
-        "train_return_last5pct": float(ret / cnt) if cnt > 0 else float("nan"),
+        "train_return_last5pct": float(last_fraction_train_return(phase_returns, phase_counts, last_fraction)),
         "diverged": bool(diverged),
     }
 
