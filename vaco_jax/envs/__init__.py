@@ -259,6 +259,22 @@ def _strong(x):
     return jax.lax.convert_element_type(x, x.dtype) if getattr(x, "weak_type", False) else x
 
 
+def _episode_bookkeeping(state: EnvState, reward, termination, ends):
+    """Every wrapper's episode counters: ``ends`` (the step reaches ``episode_length``) truncates unless
+    the task terminated. Returns ``done``, the env state's new counters, and the step output's
+    termination, truncation and the ended episode's return and length (0 when none ended)."""
+    episode_step = state.episode_step + 1
+    episode_return = state.episode_return + reward
+    truncation = jnp.where(termination > 0, 0.0, ends.astype(jnp.float32))
+    done = jnp.maximum(termination, truncation)
+    counters = dict(episode_step=jnp.where(done > 0, 0, episode_step).astype(jnp.int32),
+                    episode_return=jnp.where(done > 0, 0.0, episode_return))
+    ended = dict(termination=termination, truncation=truncation,
+                 episode_return=jnp.where(done > 0, episode_return, 0.0),
+                 episode_length=jnp.where(done > 0, episode_step, 0).astype(jnp.int32))
+    return done, counters, ended
+
+
 def make_env(name: str, backend: str | None = None, episode_length: int = 1000) -> Env:
     """Pure single-env ``reset(key)`` and ``step(state, action)``; vmap them for a batch.
 
@@ -289,33 +305,17 @@ def make_env(name: str, backend: str | None = None, episode_length: int = 1000) 
 
     def step(state: EnvState, action: jnp.ndarray) -> tuple[EnvState, StepOutput]:
         nxt = env.step(state.core, action)
-        episode_step = state.episode_step + 1
-        episode_return = state.episode_return + nxt.reward
         termination = (nxt.done > 0.5).astype(jnp.float32)
-        truncation = jnp.where(termination > 0, 0.0, (episode_step >= episode_length).astype(jnp.float32))
-        done = jnp.maximum(termination, truncation)
+        done, counters, ended = _episode_bookkeeping(state, nxt.reward, termination,
+                                                     state.episode_step + 1 >= episode_length)
         # Auto-reset: swap in the initial state; the brax env itself never resets.
         fresh = state.initial.replace(metrics=nxt.metrics, info=nxt.info)
         # Every leaf strongly typed: some tasks' steps return weakly typed leaves (inverted_pendulum's
         # info['time_out']) where reset returned strong ones, and a state whose types change between
         # calls makes jit compile the whole training program a second time.
         core = jax.tree.map(lambda a, b: _strong(jnp.where(done > 0, a, b)), fresh, nxt)
-        new_state = EnvState(
-            core=core,
-            initial=state.initial,
-            episode_step=jnp.where(done > 0, 0, episode_step).astype(jnp.int32),
-            episode_return=jnp.where(done > 0, 0.0, episode_return),
-        )
-        out = StepOutput(
-            obs=core.obs,
-            reward=nxt.reward,
-            termination=termination,
-            truncation=truncation,
-            next_obs=nxt.obs,
-            episode_return=jnp.where(done > 0, episode_return, 0.0),
-            episode_length=jnp.where(done > 0, episode_step, 0).astype(jnp.int32),
-        )
-        return new_state, out
+        new_state = EnvState(core=core, initial=state.initial, **counters)
+        return new_state, StepOutput(obs=core.obs, reward=nxt.reward, next_obs=nxt.obs, **ended)
 
     return Env(name=name, backend=backend, episode_length=episode_length,
                observation_size=_observation_size(name, backend), action_size=action_size,
@@ -332,19 +332,11 @@ def _c_engine_env(name: str, env, episode_length: int) -> Env:
                         episode_return=jnp.zeros((), jnp.float32))
 
     def step(state: EnvState, action: jnp.ndarray) -> tuple[EnvState, StepOutput]:
-        episode_step = state.episode_step + 1
-        ends = episode_step >= episode_length
+        ends = state.episode_step + 1 >= episode_length
         core, next_obs = env.step_auto_reset(state.core, action, ends)
-        termination = core.done
-        truncation = jnp.where(termination > 0, 0.0, ends.astype(jnp.float32))
-        done = jnp.maximum(termination, truncation)
-        episode_return = state.episode_return + core.reward
-        new_state = EnvState(core=core, initial=(), episode_step=jnp.where(done > 0, 0, episode_step).astype(jnp.int32),
-                             episode_return=jnp.where(done > 0, 0.0, episode_return))
-        out = StepOutput(obs=core.obs, reward=core.reward, termination=termination, truncation=truncation,
-                         next_obs=next_obs, episode_return=jnp.where(done > 0, episode_return, 0.0),
-                         episode_length=jnp.where(done > 0, episode_step, 0).astype(jnp.int32))
-        return new_state, out
+        _, counters, ended = _episode_bookkeeping(state, core.reward, core.done, ends)
+        return EnvState(core=core, initial=(), **counters), StepOutput(obs=core.obs, reward=core.reward,
+                                                                       next_obs=next_obs, **ended)
 
     return Env(name=name, backend="mujoco", episode_length=episode_length, observation_size=env.observation_size,
                action_size=env.action_size, reset=reset, step=step, raw=env,
