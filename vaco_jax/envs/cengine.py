@@ -126,7 +126,6 @@ class Engine:
         self.init_qpos = data.qpos.copy()
         self.init_qvel = data.qvel.copy()
         self.ctrl_range = np.asarray(self.model.actuator_ctrlrange, np.float32).copy()
-        self._fields = task.read_fields()
         mjs = mujoco.mjtState
         offset = lambda bits: int(mujoco.mj_stateSize(self.model, bits))
         head = mjs.mjSTATE_TIME
@@ -138,7 +137,7 @@ class Engine:
         shapes = {"xpos": (self.model.nbody, 3), "xipos": (self.model.nbody, 3), "cinert": (self.model.nbody, 10),
                   "cvel": (self.model.nbody, 6), "cfrc_ext": (self.model.nbody, 6), "qfrc_actuator": (self.nv,),
                   "ctrl": (self.nu,)}
-        self._derived_shapes = {f: shapes[f] for f in self._fields}
+        self._derived_shapes = {f: shapes[f] for f in task.read_fields()}  # the fields the definition reads
         mujoco.mj_resetData(self.model, data)
         self._reset_row = np.empty(self.state_size)
         mujoco.mj_getState(self.model, data, self._reset_row, self.spec)
@@ -171,7 +170,7 @@ class Engine:
     def _read(self, data, fields: dict, i: int) -> None:
         fields["qpos"][i] = data.qpos
         fields["qvel"][i] = data.qvel
-        for f in self._fields:
+        for f in self._derived_shapes:
             fields[f][i] = getattr(data, f)
 
     def reset_noise(self, keys: np.ndarray, episodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -226,9 +225,6 @@ class Engine:
         (their episode reaches its time limit with this step; the next episode's number is ``episodes + 1``).
         Returns the states, forward positions and observations to continue from, the observations this
         step reached, reward, terminated, unstable, and each env's episode number."""
-        import mujoco
-
-        n = states_in.shape[0]
         states_in = states_in.copy()
         states_in[:, self._ctrl_slice] = action  # the controls are part of the state mj_setState sets
         if self.uses_batch:
