@@ -535,10 +535,10 @@ def memory_plan(groups: Sequence[Group], max_cells: int | None = None, show: boo
 
     check_max_cells(max_cells)
     device_memory, source = memory.device_bytes()
-    devices = len(jax.local_devices())
     out, lines = {}, []
     for g in groups:
         c = g.config
+        devices = devices_for(c)
         key = (c.env, c.backend, c.episode_length, c.num_envs, c.unroll_length, c.eval_episodes, c.buffer_capacity,
                c.network, tuple(c.policy_hidden), tuple(c.value_hidden))
         if key not in _CELL_BYTES:
@@ -556,7 +556,8 @@ def memory_plan(groups: Sequence[Group], max_cells: int | None = None, show: boo
                               f"({source}); allowed: --max-cells-per-program {fit} or less")
     if show:
         dm = "unknown" if device_memory is None else f"{memory.fmt_bytes(device_memory)} ({source})"
-        print(f"memory estimate before compiling ({devices} device(s), device memory {dm}):", *lines, sep="\n")
+        print(f"memory estimate before compiling ({len(jax.local_devices())} device(s), device memory {dm}):", *lines,
+              sep="\n")
     return out
 
 
@@ -588,6 +589,20 @@ def grid_layout(n_cells: int, batch: int | None = None, devices: int | None = No
     if batch:
         k = -(-k // batch) * batch
     return -(-n_cells // k), k
+
+
+def devices_for(config: Config) -> int:
+    """How many of this process's devices a group of ``config`` is split over.
+
+    Every device for an in-program engine (Brax, MJX, the pure-JAX tasks). One for MuJoCo's C engine:
+    its step is a host callback that runs on a thread of XLA's CPU pool (one per core), and JAX hands
+    the callback its arguments through that same pool; with a group split over as many devices as
+    cores, every pool thread can sit in a callback waiting for a hand-over no free thread will do, and
+    the run hangs (seen on 2 cores with 30 Hopper-v4 cells). The engine spreads each step over the
+    cores itself (``cengine.set_threads``), so one device loses little (docs/scale.md)."""
+    if config.physics_backend == "mujoco":
+        return 1
+    return len(jax.local_devices())
 
 
 def grid_mesh(devices: int):
@@ -725,7 +740,7 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
     results.write_cells(group_dir, cell_rows)
 
     trainer = trainer or make_train(config)
-    used, per_device = grid_layout(len(cells), config.grid_batch, None if shard else 1)
+    used, per_device = grid_layout(len(cells), config.grid_batch, devices_for(config) if shard else 1)
     mesh = grid_mesh(used)
     padded = _pad(cells, used * per_device)
     keys = jnp.stack([jax.random.PRNGKey(c.seed) for c in padded])
