@@ -1,0 +1,416 @@
+"""The locomotion lag-sweep study, run as the protocol fixed before it (``results/locomotion/protocol.json``,
+explained in ``protocol.md`` beside it).
+
+    python experiments/locomotion.py plan                 # every unit, its cost, what is done; runs nothing
+    python experiments/locomotion.py run --minutes 80     # the next unfinished units that fit in 80 minutes
+    python experiments/locomotion.py run --units tune/vaco study/Hopper-v4/vaco
+
+The study is cut into **units**, one compiled group each, in the protocol's order of priority:
+
+1. ``tune/<method>``: the method's step-size knob on its grid, at the tuning lag depths, on the tuning
+   seeds, on the tuning task (``runs/locomotion/tuning``). When every tuning unit has finished, the
+   choices are frozen in ``results/locomotion/tuned.json`` (never changed afterwards); an optimum at
+   an edge of its grid first adds a unit ``extend/<method>/B<b>`` with one point beyond that edge.
+2. ``study/<task>/<method>``: every study lag depth x study seed, at the method's B = 1 tuning.
+3. ``lag_aware/<task>/<method>``: the protocol's lag-aware depths at the method's B = 16 tuning, only
+   for a method whose two tunings differ (known once tuning is frozen).
+4. ``ablation/<task>/<method>``: the ablations at their parent's B = 1 tuning.
+
+A unit's cost is its runs x env steps / the task's measured training rate (``rates_env_steps_per_s``).
+``run --minutes M`` takes units in order while their summed cost fits in M (at least one), so each
+session runs a group that finishes inside it; an interrupted unit resumes from its checkpoint when
+run again. Each finished unit's small tables (scores, curves, cells, config) are copied under
+``results/locomotion/`` with a line in ``manifest.csv`` naming the protocol's sha256.
+
+The protocol's hash is recorded in every run directory (``run.json``) and every manifest line. If the
+protocol file changed since a unit was run, ``run`` refuses until the change is recorded as a
+deviation: ``--deviation "what changed and why"`` appends it, dated, to ``deviations.csv``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+from typing import Literal
+
+from tyro.conf import Positional
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from vaco_jax.config import Config, ConfigError  # noqa: E402
+
+RESULTS = os.path.join("results", "locomotion")
+RUNS = os.path.join("runs", "locomotion")
+PROTOCOL = os.path.join(RESULTS, "protocol.json")
+COPIED = ("scores.csv", "curves.csv", "cells.json", "config.json")
+
+
+@dataclasses.dataclass
+class Args:
+    """The locomotion study: plan it, or run its next units."""
+
+    stage: Positional[Literal["plan", "run"]]  # plan: print units, costs and status; run: run units
+    minutes: float | None = None  # run: the next unfinished units whose summed estimated cost fits in this
+    units: tuple[str, ...] = ()  # run: these units (names as `plan` prints them) instead of --minutes
+    protocol: str = PROTOCOL  # the protocol file
+    results: str = RESULTS  # where tuned.json, manifest.csv and the units' tables go
+    runs: str = RUNS  # where run directories (checkpoints, policies) go; git-ignored
+    deviation: str = ""  # run: record a change of the protocol since earlier units ran (text, dated)
+    progress: bool = True  # a progress bar per group (--no-progress for logs)
+    max_chunks: int | None = None  # stop every group after this many chunks; rerun to continue
+    bootstrap_reps: int = 2000  # bootstrap resamples of each run directory's summary
+
+
+@dataclasses.dataclass(frozen=True)
+class Unit:
+    name: str
+    stage: str  # tuning | study
+    group: object  # sweep.Group
+    runs: int
+    minutes: float
+
+
+def load_protocol(path: str) -> tuple[dict, str]:
+    with open(path, "rb") as f:
+        data = f.read()
+    return json.loads(data), hashlib.sha256(data).hexdigest()
+
+
+def check_protocol(p: dict) -> None:
+    """Every name the protocol uses exists, before anything is planned."""
+    from vaco_jax.envs import available_envs
+    from vaco_jax.methods import METHODS
+
+    known = available_envs()
+
+    for task in p["tasks"] + [p["tuning"]["task"]] + p["ablations"]["tasks"]:
+        if task not in known:
+            raise ConfigError(f"protocol tasks: {task!r} is not valid; allowed values: {', '.join(known)}")
+    for m in list(p["methods"]) + list(p["ablations"]["methods"]):
+        if m not in METHODS:
+            raise ConfigError(f"protocol methods: {m!r} is not valid; allowed values: {', '.join(METHODS)}")
+    for m in p["methods"]:
+        if m not in p["tuning"]["grids"]:
+            raise ConfigError(f"protocol tuning.grids: no grid for method {m!r}")
+    for task in set(p["tasks"]) | set(p["ablations"]["tasks"]) | {p["tuning"]["task"]}:
+        if not p["rates_env_steps_per_s"].get(task):
+            raise ConfigError(f"protocol rates_env_steps_per_s: no measured rate for {task!r}")
+
+
+def base_config(p: dict, task: str, method: str) -> Config:
+    return Config(env=task, method=method, backend=p["engine"]["backend"], **{
+        k: tuple(v) if isinstance(v, list) else v for k, v in p["settings"].items()})
+
+
+def _cost(p: dict, task: str, runs: int) -> float:
+    return runs * p["settings"]["total_env_steps"] / p["rates_env_steps_per_s"][task] / 60.0
+
+
+def _unit(p: dict, name: str, stage: str, config: Config, cells: list, subdir: str, tags=()) -> Unit:
+    from vaco_jax import sweep
+
+    return Unit(name, stage, sweep.Group(config, tuple(cells), subdir, name, tags), len(cells),
+                _cost(p, config.env, len(cells)))
+
+
+def tuning_units(p: dict) -> list[Unit]:
+    from vaco_jax import sweep
+
+    t = p["tuning"]
+    out = []
+    for m in p["methods"]:
+        g = t["grids"][m]
+        cells = sweep.grid(t["lag_depths"], p["seeds"]["tuning"], **{g["knob"]: [float(v) for v in g["values"]]})
+        out.append(_unit(p, f"tune/{m}", "tuning", base_config(p, t["task"], m), cells, os.path.join(t["task"], m)))
+    return out
+
+
+def extension_units(p: dict, tuned: dict) -> list[Unit]:
+    """One unit per (method, tuning lag depth) whose optimum sat at an edge of its grid."""
+    from vaco_jax import sweep
+
+    t = p["tuning"]
+    out = []
+    for m, per_b in tuned.get("extend", {}).items():
+        knob = t["grids"][m]["knob"]
+        for b, value in per_b.items():
+            cells = sweep.grid([int(b)], p["seeds"]["tuning"], **{knob: [float(value)]})
+            out.append(_unit(p, f"extend/{m}/B{b}", "tuning", base_config(p, t["task"], m), cells,
+                             os.path.join(t["task"], m, f"extend_B{b}")))
+    return out
+
+
+def chosen(tuned: dict, method: str, b: int) -> float:
+    return float(tuned["chosen"][method][str(b)]["value"])
+
+
+def study_units(p: dict, tuned: dict | None) -> list[Unit]:
+    """Study, lag-aware and ablation units; those that need the frozen tuning only once it exists."""
+    from vaco_jax import sweep
+
+    seeds, grids = p["seeds"]["study"], p["tuning"]["grids"]
+    b_low, b_high = (int(b) for b in p["tuning"]["lag_depths"])
+    out = []
+    for task in p["tasks"]:
+        for m in p["methods"]:
+            config = base_config(p, task, m)
+            if tuned is not None:
+                config = config.replace(**{grids[m]["knob"]: chosen(tuned, m, b_low)})
+            out.append(_unit(p, f"study/{task}/{m}", "study", config, sweep.grid(p["lag_depths"], seeds),
+                             os.path.join(task, m)))
+    if tuned is None:
+        return out
+    for task in p["tasks"]:
+        for m in p["methods"]:
+            low, high = chosen(tuned, m, b_low), chosen(tuned, m, b_high)
+            if low != high:
+                config = base_config(p, task, m).replace(**{grids[m]["knob"]: high})
+                out.append(_unit(p, f"lag_aware/{task}/{m}", "study", config,
+                                 sweep.grid(p["lag_aware"]["lag_depths"], seeds),
+                                 os.path.join(task, m, "variant=lag_aware"), (("variant", "lag_aware"),)))
+    ab = p["ablations"]
+    for task in ab["tasks"]:
+        for m, spec in ab["methods"].items():
+            config = base_config(p, task, m)
+            if spec["inherits"]:
+                config = config.replace(**{grids[spec["inherits"]]["knob"]: chosen(tuned, spec["inherits"], b_low)})
+            out.append(_unit(p, f"ablation/{task}/{m}", "study", config, sweep.grid(ab["lag_depths"], seeds),
+                             os.path.join(task, m)))
+    return out
+
+
+# ----------------------------------------------------------------------------- tuning: choose and freeze
+
+def _tuning_rows(tuning_dir: str, p: dict, method: str) -> list[dict]:
+    from vaco_jax import results
+
+    rows = []
+    base = os.path.join(tuning_dir, p["tuning"]["task"], method)
+    for sub in [base] + sorted(os.path.join(base, d) for d in (os.listdir(base) if os.path.isdir(base) else [])
+                               if d.startswith("extend_B")):
+        path = os.path.join(sub, "scores.csv")
+        if os.path.exists(path):
+            rows += results.read_table(path)
+    return rows
+
+
+def choose(rows: list[dict], knob: str, b: int, score: str) -> dict:
+    """The grid point with the highest mean ``score`` over seeds at lag depth ``b``; points with a
+    diverged run are never chosen. Returns the value and every point's numbers."""
+    import numpy as np
+
+    from vaco_jax.analysis import is_diverged
+
+    points: dict[float, list] = {}
+    for r in rows:
+        if int(r["lag_depth"]) == b:
+            points.setdefault(float(r[knob]), []).append(r)
+    table = []
+    for value, rs in sorted(points.items()):
+        s = [float(r[score]) for r in rs]
+        table.append({"value": value, "mean": float(np.mean(s)), "runs": len(rs),
+                      "diverged": int(sum(is_diverged(r) for r in rs))})
+    ok = [t for t in table if t["diverged"] == 0 and np.isfinite(t["mean"])]
+    if not ok:
+        raise ConfigError(f"tuning {knob} at B={b}: every grid point has a diverged run or no score")
+    best = max(ok, key=lambda t: t["mean"])
+    return {"value": best["value"], "grid": table}
+
+
+def freeze(p: dict, tuning_dir: str, path: str, digest: str) -> dict:
+    """Choose every (method, tuning lag depth); an optimum at an edge asks for one extension first.
+    The file is written once every choice is final and never changed afterwards."""
+    from vaco_jax import results
+
+    t = p["tuning"]
+    out = {"protocol_sha256": digest, "rule": t["rule"], "edge_rule": t["edge_rule"], "chosen": {}, "extend": {},
+           "at_edge_after_extension": []}
+    for m in p["methods"]:
+        knob, values = t["grids"][m]["knob"], [float(v) for v in t["grids"][m]["values"]]
+        rows = _tuning_rows(tuning_dir, p, m)
+        for b in (int(x) for x in t["lag_depths"]):
+            pick = choose(rows, knob, b, t["score"])
+            tried = sorted(x["value"] for x in pick["grid"])
+            extended = len(tried) > len(values)
+            if not extended and pick["value"] in (values[0], values[-1]):
+                edge, neighbour = (values[0], values[1]) if pick["value"] == values[0] else (values[-1], values[-2])
+                out["extend"].setdefault(m, {})[str(b)] = float(f"{edge * edge / neighbour:.4g}")
+            elif extended and pick["value"] in (tried[0], tried[-1]):
+                out["at_edge_after_extension"].append(f"{m} B={b}")
+            out["chosen"].setdefault(m, {})[str(b)] = {"knob": knob, **pick}
+    if not out["extend"]:
+        results.write_json(path, out)
+    return out
+
+
+# ----------------------------------------------------------------------------- the record
+
+def _manifest(results_dir: str) -> list[dict]:
+    from vaco_jax import results
+
+    path = os.path.join(results_dir, "manifest.csv")
+    return results.read_table(path) if os.path.exists(path) else []
+
+
+def check_protocol_unchanged(results_dir: str, digest: str, deviation: str) -> None:
+    """Units run under another protocol hash need a recorded deviation before more units run."""
+    from vaco_jax import results
+
+    seen = {r["protocol_sha256"] for r in _manifest(results_dir)}
+    dev_path = os.path.join(results_dir, "deviations.csv")
+    recorded = {r["protocol_sha256"] for r in results.read_table(dev_path)} if os.path.exists(dev_path) else set()
+    if not seen or seen <= {digest} or digest in recorded:
+        return
+    if not deviation:
+        raise ConfigError(f"protocol: {PROTOCOL} changed since earlier units ran (their sha256 "
+                          f"{', '.join(sorted(seen - {digest}))}, now {digest}); record why with --deviation \"...\"")
+    rows = results.read_table(dev_path) if os.path.exists(dev_path) else []
+    rows.append({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "protocol_sha256": digest,
+                 "previous": " ".join(sorted(seen - {digest})), "deviation": deviation})
+    results.write_table(dev_path, rows)
+
+
+def collect(unit: Unit, run_dir: str, results_dir: str, digest: str, seconds: float) -> None:
+    """Copy a finished unit's small tables under ``results_dir`` and add its manifest line."""
+    from vaco_jax import results
+
+    src = os.path.join(run_dir, unit.group.subdir)
+    dst = os.path.join(results_dir, unit.stage, unit.group.subdir)
+    os.makedirs(dst, exist_ok=True)
+    for name in COPIED:
+        shutil.copyfile(os.path.join(src, name), os.path.join(dst, name))
+    for name in ("random_scores.json", "run.json"):
+        if os.path.exists(os.path.join(run_dir, name)):
+            shutil.copyfile(os.path.join(run_dir, name), os.path.join(results_dir, unit.stage, name))
+    rows = [r for r in _manifest(results_dir) if r["unit"] != unit.name]
+    rows.append({"unit": unit.name, "runs": unit.runs, "protocol_sha256": digest,
+                 "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                 "seconds_this_session": round(seconds, 1), "estimated_minutes": round(unit.minutes, 1)})
+    results.write_table(os.path.join(results_dir, "manifest.csv"), rows)
+
+
+# ----------------------------------------------------------------------------- plan and run
+
+def all_units(p: dict, args: Args) -> tuple[list[Unit], dict | None, str]:
+    """(units in order, the frozen tuning or None, a line saying where tuning stands)."""
+    from vaco_jax import results
+
+    tuned_path = os.path.join(args.results, "tuned.json")
+    units = tuning_units(p)
+    tuned = results.read_json(tuned_path) if os.path.exists(tuned_path) else None
+    state = "frozen in " + tuned_path if tuned else "not frozen yet"
+    if tuned is None and all(_finished(args, u) for u in units):
+        # from the committed copies: a later session on a fresh machine has no run directories
+        pending = freeze(p, os.path.join(args.results, "tuning"), tuned_path, load_protocol(args.protocol)[1])
+        if pending["extend"]:
+            units += extension_units(p, pending)
+            state = "edge extensions pending: " + json.dumps(pending["extend"])
+        else:
+            tuned, state = pending, "frozen in " + tuned_path
+    elif tuned is not None:
+        units += extension_units(p, {"extend": {}})
+    return units + study_units(p, tuned), tuned, state
+
+
+def _finished(args: Args, unit: Unit) -> bool:
+    from vaco_jax import sweep
+
+    done = {r["unit"] for r in _manifest(args.results)}
+    return unit.name in done or sweep.group_finished(os.path.join(args.runs, unit.stage, unit.group.subdir))
+
+
+def plan_text(p: dict, units: list[Unit], state: str, args: Args) -> str:
+    lines = [f"{'unit':<44}{'runs':>6}{'est. min':>10}  status"]
+    for u in units:
+        lines.append(f"{u.name:<44}{u.runs:>6}{u.minutes:>10.1f}  {'done' if _finished(args, u) else 'to run'}")
+    todo = [u for u in units if not _finished(args, u)]
+    total = sum(u.minutes for u in units) / 60
+    lines.append(f"tuning: {state}")
+    lines.append(f"{len(units)} units, {sum(u.runs for u in units)} runs, ~{total:.1f} h on this machine's measured "
+                 f"rates; to run: {len(todo)} units, ~{sum(u.minutes for u in todo) / 60:.1f} h")
+    if any(u.name.startswith("tune/") for u in todo) or "frozen" not in state:
+        ab = p["ablations"]
+        worst = sum(_cost(p, t, len(p["lag_aware"]["lag_depths"]) * len(p["seeds"]["study"]))
+                    for t in p["tasks"] for _ in p["methods"])
+        ablation = sum(_cost(p, t, len(ab["lag_depths"]) * len(p["seeds"]["study"]))
+                       for t in ab["tasks"] for _ in ab["methods"])
+        lines.append(f"after tuning: ablation units ~{ablation / 60:.1f} h and lag-aware units up to "
+                     f"~{worst / 60:.1f} h (only for methods whose two tunings differ)")
+    return "\n".join(lines)
+
+
+def select(units: list[Unit], args: Args) -> list[Unit]:
+    names = {u.name: u for u in units}
+    if args.units:
+        bad = [n for n in args.units if n not in names]
+        if bad:
+            raise ConfigError(f"units: {bad} not valid now; allowed values: {', '.join(names)}")
+        return [names[n] for n in args.units]
+    if args.minutes is None or not args.minutes > 0:
+        raise ConfigError(f"minutes={args.minutes!r}: give --minutes (a positive number) or --units")
+    out, spent = [], 0.0
+    for u in units:
+        if _finished(args, u):
+            continue
+        if out and spent + u.minutes > args.minutes:
+            break
+        if u.stage == "study" and any(x.stage == "tuning" for x in out):
+            break  # the study's settings come from tuning: never in the same session as unfinished tuning
+        out.append(u)
+        spent += u.minutes
+    return out
+
+
+def main(args: Args) -> list[str]:
+    from vaco_jax import analysis, sweep
+
+    p, digest = load_protocol(args.protocol)
+    check_protocol(p)
+    units, tuned, state = all_units(p, args)
+    if args.stage == "plan":
+        print(f"protocol {args.protocol} sha256 {digest}")
+        print(plan_text(p, units, state, args))
+        return []
+    check_protocol_unchanged(args.results, digest, args.deviation)
+    listed = {r["unit"] for r in _manifest(args.results)}
+    for u in units:  # finished in a run directory but stopped before its tables were copied
+        if u.name not in listed and sweep.group_finished(os.path.join(args.runs, u.stage, u.group.subdir)):
+            collect(u, os.path.join(args.runs, u.stage), args.results, digest, 0.0)
+    chosen_units = select(units, args)
+    if not chosen_units:
+        print("every unit has finished" if all(_finished(args, u) for u in units) else
+              "nothing to run: the next units wait for tuning to be frozen (run `plan`)")
+        return []
+    if any(u.stage == "study" for u in chosen_units) and tuned is None:
+        raise ConfigError("units: study units need the frozen tuning (results/locomotion/tuned.json); finish the "
+                          "tuning units first")
+    print(f"protocol sha256 {digest}; this session: " + ", ".join(u.name for u in chosen_units)
+          + f" (~{sum(u.minutes for u in chosen_units):.0f} min estimated)")
+    done = []
+    for u in chosen_units:
+        run_dir = os.path.join(args.runs, u.stage)
+        spec = {"study": "locomotion", "unit": u.name, "protocol_sha256": digest}
+        t0 = time.perf_counter()
+        if sweep.run_study(run_dir, [u.group], args, spec,
+                           prepare=lambda: sweep.random_scores(run_dir, [u.group.config.env], u.group.config)):
+            collect(u, run_dir, args.results, digest, time.perf_counter() - t0)
+            done.append(u.name)
+            print(f"unit {u.name} finished in {time.perf_counter() - t0:.0f} s")
+    if done and any(u.stage == "study" for u in chosen_units):
+        analysis.summarise(os.path.join(args.runs, "study"), reps=args.bootstrap_reps)
+    units, tuned, state = all_units(p, args)  # freezes the tuning when its last unit has just finished
+    print(f"tuning: {state}")
+    return done
+
+
+if __name__ == "__main__":
+    import tyro
+
+    from vaco_jax.sweep import cli_main
+
+    cli_main(main, tyro.cli(Args))

@@ -1,0 +1,147 @@
+"""The locomotion study's driver (experiments/locomotion.py): the committed protocol plans without
+compiling; tuning chooses, extends an edge once and freezes; the study units take the frozen steps;
+units are copied under results with the protocol's hash; a changed protocol needs a recorded deviation.
+End to end on the tiny pure-JAX point_mass task."""
+
+import json
+import os
+
+import pytest
+
+from conftest import load_script
+from vaco_jax import results
+from vaco_jax.config import ConfigError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _args(study, tmp_path, *extra, protocol=None):
+    import tyro
+
+    return tyro.cli(study.Args, args=[*extra, "--protocol", str(protocol or tmp_path / "protocol.json"),
+                                      "--results", str(tmp_path / "results"), "--runs", str(tmp_path / "runs"),
+                                      "--no-progress"])
+
+
+def tiny_protocol(path, **change) -> dict:
+    p = {
+        "engine": {"backend": None},
+        "tasks": ["point_mass"],
+        "settings": {"num_envs": 8, "unroll_length": 16, "num_epochs": 2, "num_minibatches": 2, "total_env_steps": 256,
+                     "num_evals": 2, "eval_episodes": 2, "episode_length": 32, "lag_model": "uniform",
+                     "buffer_capacity": 4, "policy_hidden": [8], "value_hidden": [8]},
+        "seeds": {"study": [0, 1], "tuning": [7]},
+        "lag_depths": [1, 4],
+        "methods": ["ppo_clip"],
+        "tuning": {"task": "point_mass", "lag_depths": [1, 2], "score": "auc_eval_return", "rule": "max mean",
+                   "edge_rule": "once", "grids": {"ppo_clip": {"knob": "clip_epsilon", "values": [0.1, 0.2, 0.4]}}},
+        "lag_aware": {"lag_depths": [4]},
+        "ablations": {"tasks": ["point_mass"], "lag_depths": [4], "methods": {"a3po": {"inherits": "ppo_clip"}}},
+        "rates_env_steps_per_s": {"point_mass": 1000},
+        **change,
+    }
+    with open(path, "w") as f:
+        json.dump(p, f)
+    return p
+
+
+def test_the_committed_protocol_plans_every_unit_without_compiling(capsys):
+    study = load_script("locomotion")
+    p, digest = study.load_protocol(os.path.join(ROOT, study.PROTOCOL))
+    study.check_protocol(p)
+    units = study.tuning_units(p) + study.study_units(p, None)
+    assert [u.name for u in units[:len(p["methods"])]] == [f"tune/{m}" for m in p["methods"]]
+    assert all(u.group.config.physics_backend == "mujoco" for u in units)
+    assert all(u.group.config.total_env_steps == 1_000_000 and u.group.config.num_envs == 16 for u in units)
+    tune = units[0]
+    assert len(tune.group.cells) == 2 * 3 * 3  # tuning depths x grid x tuning seeds
+    assert not set(c.seed for c in tune.group.cells) & set(p["seeds"]["study"])
+    main = [u for u in units if u.name.startswith("study/")]
+    assert len(main) == len(p["tasks"]) * len(p["methods"])
+    assert all(len(u.group.cells) == 30 for u in main)
+    assert sum(u.minutes for u in units) / 60 < 12  # the plan known before tuning fits the machine's budget
+
+
+def test_choose_takes_the_best_mean_and_never_a_point_with_a_diverged_run():
+    study = load_script("locomotion")
+    rows = [dict(lag_depth=1, clip_epsilon=e, auc_eval_return=s, diverged=d)
+            for e, s, d in ((0.1, 5.0, "False"), (0.1, 7.0, "False"), (0.2, 9.0, "False"), (0.2, 1.0, "True"),
+                            (0.4, 6.5, "False"), (0.4, 6.0, "False"))]
+    rows += [dict(lag_depth=2, clip_epsilon=0.1, auc_eval_return=100.0, diverged="False")]
+    pick = study.choose(rows, "clip_epsilon", 1, "auc_eval_return")
+    assert pick["value"] == 0.4  # 0.2 has the best mean of its finite runs but a diverged one
+    assert [g["value"] for g in pick["grid"]] == [0.1, 0.2, 0.4] and pick["grid"][1]["diverged"] == 1
+    with pytest.raises(ConfigError, match="diverged"):
+        study.choose([r for r in rows if r["clip_epsilon"] == 0.2], "clip_epsilon", 1, "auc_eval_return")
+
+
+def _write_tuning(root, method, sub, rows):
+    d = os.path.join(root, "point_mass", method, *sub)
+    os.makedirs(d, exist_ok=True)
+    results.write_table(os.path.join(d, "scores.csv"), rows)
+
+
+def test_an_optimum_at_an_edge_is_extended_once_then_frozen(tmp_path):
+    study = load_script("locomotion")
+    p = tiny_protocol(tmp_path / "protocol.json")
+    runs = str(tmp_path / "tuning")
+    row = lambda b, e, s: dict(lag_depth=b, seed=7, clip_epsilon=e, auc_eval_return=s, diverged="False")
+    _write_tuning(runs, "ppo_clip", [], [row(1, 0.1, 1.0), row(1, 0.2, 2.0), row(1, 0.4, 3.0),  # B=1: top edge
+                                         row(2, 0.1, 1.0), row(2, 0.2, 5.0), row(2, 0.4, 3.0)])  # B=2: inside
+    path = str(tmp_path / "tuned.json")
+    out = study.freeze(p, runs, path, "abc")
+    assert out["extend"] == {"ppo_clip": {"1": 0.8}} and not os.path.exists(path)  # 0.4 x 0.4 / 0.2
+    assert [u.name for u in study.extension_units(p, out)] == ["extend/ppo_clip/B1"]
+    _write_tuning(runs, "ppo_clip", ["extend_B1"], [row(1, 0.8, 4.0)])
+    out = study.freeze(p, runs, path, "abc")
+    assert out["extend"] == {} and os.path.exists(path)
+    assert study.chosen(out, "ppo_clip", 1) == 0.8 and study.chosen(out, "ppo_clip", 2) == 0.2
+    assert out["at_edge_after_extension"] == ["ppo_clip B=1"]  # reported, not chased further
+
+
+def test_bad_protocols_are_one_line_errors(tmp_path):
+    study = load_script("locomotion")
+    for change, field in (({"methods": ["ppo_clip", "nope"]}, "methods"), ({"tasks": ["Nope-v9"]}, "tasks"),
+                          ({"rates_env_steps_per_s": {}}, "rates")):
+        p = tiny_protocol(tmp_path / "protocol.json", **change)
+        with pytest.raises(ConfigError, match=field):
+            study.check_protocol(p)
+    tiny_protocol(tmp_path / "protocol.json")
+    with pytest.raises(ConfigError, match="minutes"):
+        study.main(_args(study, tmp_path, "run"))
+    with pytest.raises(ConfigError, match="units"):
+        study.main(_args(study, tmp_path, "run", "--units", "study/nowhere"))
+
+
+def test_the_study_end_to_end_on_point_mass(tmp_path, capsys):
+    study = load_script("locomotion")
+    tiny_protocol(tmp_path / "protocol.json")
+    study.main(_args(study, tmp_path, "plan"))
+    assert "tune/ppo_clip" in capsys.readouterr().out
+    with pytest.raises(ConfigError, match="tuning"):  # the study's steps come from the frozen tuning
+        study.main(_args(study, tmp_path, "run", "--units", "study/point_mass/ppo_clip"))
+    for _ in range(3):  # tuning, then at most one edge extension per tuning depth
+        study.main(_args(study, tmp_path, "run", "--minutes", "1000"))
+        if os.path.exists(tmp_path / "results" / "tuned.json"):
+            break
+    tuned = json.load(open(tmp_path / "results" / "tuned.json"))
+    eps = study.chosen(tuned, "ppo_clip", 1)
+    done = study.main(_args(study, tmp_path, "run", "--minutes", "1000"))
+    assert "study/point_mass/ppo_clip" in done and "ablation/point_mass/a3po" in done
+    assert ("lag_aware/point_mass/ppo_clip" in done) == (eps != study.chosen(tuned, "ppo_clip", 2))
+    res = tmp_path / "results" / "study" / "point_mass" / "ppo_clip"
+    scores = results.read_table(str(res / "scores.csv"))
+    assert len(scores) == 4 and json.load(open(res / "config.json"))["clip_epsilon"] == eps
+    digest = study.load_protocol(str(tmp_path / "protocol.json"))[1]
+    manifest = results.read_table(str(tmp_path / "results" / "manifest.csv"))
+    assert {r["protocol_sha256"] for r in manifest} == {digest} and len(manifest) >= 3
+    run = json.load(open(tmp_path / "runs" / "study" / "run.json"))
+    assert run["command"]["protocol_sha256"] == digest
+    assert study.main(_args(study, tmp_path, "run", "--minutes", "1000")) == []  # nothing left
+    # a changed protocol: refused until the deviation is recorded
+    tiny_protocol(tmp_path / "protocol.json", note="a changed protocol")
+    with pytest.raises(ConfigError, match="deviation"):
+        study.main(_args(study, tmp_path, "run", "--minutes", "1000"))
+    study.main(_args(study, tmp_path, "run", "--minutes", "1000", "--deviation", "a note added, for a test"))
+    deviations = results.read_table(str(tmp_path / "results" / "deviations.csv"))
+    assert deviations[0]["deviation"] == "a note added, for a test"
