@@ -488,6 +488,8 @@ def test_every_cells_trained_policy_is_kept_and_loads_as_a_jitted_act_function(t
     assert np.isfinite(total)
     with pytest.raises(ResultsError, match="cell 5"):
         load_policy(d, cell=5)
+    with pytest.raises(ValueError, match=r"point_mass observations have shape \(\d+,\)"):
+        acts[0](np.zeros(7, np.float32))
     del a1
 
 

@@ -433,3 +433,22 @@ def test_value_loss_clipped():
     ) / N
     np.testing.assert_allclose(grad, ref_grad, **TOL)
     np.testing.assert_allclose(metrics["value_clip_fraction"], np.mean(np.abs(delta) > eps))
+
+
+def test_tv_and_ratio_means_stay_finite_when_a_ratio_overflows_and_keep_their_bits_otherwise():
+    """A log-ratio of 90 overflows exp in float32; the diagnostic is then the same mean computed in log
+    space (never inf, which would poison every mean over it); ordinary inputs give the direct formula's
+    bits."""
+    import vaco_jax.objectives as obj
+
+    big = jnp.asarray([90.0, 0.0, -1.0, 2.0], jnp.float32)  # e^90 overflows float32; its mean over 4 does not
+    want = np.mean(np.abs(np.exp(np.float64(big)) - 1.0))
+    got = float(obj.tv_estimate(big, "l1"))
+    assert np.isfinite(got) and abs(got / want - 1) < 1e-5
+    assert abs(float(obj.tv_estimate(big)) / (0.5 * want) - 1) < 1e-5
+    assert abs(float(obj.mean_exp(big)) / np.mean(np.exp(np.float64(big))) - 1) < 1e-5
+    small = jax.random.normal(jax.random.PRNGKey(0), (257,)) * 0.3
+    direct = jnp.mean(jnp.abs(jnp.exp(small) - 1.0))
+    assert np.asarray(obj.mean_abs_ratio_minus_one(small)).tobytes() == np.asarray(direct).tobytes()
+    assert np.asarray(obj.mean_exp(small)).tobytes() == np.asarray(jnp.mean(jnp.exp(small))).tobytes()
+    assert float(obj.tv_estimate(jnp.zeros(5))) == 0.0

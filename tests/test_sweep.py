@@ -2,6 +2,7 @@
 (docs/evaluation.md, issue: lag-sweep experiments; sharding over devices: test_integrity)."""
 
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -153,3 +154,24 @@ def test_every_setting_is_a_flag_of_every_study_script():
     assert g.config.gamma == 0.95 and g.config.num_epochs == 2 and g.subdir == "t/ppo_clip"
     with pytest.raises(ConfigError, match="both|flag and as a --sweep"):
         sweep.apply_sweep(base, {"gamma": [0.9]}, {"gamma": 0.95})
+
+
+def test_ctrl_c_is_one_line_and_exit_130(tmp_path):
+    code = ("from vaco_jax import sweep\n"
+            "def main(args):\n    raise KeyboardInterrupt\n"
+            "sweep.cli_main(main, None)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={k: v for k, v in os.environ.items() if k != "VACO_JAX_DEBUG"})
+    assert out.returncode == 130
+    assert out.stderr.strip().splitlines() == ["interrupted: what finished is kept; run the same command again to resume"]
+
+
+def test_a_study_without_evaluation_episodes_is_refused_before_anything_is_written(tmp_path):
+    import types
+
+    config = Config(env="point_mass", num_envs=8, unroll_length=16, total_env_steps=256, num_evals=2, eval_episodes=0)
+    group = sweep.Group(config, tuple(sweep.grid([1], [0])), "point_mass/ppo_clip")
+    args = types.SimpleNamespace(max_chunks=None, progress=False)
+    with pytest.raises(ConfigError, match="eval_episodes=0 .*allowed values: an integer >= 1"):
+        sweep.run_study(str(tmp_path / "run"), [group], args, {})
+    assert not os.path.exists(tmp_path / "run")

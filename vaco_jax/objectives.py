@@ -22,6 +22,8 @@ __all__ = [
     "decoupled_ppo_loss",
     "impala_pg_loss",
     "is_pg_loss",
+    "mean_abs_ratio_minus_one",
+    "mean_exp",
     "mismatch_mask",
     "normalize_advantages",
     "ppo_clip_loss",
@@ -224,8 +226,31 @@ def tv_estimate(log_ratio, scale: str = "tv"):
     """
     if scale not in _TV_SCALES:
         raise ValueError(f"scale must be one of {_TV_SCALES}, got {scale!r}")
-    l1 = jnp.mean(jnp.abs(jnp.exp(_sg(_f32(log_ratio))) - 1.0))
+    l1 = mean_abs_ratio_minus_one(log_ratio)
     return 0.5 * l1 if scale == "tv" else l1
+
+
+def mean_abs_ratio_minus_one(log_ratio):
+    """``mean|exp(l) − 1|`` without overflow: computed directly (so a finite value keeps its bits), and
+    where a ratio overflows float32 (``l`` above ~88.7), in log space instead: ``log|e^l − 1|`` per
+    sample, then a log-mean-exp. Infinite only when the mean itself exceeds float32. No gradient."""
+    lr = _sg(_f32(log_ratio))
+    direct = jnp.mean(jnp.abs(jnp.exp(lr) - 1.0))
+    pos = jnp.maximum(lr, 0.0)
+    neg = jnp.minimum(lr, 0.0)
+    # log|e^l − 1| = l + log(1 − e^(−l)) for l > 0, log(1 − e^l) for l < 0, −inf at l = 0
+    terms = jnp.where(lr > 0, pos + jnp.log(-jnp.expm1(-pos)), jnp.log(-jnp.expm1(neg)))
+    stable = jnp.exp(jax.nn.logsumexp(terms) - jnp.log(jnp.float32(lr.size)))
+    return jnp.where(jnp.isfinite(direct), direct, stable)
+
+
+def mean_exp(log_x):
+    """``mean(exp(l))``, in log space where the direct mean overflows float32 (a finite direct value keeps
+    its bits). No gradient."""
+    lx = _sg(_f32(log_x))
+    direct = jnp.mean(jnp.exp(lx))
+    stable = jnp.exp(jax.nn.logsumexp(lx) - jnp.log(jnp.float32(lx.size)))
+    return jnp.where(jnp.isfinite(direct), direct, stable)
 
 
 def tv_filter_keep(log_ratio, advantages, tv_budget, scale: str = "tv"):

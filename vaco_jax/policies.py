@@ -89,7 +89,13 @@ def load_policy(directory: str, cell: int = 0):
             mean = mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape)
         return jnp.clip(mean, env.action_low, env.action_high)
 
+    obs_size = env.observation_size
+
     def act(obs, key=None):
+        shape = np.shape(obs)
+        if not shape or shape[-1] != obs_size:
+            raise ValueError(f"act: obs has shape {shape}; {config.env} observations have shape ({obs_size},) "
+                             f"(or (batch, {obs_size}))")
         return _act(obs, key)
 
     return act

@@ -417,6 +417,11 @@ def cli_main(main, args) -> None:
         if debug:
             raise
         _fail(f"error: {e.strerror or e}" + (f": {e.filename}" if e.filename else ""), 1)
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        # every file is written atomically and a group resumes from its last checkpoint
+        _fail("interrupted: what finished is kept; run the same command again to resume", 130)
     if isinstance(code, int) and not isinstance(code, bool):
         sys.exit(code)
 
@@ -1278,6 +1283,10 @@ def run_study(run_dir: str, groups: Sequence[Group], args, spec: dict, prepare=N
     if shard is not None and cell is not None:
         raise ConfigError(f"shard={shard!r}, cell={cell!r}: give --shard or --cell, not both")
     check_max_chunks(args.max_chunks)
+    for g in groups:  # a study's scores read evaluation episodes
+        if g.config.eval_episodes < 1:
+            raise ConfigError(f"eval_episodes={g.config.eval_episodes} ({g.subdir}): a study's scores (final and AUC "
+                              "evaluation return) need evaluation episodes; allowed values: an integer >= 1")
     max_cells = getattr(args, "max_cells_per_program", None)
     check_max_cells(max_cells)
     info = {**dataclasses.asdict(args), **spec}

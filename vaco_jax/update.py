@@ -236,8 +236,8 @@ def _add_diagnostics(metrics: dict, log_std, sg_logp, behaviour_logp, learner_lo
     entropy = jnp.mean(gaussian_entropy(log_std))
     metrics.update(entropy=entropy, tv_behaviour=obj.tv_estimate(sg_logp - behaviour_logp, "tv"),
                    tv_learner=obj.tv_estimate(sg_logp - learner_logp, "tv"))
-    metrics.setdefault("staleness_ratio_mean", jnp.mean(jnp.exp(sg_logp - old_logp)))
-    metrics.setdefault("mismatch_ratio_mean", jnp.mean(jnp.exp(old_logp - behaviour_logp)))
+    metrics.setdefault("staleness_ratio_mean", obj.mean_exp(sg_logp - old_logp))
+    metrics.setdefault("mismatch_ratio_mean", obj.mean_exp(old_logp - behaviour_logp))
     metrics.setdefault("mismatch_ratio_max", jnp.max(jnp.exp(old_logp - behaviour_logp)))
     return entropy
 
