@@ -554,3 +554,42 @@ def test_a_swept_setting_is_summarised_on_its_own_never_pooled_as_more_seeds(tmp
     for figure in (plots.plot_probability_of_improvement, plots.plot_performance_profiles):
         with pytest.raises(plots.NoData, match=r"several settings \(gamma\)"):
             figure(run)
+
+
+def test_a_finished_group_never_reports_less_or_other_than_it_holds(tmp_path, capsys):
+    """Damage to a finished group: a lost cells.json is rebuilt from the plan when the scores hold exactly
+    its cells (and named by every reader until then); a lost or unreadable config.json, a config.json of
+    other settings (run.json gone, another learning rate given) and a lost policies.npz are each named."""
+    import shutil
+
+    d = _finished(tmp_path)
+    cells, config = sweep.grid([1, 4], [0]), tiny_config(**CONFIG)
+    before = results.read_table(os.path.join(d, "scores.csv"))
+    os.remove(os.path.join(d, "cells.json"))
+    with pytest.raises(ResultsError, match="cells.json: missing beside scores.csv"):
+        results.group_dirs(str(tmp_path))
+    _same(sweep.run_group(config, cells, d, progress=False), before)  # rebuilt, nothing re-run
+    assert "rebuilt from the plan" in capsys.readouterr().err
+    assert results.group_dirs(str(tmp_path)) == [d]
+    os.remove(os.path.join(d, "cells.json"))
+    with pytest.raises(ResultsError, match="does not hold the planned cells"):
+        sweep.run_group(config, sweep.grid([1, 8], [0]), d, progress=False)
+    sweep.run_group(config, cells, d, progress=False)
+
+    with pytest.raises(ConfigError, match=r"learning_rate: 0.0003 there, 0.001 now"):
+        sweep.run_group(config.replace(learning_rate=1e-3), cells, d, progress=False)
+    saved = open(os.path.join(d, "config.json")).read()
+    with open(os.path.join(d, "config.json"), "w") as f:
+        f.write("{")
+    with pytest.raises(ResultsError, match="config.json: not valid JSON"):
+        sweep.run_group(config, cells, d, progress=False)
+    os.remove(os.path.join(d, "config.json"))
+    with pytest.raises(ResultsError, match="config.json: missing in a finished group"):
+        sweep.run_group(config, cells, d, progress=False)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        f.write(saved)
+    shutil.move(os.path.join(d, "policies.npz"), str(tmp_path / "p.npz"))
+    with pytest.raises(ResultsError, match="policies.npz: missing in a finished group"):
+        sweep.run_group(config, cells, d, progress=False)
+    shutil.move(str(tmp_path / "p.npz"), os.path.join(d, "policies.npz"))
+    _same(sweep.run_group(config, cells, d, progress=False), before)

@@ -261,6 +261,9 @@ def group_dirs(run_dirs) -> list[str]:
                 dirs.remove(RERUN)
             if "cells.json" in files:
                 found.append(root)
+            elif "scores.csv" in files:  # a finished group that lost its manifest is named, never skipped
+                raise ResultsError(f"{os.path.join(root, 'cells.json')}: missing beside scores.csv; run the study's "
+                                   "command again to rebuild it from the plan, or restore it")
         out.extend(d for d in sorted(found) if d not in out)
     return out
 

@@ -729,6 +729,8 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
     check_cells(cells, group_dir)
     scores_path = os.path.join(group_dir, "scores.csv")
     cell_rows = json.loads(json.dumps([c.row() for c in cells], default=str))
+    if os.path.exists(scores_path) and not os.path.exists(os.path.join(group_dir, "cells.json")):
+        _rebuild_cells(group_dir, scores_path, cell_rows)
     if os.path.exists(os.path.join(group_dir, "cells.json")):
         old_rows = results.read_cells(group_dir)
         if old_rows != cell_rows:
@@ -736,7 +738,9 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
                                  checkpoint=checkpoint, trainer=trainer, label=label, tags=tags, shard=shard,
                                  max_chunks=max_chunks)
     if os.path.exists(scores_path):
-        return results.read_table(scores_path, expect_rows=len(cells))
+        rows = results.read_table(scores_path, expect_rows=len(cells))
+        check_finished_group(group_dir, config)
+        return rows
     from tqdm.auto import tqdm
 
     from vaco_jax import checkpoint as ckpt
@@ -852,6 +856,60 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
     if checkpoint:
         shutil.rmtree(ckpt_dir, ignore_errors=True)
     return score_rows
+
+
+def _rebuild_cells(group_dir: str, scores_path: str, cell_rows: list[dict]) -> None:
+    """A finished group whose ``cells.json`` is gone: rebuilt from the plan when its scores hold exactly
+    the planned cells (lag depth, seed and traced knobs, in order), else named (exit 3)."""
+    rows = results.read_table(scores_path)
+    keys = [tuple(sorted(c)) for c in cell_rows]
+    found = [{k: r.get(k) for k in key} for r, key in zip(rows, keys)]
+    same = len(rows) == len(cell_rows) and all(
+        all(str(f[k]) == str(c[k]) or _same_number(f[k], c[k]) for k in c) for f, c in zip(found, cell_rows))
+    if not same:
+        raise ResultsError(f"{os.path.join(group_dir, 'cells.json')}: missing, and the group's scores.csv does not "
+                           "hold the planned cells; restore it, or delete the group directory to run it again")
+    results.write_cells(group_dir, cell_rows)
+    _warn(f"{group_dir}: cells.json was missing; rebuilt from the plan (the scores hold exactly its cells)")
+
+
+def _engine_of(config: Config, backend) -> str:
+    try:
+        return config.replace(backend=backend).physics_backend
+    except (ConfigError, TypeError):
+        return str(backend)
+
+
+def _same_number(a, b) -> bool:
+    try:
+        return float(a) == float(b)
+    except (TypeError, ValueError):
+        return False
+
+
+def check_finished_group(group_dir: str, config: Config) -> None:
+    """A finished group holds its settings (``config.json``, equal to the command's) and its trained
+    policies (``policies.npz``); anything missing, unreadable or different is named before it is reported."""
+    from vaco_jax.policies import CONFIG, POLICIES
+
+    path = os.path.join(group_dir, CONFIG)
+    if not os.path.exists(path):
+        raise ResultsError(f"{path}: missing in a finished group, so nothing says which settings produced its scores; "
+                           "restore it, or delete the group directory to run it again")
+    recorded = results.read_json(path)  # a damaged file is a ResultsError naming it
+    now = json.loads(json.dumps(dataclasses.asdict(config), default=str))
+    recorded = {**SETTINGS_BEFORE_THEY_EXISTED, **recorded}
+    if "backend" in recorded:  # None means the task's default engine: compare the engines meant
+        recorded["backend"], now["backend"] = (_engine_of(config, recorded["backend"]),
+                                               _engine_of(config, now["backend"]))
+    diff = [k for k in now if k in recorded and recorded[k] != now[k]]
+    if diff:
+        shown = ", ".join(f"{k}: {recorded[k]!r} there, {now[k]!r} now" for k in diff[:4])
+        raise ConfigError(f"{group_dir} finished with other settings ({shown}); run with the same settings or "
+                          "choose another --out")
+    if not os.path.exists(os.path.join(group_dir, POLICIES)):
+        raise ResultsError(f"{os.path.join(group_dir, POLICIES)}: missing in a finished group (its trained policies); "
+                           "restore it, or delete the group directory to run it again")
 
 
 def _cell_from_row(row: dict) -> Cell:
