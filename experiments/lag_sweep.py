@@ -110,6 +110,8 @@ def resolve(args: Args) -> dict:
     if min(spec["lag_depths"]) < 1:
         raise ConfigError(f"lag_depths={spec['lag_depths']} must be >= 1")
     if max(spec["lag_depths"]) > spec["buffer_capacity"]:
+        print(f"buffer_capacity raised from the preset's {spec['buffer_capacity']} to {max(spec['lag_depths'])}: "
+              "the policy buffer must hold the largest lag depth")
         spec["buffer_capacity"] = max(spec["lag_depths"])
     if not isinstance(args.bootstrap_reps, int) or args.bootstrap_reps < 1:
         raise ConfigError(f"bootstrap_reps={args.bootstrap_reps!r} must be a positive integer")

@@ -175,3 +175,16 @@ def test_a_study_without_evaluation_episodes_is_refused_before_anything_is_writt
     with pytest.raises(ConfigError, match="eval_episodes=0 .*allowed values: an integer >= 1"):
         sweep.run_study(str(tmp_path / "run"), [group], args, {})
     assert not os.path.exists(tmp_path / "run")
+
+
+def test_a_raised_buffer_capacity_is_printed_and_its_clash_explained(capsys):
+    from conftest import load_script
+    import tyro
+
+    lag_sweep = load_script("lag_sweep")
+    args = tyro.cli(lag_sweep.Args, args=["--preset", "tiny", "--lag-depths", "1", "4", "8"])
+    spec = lag_sweep.resolve(args)
+    assert spec["buffer_capacity"] == 8
+    assert "buffer_capacity raised from the preset's 4 to 8" in capsys.readouterr().out
+    with pytest.raises(ConfigError, match="a lag depth above 4 needs another --out"):
+        sweep._compare_identity("RUN", {"g": {"buffer_capacity": 4}}, {"g": {"buffer_capacity": 8}})

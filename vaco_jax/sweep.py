@@ -1041,7 +1041,9 @@ def _compare_identity(run_dir: str, old: dict, identity: dict) -> None:
         diff = [k for k in identity[subdir] if recorded.get(k) != identity[subdir][k]]
         if diff:
             shown = ", ".join(f"{k}: {recorded.get(k)!r} there, {identity[subdir][k]!r} now" for k in diff[:4])
-            raise ConfigError(f"{run_dir} holds group {subdir} with other settings ({shown}); resume with "
+            hint = ("; the policy buffer grows with the largest lag depth, so a lag depth above "
+                    f"{recorded.get('buffer_capacity')} needs another --out" if "buffer_capacity" in diff else "")
+            raise ConfigError(f"{run_dir} holds group {subdir} with other settings ({shown}){hint}; resume with "
                               "the same settings or choose another --out")
 
 
