@@ -25,7 +25,6 @@ import statistics
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from vaco_jax.envs import make_env, reset_batch
@@ -169,6 +168,6 @@ def main(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    import tyro
+    from vaco_jax.cli import parse_args
 
-    main(tyro.cli(Args))
+    main(parse_args(Args))

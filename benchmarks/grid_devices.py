@@ -93,6 +93,6 @@ def main(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    import tyro
+    from vaco_jax.cli import parse_args
 
-    main(tyro.cli(Args))
+    main(parse_args(Args))

@@ -100,9 +100,9 @@ def _build(args, lag_model, lag_depth, envs_per_actor):
 
 
 def main(args: Args | None = None) -> dict:
-    import tyro
+    from vaco_jax.cli import parse_args
 
-    args = args or tyro.cli(Args)
+    args = args or parse_args(Args)
     if args.lag_depth < 2 or args.num_envs % 16 or args.rounds < 1:
         raise SystemExit(f"--lag-depth must be >= 2 (got {args.lag_depth}), --num-envs a multiple of 16 "
                          f"(got {args.num_envs}) and --rounds >= 1 (got {args.rounds})")

@@ -20,7 +20,6 @@ import sys
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -103,6 +102,6 @@ def main(args: Args) -> None:
 
 
 if __name__ == "__main__":
-    import tyro
+    from vaco_jax.cli import parse_args
 
-    main(tyro.cli(Args))
+    main(parse_args(Args))

@@ -229,6 +229,6 @@ def compare_brax(args: Args, config, g: int) -> dict:
 
 
 if __name__ == "__main__":
-    import tyro
+    from vaco_jax.cli import parse_args
 
-    main(tyro.cli(Args))
+    main(parse_args(Args))

@@ -759,9 +759,9 @@ def report(args: Args, results: dict, meta: dict) -> str:
 
 
 def main(args: Args | None = None) -> dict:
-    import tyro
+    from vaco_jax.cli import parse_args
 
-    args = args or tyro.cli(Args)
+    args = args or parse_args(Args)
     if (args.synchronous or args.compare_lag_depths) and (args.cost_phases_per_call < 1 or args.cost_cycles < 1):
         raise SystemExit(f"--cost-phases-per-call (got {args.cost_phases_per_call}) and --cost-cycles (got "
                          f"{args.cost_cycles}) must be >= 1: each round runs that many A B B A cycles of (b') "

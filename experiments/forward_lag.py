@@ -101,6 +101,6 @@ def main(args: Args) -> str:
 
 
 if __name__ == "__main__":
-    import tyro
+    from vaco_jax.cli import parse_args
 
-    sweep.cli_main(main, tyro.cli(Args))
+    sweep.cli_main(main, parse_args(Args))

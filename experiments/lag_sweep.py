@@ -193,8 +193,7 @@ def print_table(summary: list[dict]) -> None:
 
 
 if __name__ == "__main__":
-    import tyro
-
+    from vaco_jax.cli import parse_args
     from vaco_jax.sweep import cli_main
 
-    cli_main(main, tyro.cli(Args))
+    cli_main(main, parse_args(Args))

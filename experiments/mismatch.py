@@ -116,6 +116,6 @@ def _seconds_per_chunk(run_dir: str) -> dict:
 
 
 if __name__ == "__main__":
-    import tyro
+    from vaco_jax.cli import parse_args
 
-    sweep.cli_main(main, tyro.cli(Args))
+    sweep.cli_main(main, parse_args(Args))

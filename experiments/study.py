@@ -471,8 +471,7 @@ def main(args: Args) -> list[str]:
 
 
 if __name__ == "__main__":
-    import tyro
-
+    from vaco_jax.cli import parse_args
     from vaco_jax.sweep import cli_main
 
-    cli_main(main, tyro.cli(Args))
+    cli_main(main, parse_args(Args))

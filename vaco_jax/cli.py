@@ -13,7 +13,7 @@ import dataclasses
 import typing
 from typing import Annotated, Any, Literal, Optional
 
-from vaco_jax.config import ACTOR_DTYPES, BACKENDS, SHUFFLES, Config
+from vaco_jax.config import ACTOR_DTYPES, BACKENDS, SHUFFLES, Config, ConfigError
 from vaco_jax.knobs import KNOBS
 
 FIELD_HELP = {
@@ -177,3 +177,106 @@ def config_flags(args, base: type, exclude: tuple = ()) -> dict:
         if f.name not in own and value is not None:
             out[f.name] = tuple(value) if isinstance(value, list) else value
     return out
+
+
+# ----------------------------------------------------------------------------- --config FILE
+
+CONFIG_FLAG = "--config"
+# A group's config.json names its task and method; a study script takes them as lists.
+_AS_LIST = {"env": "tasks", "method": "methods"}
+
+
+def read_config_file(path: str) -> dict:
+    """A JSON or YAML mapping of flag names (``snake_case``, as the fields are named) to values. A run's
+    own ``config.json`` (with its checksum) is read as it was written."""
+    import json
+    import os
+
+    if not os.path.isfile(path):
+        raise ConfigError(f"config: {path} is not a file")
+    with open(path) as f:
+        text = f.read()
+    try:
+        if path.endswith((".yaml", ".yml")):
+            import yaml
+
+            data = yaml.safe_load(text)
+        else:
+            data = json.loads(text)
+    except Exception as e:  # noqa: BLE001 (any parse error is the file's)
+        raise ConfigError(f"config: {path} does not parse ({type(e).__name__}: {str(e).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config: {path} must hold a mapping of flag names to values")
+    data.pop("sha256", None)
+    if os.path.basename(path) == "config.json":
+        cells = os.path.join(os.path.dirname(path), "cells.json")
+        if os.path.exists(cells):  # a group's lag depths and seeds, for the scripts that take them
+            rows = json.load(open(cells)).get("cells", [])
+            data.setdefault("lag_depths", sorted({int(r["lag_depth"]) for r in rows}))
+            data.setdefault("seeds", sorted({int(r["seed"]) for r in rows}))
+    return data
+
+
+def config_tokens(cls: type, data: dict, path: str = "") -> list[str]:
+    """Command-line tokens for ``data`` on the dataclass ``cls``: ``--name value ...`` (``--name`` /
+    ``--no-name`` for a plain bool). A key that is not a field of ``cls`` is an error naming it, except
+    the fields a run records that the script sets itself (``lag_depths`` / ``seeds`` from a group's
+    cells, ``env`` / ``method`` where the script takes ``tasks`` / ``methods``); ``None`` leaves a
+    field at its default."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    tokens: list[str] = []
+    unknown = []
+    for key, value in data.items():
+        name = key.replace("-", "_")
+        if name not in fields and name in _AS_LIST and _AS_LIST[name] in fields:
+            name, value = _AS_LIST[name], [value]
+        if name not in fields:
+            if key in ("lag_depths", "seeds"):
+                continue
+            unknown.append(key)
+            continue
+        if value is None:
+            continue
+        flag = "--" + name.replace("_", "-")
+        if hints[name] is bool:
+            tokens.append(flag if value else "--no-" + name.replace("_", "-"))
+        elif isinstance(value, (list, tuple)):
+            tokens += [flag, *(str(v) for v in value)]
+        else:
+            tokens += [flag, str(value)]
+    if unknown:
+        raise ConfigError(f"config: {path or 'file'} has key(s) {', '.join(unknown)} that this command does not "
+                          f"take; allowed keys: {', '.join(sorted(fields))}")
+    return tokens
+
+
+def parse_args(cls: type, argv: list[str] | None = None):
+    """``tyro.cli(cls)`` with ``--config FILE``: the file's values first, so flags given on the command
+    line win. Without ``--config`` it is ``tyro.cli`` itself."""
+    import sys
+
+    import tyro
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    path = None
+    for i, tok in enumerate(argv):
+        if tok == CONFIG_FLAG:
+            if i + 1 >= len(argv):
+                raise ConfigError("config: --config needs a file (JSON or YAML)")
+            path = argv[i + 1]
+            argv = argv[:i] + argv[i + 2:]
+            break
+        if tok.startswith(CONFIG_FLAG + "="):
+            path = tok.split("=", 1)[1]
+            argv = argv[:i] + argv[i + 1:]
+            break
+    if path is None:
+        return tyro.cli(cls, args=argv)
+    positional = argv[:1] if argv and not argv[0].startswith("-") else []  # a stage, e.g. `study.py run`
+    try:
+        tokens = config_tokens(cls, read_config_file(path), path)
+    except ConfigError as e:  # one line and exit code 2, as for any other bad flag
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    return tyro.cli(cls, args=positional + tokens + argv[len(positional):])

@@ -481,12 +481,10 @@ def main(args=None) -> int:
     """
     import shutil
 
-    import tyro
-
     from vaco_jax import results
-    from vaco_jax.cli import config_from_args
+    from vaco_jax.cli import config_from_args, parse_args
 
-    args = args or tyro.cli(train_args_class())
+    args = args or parse_args(train_args_class())
     config = with_task_defaults(config_from_args(args), getattr(args, "task_defaults", False))
     traced = make_traced(config)
     if os.path.exists(args.out) and not os.path.isdir(args.out):
@@ -520,8 +518,7 @@ def main(args=None) -> int:
 
 
 if __name__ == "__main__":
+    from vaco_jax.cli import parse_args
     from vaco_jax.sweep import cli_main
 
-    import tyro
-
-    cli_main(main, tyro.cli(train_args_class()))
+    cli_main(main, parse_args(train_args_class()))
