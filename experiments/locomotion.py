@@ -4,6 +4,7 @@ explained in ``protocol.md`` beside it).
     python experiments/locomotion.py plan                 # every unit, its cost, what is done; runs nothing
     python experiments/locomotion.py run --minutes 80     # the next unfinished units that fit in 80 minutes
     python experiments/locomotion.py run --units tune/vaco study/Hopper-v4/vaco
+    python experiments/locomotion.py report               # every rule on the committed scores -> verdicts.csv
 
 The study is cut into **units**, one compiled group each, in the protocol's order of priority:
 
@@ -54,7 +55,9 @@ COPIED = ("scores.csv", "curves.csv", "cells.json", "config.json")
 class Args:
     """The locomotion study: plan it, or run its next units."""
 
-    stage: Positional[Literal["plan", "run"]]  # plan: print units, costs and status; run: run units
+    # plan: print units, costs and status; run: run units; report: the protocol's rules on the committed
+    # scores -> verdicts.csv
+    stage: Positional[Literal["plan", "run", "report"]]
     minutes: float | None = None  # run: the next unfinished units whose summed estimated cost fits in this
     units: tuple[str, ...] = ()  # run: these units (names as `plan` prints them) instead of --minutes
     protocol: str = PROTOCOL  # the protocol file
@@ -294,6 +297,229 @@ def collect(unit: Unit, run_dir: str, results_dir: str, digest: str, seconds: fl
     results.write_table(os.path.join(results_dir, "manifest.csv"), rows)
 
 
+# ----------------------------------------------------------------------------- the verdicts
+
+LAG_AWARE = "lag_aware"
+
+
+def _sample(rows: list[dict], tasks: list[str], method: str, b: int, variant: str, score: str):
+    """``(runs, tasks)`` scores of one method at one lag depth (``variant`` '' = its B = 1 tuning; a
+    method without a lag-aware unit ran the same value there), diverged runs left out; each task keeps
+    the first k seeds, k the smallest count of finite runs over the tasks. None when a task has none."""
+    import numpy as np
+
+    from vaco_jax.analysis import is_diverged
+
+    cols = []
+    for task in tasks:
+        sel = [r for r in rows if r["env"] == task and r["method"] == method and int(r["lag_depth"]) == b
+               and (r.get("variant") or "") == variant and not is_diverged(r) and np.isfinite(float(r[score]))]
+        cols.append([float(r[score]) for r in sorted(sel, key=lambda r: int(r["seed"]))])
+    k = min((len(c) for c in cols), default=0)
+    if k == 0:
+        return None
+    return np.array([c[:k] for c in cols]).T
+
+
+def verdicts(p: dict, results_dir: str) -> list[dict]:
+    """Every rule of the protocol on the committed scores: the primary family (Holm) and the exploratory
+    comparisons, each row with its point, interval, verdict, and (primary) p-values and stability."""
+    import numpy as np
+
+    from vaco_jax import results, rules
+    from vaco_jax.analysis import is_diverged
+
+    study_dir = os.path.join(results_dir, "study")
+    rows = results.load_scores(study_dir) if os.path.isdir(study_dir) else []
+    random = results.load_random_scores(study_dir) or {}
+    boot = p["rules"]["bootstrap"]
+    reps, seed, conf = int(boot["replicates"]), int(boot["seed"]), float(boot["confidence"])
+    lo_s, hi_s = boot["stability_seeds"]
+    depths = [int(b) for b in p["lag_depths"]]
+    high = [b for b in depths if b > 1]
+    baselines = [m for m in p["methods"] if m != "vaco"]
+    has_variant = {(r["env"], r["method"]) for r in rows if r.get("variant") == LAG_AWARE}
+    out = []
+
+    def tasks_with(needs, pool=None):
+        """The tasks (of ``pool``) where every needed (method, B, variant) has a run, and a reference."""
+        pool = p["tasks"] if pool is None else pool
+        ok = []
+        for t in pool:
+            have = all(any(r["env"] == t and r["method"] == m and int(r["lag_depth"]) == b
+                           and (r.get("variant") or "") == v for r in rows) for m, b, v in needs)
+            if have and t in random:
+                ok.append(t)
+        return ok
+
+    def variant_of(task_list, method, tuning):
+        if tuning != LAG_AWARE:
+            return ""
+        kinds = {(t, method) in has_variant for t in task_list}
+        return LAG_AWARE if kinds == {True} else "" if kinds == {False} else None
+
+    def normalised(task_list, method, b, v, score):
+        raw = _sample(rows, task_list, method, b, v, score)
+        ref = _sample(rows, task_list, "ppo_clip", 1, "", score)
+        if raw is None or ref is None:
+            return None
+        rnd = np.array([random[t] for t in task_list])
+        return rules.normalise(raw, rnd, ref.mean(axis=0))
+
+    def row(**kw):
+        base = dict(family="", claim="", comparison="", score="", tuning="", lag_depth="", point=np.nan,
+                    low=np.nan, high=np.nan, p_value=np.nan, p_holm=np.nan, verdict="no data", stability=np.nan,
+                    tasks="", runs="")
+        base.update(kw)
+        out.append(base)
+
+    # ---- primary: P(VACO > X), Holm over the family
+    family = []
+    primary_score = p["scores"]["primary"]
+    for x in baselines:
+        for tuning, bs in (("B1", high), (LAG_AWARE, [int(b) for b in p["lag_aware"]["lag_depths"]])):
+            for b in bs:
+                family.append((x, tuning, b))
+    tests = {}
+    for x, tuning, b in family:
+        ts = tasks_with([("vaco", b, ""), (x, b, ""), ("ppo_clip", 1, "")])
+        va, xa = variant_of(ts, "vaco", tuning), variant_of(ts, x, tuning)
+        if ts and va is not None and xa is not None:
+            ts = tasks_with([("vaco", b, va), (x, b, xa), ("ppo_clip", 1, "")], ts)
+            a = _sample(rows, ts, "vaco", b, va, primary_score) if ts else None
+            c = _sample(rows, ts, x, b, xa, primary_score) if ts else None
+            if a is not None and c is not None:
+                tests[(x, tuning, b)] = (a, c, ts)
+    memo: dict = {}
+
+    def family_at(s):
+        """Every primary test at bootstrap seed ``s``: key -> (head-to-head, Holm-adjusted p, rejected)."""
+        if s not in memo:
+            hh = {k: rules.head_to_head(a, c, reps, s, conf) for k, (a, c, _) in tests.items()}
+            adj = rules.holm({k: h["p_value"] for k, h in hh.items()})
+            memo[s] = {k: (hh[k], *adj[k]) for k in tests}
+        return memo[s]
+
+    def call(s, key):
+        h, _, rejected = family_at(s)[key]
+        return "holds" if rejected else "fails" if h["high"] < 0.5 else "inconclusive"
+
+    for key in family:
+        x, tuning, b = key
+        common = dict(family="primary", claim="1", comparison=f"P(vaco > {x})", score=primary_score, tuning=tuning,
+                      lag_depth=b)
+        if key not in tests:
+            row(**common)
+            continue
+        a, c, ts = tests[key]
+        h, adjusted, _ = family_at(seed)[key]
+        stab = rules.stability(lambda s, key=key: call(s, key), tuple(range(int(lo_s), int(hi_s) + 1)), seed)
+        row(**common, point=h["point"], low=h["low"], high=h["high"], p_value=h["p_value"], p_holm=adjusted,
+            verdict=call(seed, key), stability=stab, tasks=" ".join(ts),
+            runs=f"{a.shape[0]}x{len(ts)} vs {c.shape[0]}x{len(ts)}")
+
+    # ---- exploratory
+    for score in (p["scores"]["primary"], p["scores"]["secondary"]):
+        for m in p["methods"]:
+            for b in high:
+                ts = tasks_with([(m, b, ""), (m, 1, ""), ("ppo_clip", 1, "")])
+                at_b, at_1 = (normalised(ts, m, b, "", score), normalised(ts, m, 1, "", score)) if ts else (None, None)
+                common = dict(family="exploratory", claim="retention", comparison=f"{m} B={b} / B=1", score=score,
+                              tuning="B1", lag_depth=b)
+                if at_b is None or at_1 is None:
+                    row(**common)
+                    continue
+                pt, lo, hi = rules.retention(at_b, at_1, reps, seed, conf)
+                row(**common, point=pt, low=lo, high=hi, verdict="", tasks=" ".join(ts))
+        for x in baselines:
+            for b in high:
+                ts = tasks_with([(m, bb, "") for m in ("vaco", x) for bb in (1, b)] + [("ppo_clip", 1, "")])
+                common = dict(family="exploratory", claim="6", comparison=f"retention vaco - {x}", score=score,
+                              tuning="B1", lag_depth=b)
+                if not ts:
+                    row(**common)
+                    continue
+                s = [normalised(ts, m, bb, "", score) for m in ("vaco", x) for bb in (b, 1)]
+                pt, lo, hi = rules.retention_difference(*s, reps, seed, conf)
+                row(**common, point=pt, low=lo, high=hi, verdict=rules.verdict(lo, hi, 0.0), tasks=" ".join(ts))
+            for b in depths:
+                ts = tasks_with([("vaco", b, ""), (x, b, "")])
+                common = dict(family="exploratory", claim="1 (all B)", comparison=f"P(vaco > {x})", score=score,
+                              tuning="B1", lag_depth=b)
+                if not ts:
+                    row(**common)
+                    continue
+                h = rules.head_to_head(_sample(rows, ts, "vaco", b, "", score), _sample(rows, ts, x, b, "", score),
+                                       reps, seed, conf)
+                row(**common, point=h["point"], low=h["low"], high=h["high"], p_value=h["p_value"],
+                    verdict=rules.verdict(h["low"], h["high"], 0.5), tasks=" ".join(ts))
+    top = max(depths)
+    for method, column in (("vaco", "mean_filtered_fraction"), ("ppo_clip", "mean_clip_fraction")):
+        ts = tasks_with([(method, top, ""), (method, 1, "")])
+        common = dict(family="exploratory", claim="2", comparison=f"P({column} B={top} > B=1), {method}",
+                      score=column, tuning="B1", lag_depth=top)
+        a = _sample(rows, ts, method, top, "", column) if ts else None
+        c = _sample(rows, ts, method, 1, "", column) if ts else None
+        if a is None or c is None:
+            row(**common)
+            continue
+        h = rules.head_to_head(a, c, reps, seed, conf)
+        row(**common, point=h["point"], low=h["low"], high=h["high"], verdict=rules.verdict(h["low"], h["high"], 0.5),
+            tasks=" ".join(ts))
+    ab = p["ablations"]
+    b = int(max(ab["lag_depths"]))
+    for variant in ("vaco_realign_only", "vaco_filter_only"):
+        ts = tasks_with([("vaco", b, ""), (variant, b, "")], ab["tasks"])
+        common = dict(family="exploratory", claim="5", comparison=f"P(vaco > {variant})", score=primary_score,
+                      tuning="B1", lag_depth=b)
+        if not ts:
+            row(**common)
+            continue
+        h = rules.head_to_head(_sample(rows, ts, "vaco", b, "", primary_score),
+                               _sample(rows, ts, variant, b, "", primary_score), reps, seed, conf)
+        row(**common, point=h["point"], low=h["low"], high=h["high"], verdict=rules.verdict(h["low"], h["high"], 0.5),
+            tasks=" ".join(ts))
+    ts = tasks_with([("a3po", b, ""), ("decoupled_recompute", b, ""), ("ppo_clip", 1, "")], ab["tasks"])
+    common = dict(family="exploratory", claim="3", comparison="a3po - decoupled_recompute (equivalence, margin 0.1)",
+                  score=primary_score, tuning="B1", lag_depth=b)
+    if ts:
+        e = rules.equivalence(normalised(ts, "a3po", b, "", primary_score),
+                              normalised(ts, "decoupled_recompute", b, "", primary_score), 0.1, reps, seed)
+        row(**common, point=e["point"], low=e["low"], high=e["high"], verdict=e["verdict"], tasks=" ".join(ts))
+    else:
+        row(**common)
+    final = p["scores"]["secondary"]
+    for t in p["tasks"]:
+        ref = [float(r[final]) for r in rows if r["env"] == t and r["method"] == "ppo_clip"
+               and int(r["lag_depth"]) == 1 and not r.get("variant") and not is_diverged(r)]
+        every = [float(r[final]) for r in rows if r["env"] == t and not is_diverged(r)]
+        if ref and t in random:
+            ceiling = rules.at_ceiling(ref, max(every), random[t])
+            row(family="exploratory", claim="ceiling", comparison=f"{t}: B=1 PPO-Clip within 2% of the best",
+                score=final, verdict="at ceiling" if ceiling else "not at ceiling", tasks=t)
+    diverged = sum(is_diverged(r) for r in rows)
+    row(family="record", claim="diverged", comparison=f"{diverged} of {len(rows)} runs diverged (left out)",
+        verdict="", runs=str(len(rows)))
+    return out
+
+
+def report(p: dict, results_dir: str) -> str:
+    """Write ``verdicts.csv`` under ``results_dir`` and return the table as text."""
+    from vaco_jax import results
+
+    rows = verdicts(p, results_dir)
+    results.write_table(os.path.join(results_dir, "verdicts.csv"), rows)
+    lines = [f"{'family':<12}{'claim':<10}{'comparison':<46}{'tuning':<10}{'B':>3}  {'point':>7}  "
+             f"{'95% CI':>17}  {'p Holm':>7}  verdict"]
+    for r in rows:
+        nums = "" if r["verdict"] == "no data" else (
+            f"{r['point']:>7.3f}  [{r['low']:>7.3f}, {r['high']:>7.3f}]" if r["point"] == r["point"] else "")
+        holm = f"{r['p_holm']:>7.4f}" if r["p_holm"] == r["p_holm"] else " " * 7
+        lines.append(f"{r['family']:<12}{r['claim']:<10}{r['comparison'][:45]:<46}{r['tuning']:<10}"
+                     f"{r['lag_depth']!s:>3}  {nums:<35}  {holm}  {r['verdict']}")
+    return "\n".join(lines)
+
+
 # ----------------------------------------------------------------------------- plan and run
 
 def all_units(p: dict, args: Args) -> tuple[list[Unit], dict | None, str]:
@@ -371,6 +597,9 @@ def main(args: Args) -> list[str]:
 
     p, digest = load_protocol(args.protocol)
     check_protocol(p)
+    if args.stage == "report":
+        print(report(p, args.results))
+        return []
     units, tuned, state = all_units(p, args)
     if args.stage == "plan":
         print(f"protocol {args.protocol} sha256 {digest}")

@@ -145,3 +145,58 @@ def test_the_study_end_to_end_on_point_mass(tmp_path, capsys):
     study.main(_args(study, tmp_path, "run", "--minutes", "1000", "--deviation", "a note added, for a test"))
     deviations = results.read_table(str(tmp_path / "results" / "deviations.csv"))
     assert deviations[0]["deviation"] == "a note added, for a test"
+
+
+def _study_scores(root, effect):
+    """Synthetic committed scores on two tasks: every main method at B in 1 8 32, 10 seeds; VACO's score at
+    B > 1 is ``effect`` above the others' (negative: below)."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    for task, scale in (("Hopper-v4", 1000.0), ("HalfCheetah-v4", 3000.0)):
+        for m in ("ppo_clip", "ppo_kl", "spo", "vaco"):
+            rows, cells = [], []
+            for b in (1, 8, 32):
+                for seed in range(10):
+                    level = 1.0 if b == 1 else 0.5 + (effect if m == "vaco" else 0.0)
+                    auc = scale * (level + 0.05 * rng.standard_normal())
+                    rows.append(dict(env=task, method=m, lag_depth=b, seed=seed, final_eval_return=auc,
+                                     auc_eval_return=auc, diverged=False, mean_filtered_fraction=0.01 * b,
+                                     mean_clip_fraction=0.01 * b))
+                    cells.append(dict(lag_depth=b, seed=seed))
+            d = os.path.join(root, "study", task, m)
+            os.makedirs(d)
+            results.write_table(os.path.join(d, "scores.csv"), rows)
+            results.write_cells(d, cells)
+    results.write_json(os.path.join(root, "study", "random_scores.json"), {"Hopper-v4": 10.0, "HalfCheetah-v4": -300.0})
+
+
+def _protocol_for_report(path):
+    p = json.load(open(os.path.join(ROOT, "results", "locomotion", "protocol.json")))
+    p["rules"]["bootstrap"]["replicates"] = 500
+    p["rules"]["bootstrap"]["stability_seeds"] = [1, 3]
+    return p
+
+
+@pytest.mark.parametrize("effect, want", [(0.4, "holds"), (-0.4, "fails"), (0.0, None)])
+def test_the_report_applies_the_primary_rule_with_holm_and_names_what_has_no_data(tmp_path, effect, want):
+    study = load_script("locomotion")
+    _study_scores(str(tmp_path), effect)
+    p = _protocol_for_report(tmp_path)
+    rows = study.verdicts(p, str(tmp_path))
+    primary = [r for r in rows if r["family"] == "primary"]
+    assert len(primary) == 9  # 3 baselines x (B = 8, 32 with B = 1 tunings; B = 32 lag-aware)
+    assert all(r["tasks"] == "Hopper-v4 HalfCheetah-v4" for r in primary)  # Walker2d-v4 has no runs: left out
+    if want:
+        assert {r["verdict"] for r in primary} == {want}
+    else:  # no effect: Holm over nine tests keeps the family from "holding" by chance
+        assert "holds" not in {r["verdict"] for r in primary}
+    assert all(0 <= r["p_holm"] <= 1 and r["p_holm"] >= r["p_value"] for r in primary)
+    retention = [r for r in rows if r["claim"] == "retention" and r["score"] == "auc_eval_return"]
+    vaco32 = [r for r in retention if r["comparison"] == "vaco B=32 / B=1"][0]
+    assert abs(vaco32["point"] - (0.5 + effect)) < 0.08 and vaco32["low"] < vaco32["point"] < vaco32["high"]
+    assert all(r["verdict"] == "no data" for r in rows if r["claim"] in ("3", "5"))  # no ablation runs yet
+    claim2 = [r for r in rows if r["claim"] == "2"]
+    assert {r["verdict"] for r in claim2} == {"holds"}
+    text = study.report(p, str(tmp_path))
+    assert os.path.exists(tmp_path / "verdicts.csv") and "primary" in text
