@@ -1,11 +1,12 @@
 # Two commands on a fresh machine (Python 3.11): each installs what is missing, then runs.
 #   make demo   the main job: the lag sweep's CPU preset (scores, statistics, figures in runs/lag_sweep_cpu/)
 #   make test   the test suite (what CI runs)
+#   make test-fast  the unit tests only (no MJX compile, no long training): the loop while editing
 PYTHON ?= python3.11
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test install
+.PHONY: demo test test-fast install
 
 install: $(VENV)/.installed
 
@@ -20,3 +21,6 @@ demo: install
 
 test: install
 	$(PY) -m pytest -n 2 --dist worksteal -q --durations=25
+
+test-fast: install
+	$(PY) -m pytest -n 2 --dist worksteal -q -m "not slow and not multiprocess"

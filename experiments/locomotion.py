@@ -18,9 +18,10 @@ The study is cut into **units**, one compiled group each, in the protocol's orde
 4. ``ablation/<task>/<method>``: the ablations at their parent's B = 1 tuning.
 
 A unit's cost is its runs x env steps / the task's measured training rate (``rates_env_steps_per_s``).
-``run --minutes M`` takes units in order while their summed cost fits in M (at least one), so each
-session runs a group that finishes inside it; an interrupted unit resumes from its checkpoint when
-run again. Each finished unit's small tables (scores, curves, cells, config) are copied under
+``run --minutes M`` takes the next units in order while their estimates fit in what is left of M
+minutes of wall time (at least one unit), plans again after each round (so finished tuning is frozen
+and the study's units follow in the same call), and stops when the next unit would not fit: each
+session runs a group that finishes inside it. An interrupted unit resumes from its checkpoint. Each finished unit's small tables (scores, curves, cells, config) are copied under
 ``results/locomotion/`` with a line in ``manifest.csv`` naming the protocol's sha256.
 
 The protocol's hash is recorded in every run directory (``run.json``) and every manifest line. If the
@@ -570,23 +571,24 @@ def plan_text(p: dict, units: list[Unit], state: str, args: Args) -> str:
     return "\n".join(lines)
 
 
-def select(units: list[Unit], args: Args) -> list[Unit]:
+def select(units: list[Unit], args: Args, budget: float | None = None, first: bool = True) -> list[Unit]:
+    """``--units`` as named, or the next unfinished units in order whose summed estimate fits ``budget``
+    minutes (at least one when ``first``, the call's first round; a study unit never with unfinished
+    tuning, whose choices it needs)."""
     names = {u.name: u for u in units}
     if args.units:
         bad = [n for n in args.units if n not in names]
         if bad:
             raise ConfigError(f"units: {bad} not valid now; allowed values: {', '.join(names)}")
         return [names[n] for n in args.units]
-    if args.minutes is None or not args.minutes > 0:
-        raise ConfigError(f"minutes={args.minutes!r}: give --minutes (a positive number) or --units")
     out, spent = [], 0.0
     for u in units:
         if _finished(args, u):
             continue
-        if out and spent + u.minutes > args.minutes:
+        if spent + u.minutes > budget and (out or not first):
             break
         if u.stage == "study" and any(x.stage == "tuning" for x in out):
-            break  # the study's settings come from tuning: never in the same session as unfinished tuning
+            break
         out.append(u)
         spent += u.minutes
     return out
@@ -605,35 +607,42 @@ def main(args: Args) -> list[str]:
         print(f"protocol {args.protocol} sha256 {digest}")
         print(plan_text(p, units, state, args))
         return []
+    if not args.units and (args.minutes is None or not args.minutes > 0):
+        raise ConfigError(f"minutes={args.minutes!r}: give --minutes (a positive number) or --units")
     check_protocol_unchanged(args.results, digest, args.deviation)
     listed = {r["unit"] for r in _manifest(args.results)}
     for u in units:  # finished in a run directory but stopped before its tables were copied
         if u.name not in listed and sweep.group_finished(os.path.join(args.runs, u.stage, u.group.subdir)):
             collect(u, os.path.join(args.runs, u.stage), args.results, digest, 0.0)
-    chosen_units = select(units, args)
-    if not chosen_units:
-        print("every unit has finished" if all(_finished(args, u) for u in units) else
-              "nothing to run: the next units wait for tuning to be frozen (run `plan`)")
-        return []
-    if any(u.stage == "study" for u in chosen_units) and tuned is None:
-        raise ConfigError("units: study units need the frozen tuning (results/locomotion/tuned.json); finish the "
-                          "tuning units first")
-    print(f"protocol sha256 {digest}; this session: " + ", ".join(u.name for u in chosen_units)
-          + f" (~{sum(u.minutes for u in chosen_units):.0f} min estimated)")
-    done = []
-    for u in chosen_units:
-        run_dir = os.path.join(args.runs, u.stage)
-        spec = {"study": "locomotion", "unit": u.name, "protocol_sha256": digest}
-        t0 = time.perf_counter()
-        if sweep.run_study(run_dir, [u.group], args, spec,
-                           prepare=lambda: sweep.random_scores(run_dir, [u.group.config.env], u.group.config)):
-            collect(u, run_dir, args.results, digest, time.perf_counter() - t0)
-            done.append(u.name)
-            print(f"unit {u.name} finished in {time.perf_counter() - t0:.0f} s")
-    if done and any(u.stage == "study" for u in chosen_units):
-        analysis.summarise(os.path.join(args.runs, "study"), reps=args.bootstrap_reps)
-    units, tuned, state = all_units(p, args)  # freezes the tuning when its last unit has just finished
-    print(f"tuning: {state}")
+    start, done = time.perf_counter(), []
+    while True:  # plan again after every round: finished tuning freezes and opens the study's units
+        left = None if args.units else args.minutes - (time.perf_counter() - start) / 60.0
+        chosen_units = [u for u in select(units, args, left, first=not done) if u.name not in done]
+        if not chosen_units:
+            if not done:
+                print("every unit has finished" if all(_finished(args, u) for u in units) else
+                      "nothing to run: the next units wait for tuning to be frozen (run `plan`)")
+            break
+        if any(u.stage == "study" for u in chosen_units) and tuned is None:
+            raise ConfigError("units: study units need the frozen tuning (results/locomotion/tuned.json); finish "
+                              "the tuning units first")
+        print(f"protocol sha256 {digest}; next: " + ", ".join(u.name for u in chosen_units)
+              + f" (~{sum(u.minutes for u in chosen_units):.0f} min estimated)", flush=True)
+        for u in chosen_units:
+            run_dir = os.path.join(args.runs, u.stage)
+            spec = {"study": "locomotion", "unit": u.name, "protocol_sha256": digest}
+            t0 = time.perf_counter()
+            if sweep.run_study(run_dir, [u.group], args, spec,
+                               prepare=lambda: sweep.random_scores(run_dir, [u.group.config.env], u.group.config)):
+                collect(u, run_dir, args.results, digest, time.perf_counter() - t0)
+                done.append(u.name)
+                print(f"unit {u.name} finished in {time.perf_counter() - t0:.0f} s", flush=True)
+        if any(u.stage == "study" for u in chosen_units) and done:
+            analysis.summarise(os.path.join(args.runs, "study"), reps=args.bootstrap_reps)
+        units, tuned, state = all_units(p, args)  # freezes the tuning when its last unit has just finished
+        print(f"tuning: {state}", flush=True)
+        if args.units or args.max_chunks is not None:
+            break
     return done
 
 

@@ -1,0 +1,62 @@
+"""The README's commands run as written: the cheap ones are run (the first run's output directory moved
+under a temporary path), every other one names a script or module whose --help works, and the Python
+example compiles and imports."""
+
+import ast
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CHEAP = ("--preset tiny", "locomotion.py plan")
+
+
+def _blocks(lang: str) -> list[str]:
+    text = open(os.path.join(ROOT, "README.md")).read()
+    return re.findall(rf"```{lang}\n(.*?)```", text, flags=re.S)
+
+
+def _commands() -> list[str]:
+    out = []
+    for block in _blocks("bash"):
+        for line in block.splitlines():
+            line = line.split("  #")[0].strip()
+            if line and not line.startswith("#"):
+                out.append(line)
+    return out
+
+
+def _argv(line: str, tmp_path) -> list[str]:
+    words = shlex.split(line)
+    if words[0] == ".venv/bin/python":
+        words[0] = sys.executable
+    return [str(tmp_path / "first") if w == "runs/first" else w for w in words]
+
+
+def test_every_readme_command_runs_or_at_least_parses(tmp_path):
+    commands = _commands()
+    assert any("make demo" in c for c in commands) and any(c.startswith(".venv/bin/python") for c in commands)
+    for line in commands:
+        if line.startswith("make "):
+            target = line.split()[1]
+            assert re.search(rf"^{re.escape(target)}:", open(os.path.join(ROOT, "Makefile")).read(), re.M), line
+            continue
+        argv = _argv(line, tmp_path)
+        if any(c in line for c in CHEAP):
+            out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=900)
+            assert out.returncode == 0, (line, out.stderr[-2000:])
+        else:  # too long for a test: the script or module exists and its --help works
+            head = argv[:3] if argv[1] == "-m" else argv[:2]
+            out = subprocess.run(head + ["--help"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+            assert out.returncode == 0, (line, out.stderr[-2000:])
+    assert (tmp_path / "first" / "summary.csv").exists()
+
+
+def test_the_python_example_compiles_and_its_imports_resolve():
+    (code,) = _blocks("python")
+    tree = ast.parse(code)
+    imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    assert imports
+    exec(compile(ast.Module(body=imports, type_ignores=[]), "README", "exec"), {})
