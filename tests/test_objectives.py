@@ -452,3 +452,48 @@ def test_tv_and_ratio_means_stay_finite_when_a_ratio_overflows_and_keep_their_bi
     assert np.asarray(obj.mean_abs_ratio_minus_one(small)).tobytes() == np.asarray(direct).tobytes()
     assert np.asarray(obj.mean_exp(small)).tobytes() == np.asarray(jnp.mean(jnp.exp(small))).tobytes()
     assert float(obj.tv_estimate(jnp.zeros(5))) == 0.0
+
+
+def test_a_joint_clip_with_two_adams_is_one_optimiser_over_both_networks():
+    """grad_clip='joint': both networks' gradients clipped together, then each network's own optimiser
+    (whose clip then does nothing): the same steps as one clip + Adam over the joined tree (CleanRL)."""
+    import optax
+
+    from vaco_jax.update import apply_updates, joint_clip, make_optimizer
+
+    rng = np.random.default_rng(0)
+    params = {"policy": jnp.asarray(rng.normal(size=(3, 2)), jnp.float32),
+              "value": jnp.asarray(rng.normal(size=(4,)), jnp.float32)}
+    opt = make_optimizer(0.5, 1e-5)
+    one = optax.chain(optax.clip_by_global_norm(0.5), optax.scale_by_adam(eps=1e-5))
+    ours = dict(params)
+    states = {k: opt.init(v) for k, v in params.items()}
+    ref, ref_state = dict(params), one.init(params)
+    for step in range(4):
+        grads = {"policy": jnp.asarray(rng.normal(size=(3, 2)), jnp.float32),
+                 "value": jnp.asarray(rng.normal(size=(4,)) * 10.0 ** step, jnp.float32)}  # the critic's grows
+        clipped = joint_clip(grads, 0.5)
+        for k in ours:
+            ours[k], states[k] = apply_updates(opt, states[k], clipped[k], ours[k], 3e-4)
+        updates, ref_state = one.update(grads, ref_state, ref)
+        ref = optax.apply_updates(ref, jax.tree.map(lambda u: -3e-4 * u, updates))
+    for k in ours:
+        np.testing.assert_allclose(np.asarray(ours[k]), np.asarray(ref[k]), rtol=1e-6, atol=1e-7)
+    assert float(optax.global_norm(joint_clip(grads, 0.5))) <= 0.5 + 1e-6
+
+
+def test_grad_clip_is_a_checked_setting_and_joint_clipping_changes_training():
+    from conftest import tiny_config
+    from vaco_jax.config import ConfigError, make_traced
+    from vaco_jax.train import make_train
+
+    with pytest.raises(ConfigError, match="grad_clip='both' is not valid; allowed values: per_network, joint"):
+        tiny_config(grad_clip="both")
+    finals = {}
+    for mode in ("per_network", "joint"):
+        c = tiny_config(grad_clip=mode, max_grad_norm=0.05, num_evals=1)
+        t = make_train(c)
+        state = jax.jit(t.init)(jax.random.PRNGKey(0), make_traced(c))
+        state, _ = jax.jit(t.train_chunk)(state, make_traced(c))
+        finals[mode] = np.concatenate([np.ravel(x) for x in jax.tree.leaves(state.learner.policy_params)])
+    assert np.all(np.isfinite(finals["joint"])) and not np.array_equal(finals["joint"], finals["per_network"])

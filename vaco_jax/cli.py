@@ -13,7 +13,7 @@ import dataclasses
 import typing
 from typing import Annotated, Any, Literal, Optional
 
-from vaco_jax.config import ACTOR_DTYPES, BACKENDS, SHUFFLES, Config, ConfigError
+from vaco_jax.config import ACTOR_DTYPES, BACKENDS, GRAD_CLIPS, SHUFFLES, Config, ConfigError
 from vaco_jax.knobs import KNOBS
 
 FIELD_HELP = {
@@ -31,6 +31,8 @@ FIELD_HELP = {
     "num_epochs": "epochs E per phase (forward lag)",
     "num_minibatches": "minibatches M per epoch (forward lag)",
     "minibatch_shuffle": "how each epoch's random permutation is drawn: 'rank' (fast) or 'sort' (jax.random.permutation, as runs before 2026-12-01); docs/estimators.md",
+    "grad_clip": "gradient-norm clip: 'per_network' (the policy and the critic each clipped to max_grad_norm) or "
+                 "'joint' (one clip over both, as one optimiser: CleanRL's PPO); docs/surrogates.md",
     "buffer_capacity": "policy-buffer capacity K (1 <= lag_depth <= K); docs/lag.md",
     "lag_model": "how each actor's snapshot age is drawn; docs/lag.md",
     "envs_per_actor": "envs sharing one actor (one snapshot)",
@@ -71,7 +73,7 @@ def field_choices(skip: tuple | set = ()) -> dict[str, tuple]:
     from vaco_jax.pieces import PIECE_KINDS, STATIC_CHOICES
 
     choices = {"backend": BACKENDS, "lag_model": LAG_MODELS,
-               "actor_dtype": ACTOR_DTYPES, "minibatch_shuffle": SHUFFLES, "network": tuple(NETWORKS), "activation": tuple(ACTIVATIONS),
+               "actor_dtype": ACTOR_DTYPES, "minibatch_shuffle": SHUFFLES, "grad_clip": GRAD_CLIPS, "network": tuple(NETWORKS), "activation": tuple(ACTIVATIONS),
                "method": tuple(METHODS) + (CUSTOM,)}
     if "env" not in skip:
         from vaco_jax.envs import available_envs

@@ -40,6 +40,7 @@ TASKS = (
 )  # Brax's MuJoCo set; any other Brax-registered, Playground DM Control or user env works too (vaco_jax/envs)
 BACKENDS = ("mujoco", "mjx", "generalized", "positional")  # envs.check_backend: which a task takes
 ACTOR_DTYPES = ("float32", "bfloat16", "float16")
+GRAD_CLIPS = ("per_network", "joint")  # update.update_phase: a global-norm clip per network, or one over both
 SHUFFLES = ("rank", "sort")  # update.permutation's methods; 'sort' reproduces runs made before 2026-12-01
 
 # Settings a Gymnasium locomotion task starts from where the user leaves them unset (Config.for_task; the
@@ -95,6 +96,10 @@ class Config:
     num_epochs: int = 4
     num_minibatches: int = 8
     minibatch_shuffle: str = "rank"  # how each epoch's permutation is drawn (SHUFFLES, update.permutation; docs/estimators.md)
+    # the gradient-norm clip: one per network (the policy's step never shrinks because the critic's
+    # gradient is large) or one over both networks' gradients together, as a single optimiser does
+    # (CleanRL's PPO); docs/surrogates.md
+    grad_clip: str = "per_network"
 
     # --- simulated asynchrony (docs/lag.md)
     buffer_capacity: int = 16  # K; the traced lag depth B must satisfy 1 <= B <= K
@@ -167,6 +172,7 @@ class Config:
         _check_choice("lag_model", self.lag_model, LAG_MODELS)
         _check_choice("actor_dtype", self.actor_dtype, ACTOR_DTYPES)
         _check_choice("minibatch_shuffle", self.minibatch_shuffle, SHUFFLES)
+        _check_choice("grad_clip", self.grad_clip, GRAD_CLIPS)
         from vaco_jax.networks import ACTIVATIONS, NETWORKS
 
         _check_choice("network", self.network, tuple(NETWORKS))

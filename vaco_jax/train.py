@@ -108,7 +108,8 @@ class Trainer:
                            normalize_observations=cfg.normalize_observations,
                            measure_mismatch=cfg.actor_dtype != "float32",
                            synchronous=cfg.lag_model == "synchronous",
-                           learner_diagnostics=self.learner_diagnostics)
+                           learner_diagnostics=self.learner_diagnostics,
+                           joint_grad_clip=cfg.grad_clip == "joint")
 
     def init(self, key: jax.Array, traced: TracedParams) -> TrainState:
         cfg = self.config
@@ -188,7 +189,8 @@ class Trainer:
         learner, upd = update_phase(self.shape, method, self.nets, opt, learner, aligned, key, lr,
                                     lag_depth=lag_depth, gamma=traced.gamma, value_coef=traced.value_coef,
                                     entropy_coef=traced.entropy_coef,
-                                    value_clip_epsilon=traced.value_clip_epsilon)
+                                    value_clip_epsilon=traced.value_clip_epsilon,
+                                    max_grad_norm=traced.max_grad_norm)
         return learner, {**diag, **upd}
 
     def evaluate(self, key: jax.Array, policy_params, normalizer, num_episodes: int | None = None,

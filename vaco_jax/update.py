@@ -61,6 +61,7 @@ class UpdateShape(NamedTuple):
     # the diagnostic TV to pi_T (tv_learner) for every method; False: pi_T is computed only when a piece
     # reads it (log pi_T is NaN then), so a method's cost is its own (experiments/study.py cost)
     learner_diagnostics: bool = True
+    joint_grad_clip: bool = False  # one global-norm clip over both networks' gradients (Config.grad_clip)
 
     @property
     def steps_per_phase(self) -> int:
@@ -283,6 +284,14 @@ def make_optimizer(max_grad_norm, adam_eps) -> optax.GradientTransformation:
     return optax.chain(optax.clip_by_global_norm(max_grad_norm), optax.scale_by_adam(eps=adam_eps))
 
 
+def joint_clip(grads, max_grad_norm):
+    """``grads`` (any tree, e.g. both networks' gradients) scaled together so that their global norm is at
+    most ``max_grad_norm``: ``optax.clip_by_global_norm``'s rule over the whole tree."""
+    norm = optax.global_norm(grads)
+    scale = jnp.where(norm < max_grad_norm, 1.0, max_grad_norm / norm)
+    return jax.tree.map(lambda g: (g * scale).astype(g.dtype), grads)
+
+
 def apply_updates(opt, opt_state, grads, params, learning_rate):
     updates, opt_state = opt.update(grads, opt_state, params)
     updates = jax.tree.map(lambda u: -learning_rate * u, updates)
@@ -299,8 +308,14 @@ class LearnerState(NamedTuple):
 
 def update_phase(shape: UpdateShape, method: Method, nets: Networks, opt, learner: LearnerState, aligned: Aligned,
                  key: jax.Array, learning_rate, *, lag_depth, gamma, value_coef, entropy_coef,
-                 value_clip_epsilon=None) -> tuple[LearnerState, dict]:
-    """E epochs x M minibatches of gradient steps on the aligned phase batch."""
+                 value_clip_epsilon=None, max_grad_norm=None) -> tuple[LearnerState, dict]:
+    """E epochs x M minibatches of gradient steps on the aligned phase batch.
+
+    With ``shape.joint_grad_clip`` both networks' gradients are first scaled together so that their
+    joint global norm is at most ``max_grad_norm`` (then each optimiser's own clip has nothing left to
+    do): with Adam's elementwise moments this is one optimiser over both networks, as CleanRL's PPO."""
+    if shape.joint_grad_clip and max_grad_norm is None:
+        raise ValueError("update_phase: a joint gradient clip needs max_grad_norm")
     proximal = method.proximal
     decay = proximal.decay(shape.steps_per_phase, lag_depth)
     every_step = method.advantage.every_step
@@ -331,14 +346,16 @@ def update_phase(shape: UpdateShape, method: Method, nets: Networks, opt, learne
                 return pl + value_coef * vl, (pl, vl, m)
         (_, (pl, vl, m)), (g_pol, g_val) = jax.value_and_grad(total, argnums=(0, 1), has_aux=True)(
             learner.policy_params, learner.value_params)
+        grad_norms = dict(grad_norm_policy=optax.global_norm(g_pol), grad_norm_value=optax.global_norm(g_val))
+        if shape.joint_grad_clip:
+            g_pol, g_val = joint_clip((g_pol, g_val), max_grad_norm)
         policy_params, policy_opt = apply_updates(opt, learner.policy_opt, g_pol, learner.policy_params,
                                                   learning_rate)
         value_params, value_opt = apply_updates(opt, learner.value_opt, g_val, learner.value_params,
                                                 learning_rate)
         ewma = proximal.after_step(learner.ewma, policy_params, m, decay)
         m = dict(m)
-        m.update(policy_loss=pl, value_loss=vl, grad_norm_policy=optax.global_norm(g_pol),
-                 grad_norm_value=optax.global_norm(g_val))
+        m.update(policy_loss=pl, value_loss=vl, **grad_norms)
         return LearnerState(policy_params, value_params, policy_opt, value_opt, ewma), m
 
     def epoch(learner, epoch_key):
