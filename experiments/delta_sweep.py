@@ -66,7 +66,7 @@ class StudyArgs:
 
 
 
-PER_GROUP = ("env", "method", "tv_denominator", "tv_scale", "tv_budget")  # set per group by this script: no single flag for them
+PER_GROUP = ("env", "method", "tv_denominator", "tv_scale", "tv_budget", "lag_depth")  # set per group or cell by this script: no flag for them
 Args = with_config_flags(StudyArgs, "Args", exclude=PER_GROUP)  # plus every other Config field as a flag
 
 def main(args: Args) -> str:

@@ -69,9 +69,9 @@ class StudyArgs:
     num_envs: int | None = None  # None: the preset's parallel envs per run
     unroll_length: int | None = None  # None: the preset's steps per env per phase
     num_evals: int | None = None  # None: the preset's evaluations per run (learning-curve points)
-    eval_episodes: int | None = None  # None: the preset's deterministic episodes per evaluation
-    # how each actor's lag is drawn (docs/methods.md)
-    lag_model: Literal["uniform", "fixed", "staggered", "partial", "synchronous"] = "uniform"
+    eval_episodes: int | None = None  # None: the preset's episodes per evaluation (stochastic: docs/evaluation.md)
+    # how each actor's lag is drawn (docs/lag.md); 'ages' takes --age-weights
+    lag_model: Literal["uniform", "fixed", "ages", "staggered", "partial", "synchronous"] = "uniform"
     learning_rate: float | None = None  # None: the Config default (3e-4)
     clip_epsilon: float | None = None  # None: each method's default; applied to the methods that read it
     tv_budget: float | None = None  # None: VACO's default (0.2)
@@ -89,7 +89,7 @@ class StudyArgs:
 
 
 
-PER_GROUP = ("env", "method")  # set per group by this script: no single flag for them
+PER_GROUP = ("env", "method", "lag_depth")  # set per group or cell by this script (--lag-depths): no flag for them
 Args = with_config_flags(StudyArgs, "Args", exclude=PER_GROUP)  # plus every other Config field as a flag
 
 def resolve(args: Args) -> dict:

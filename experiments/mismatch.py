@@ -65,7 +65,7 @@ class StudyArgs:
 
 
 
-PER_GROUP = ("env", "method", "actor_dtype", "old_logit_source")  # set per group by this script: no single flag for them
+PER_GROUP = ("env", "method", "actor_dtype", "old_logit_source", "lag_depth")  # set per group by this script: no single flag for them
 Args = with_config_flags(StudyArgs, "Args", exclude=PER_GROUP)  # plus every other Config field as a flag
 
 def main(args: Args) -> str:

@@ -58,7 +58,7 @@ class Args:
     total_env_steps: int = 300_000  # env steps per run: the budget being screened
     num_envs: int = 64  # parallel envs per run
     num_evals: int = 10  # evaluations per run (learning-curve points)
-    eval_episodes: int = 8  # deterministic episodes per evaluation
+    eval_episodes: int = 8  # episodes per evaluation (stochastic: docs/evaluation.md)
     learning_rate: float | None = None  # None: the Config default (3e-4); the study's tuning grid tops at 1e-3
     progress: bool = True  # a progress bar per group (--no-progress for logs)
 

@@ -59,3 +59,10 @@ def test_a_groups_own_config_json_re_runs_that_group(tmp_path):
     (regroup,) = lag_sweep.plan(again, lag_sweep.resolve(again))
     assert regroup.cells == group.cells and regroup.subdir == group.subdir
     assert dataclasses.asdict(regroup.config) == dataclasses.asdict(group.config)
+
+
+def test_a_flag_the_script_would_not_read_is_refused():
+    """--lag-depth beside --lag-depths set nothing (the cells set each run's lag depth): it is no flag now."""
+    out = subprocess.run([sys.executable, "experiments/lag_sweep.py", "--preset", "tiny", "--lag-depth", "4"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2 and "--lag-depth" in out.stderr

@@ -234,8 +234,8 @@ def config_tokens(cls: type, data: dict, path: str = "") -> list[str]:
         if name not in fields and name in _AS_LIST and _AS_LIST[name] in fields:
             name, value = _AS_LIST[name], [value]
         if name not in fields:
-            if key in ("lag_depths", "seeds"):
-                continue
+            if key in ("lag_depths", "seeds") or (key == "lag_depth" and "lag_depths" in fields):
+                continue  # a run's record of what its cells set
             unknown.append(key)
             continue
         if value is None:
