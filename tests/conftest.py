@@ -108,6 +108,7 @@ SLOW_TESTS = {
         "test_reviewer_figures_one_task_and_make_all"
     },
     "test_readme.py": {"test_every_readme_command_runs_or_at_least_parses"},
+    "test_render.py": {"test_render_writes_an_mp4_of_a_trained_groups_policy"},
     "test_registries.py": {
         "test_a_playground_dm_control_task_trains_through_the_adapter",
         "test_a_user_env_trains_and_its_action_bounds_come_from_the_env",

@@ -519,8 +519,13 @@ def main(args=None) -> int:
     return 0
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The ``vaco-train`` command (``python -m vaco_jax.train``)."""
     from vaco_jax.cli import parse_args
     from vaco_jax.sweep import cli_main
 
     cli_main(main, parse_args(train_args_class()))
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,0 +1,230 @@
+"""Watch a trained policy: ``python -m vaco_jax.render RUN_DIR [--group TASK/METHOD] [--cell K]``.
+
+Rolls the saved policy of one cell (``policies.npz`` beside ``config.json``: a sweep's group directory,
+or ``python -m vaco_jax.train``'s ``OUT/<name>.policy/``) for one episode and writes an MP4 drawn by
+MuJoCo's own renderer, for the Gymnasium tasks (C engine or MJX) and the Brax MuJoCo tasks. The
+policy samples its actions, as evaluation does (``--deterministic``: its mean). Brax tasks can also
+be written as Brax's HTML viewer page (``--html``), which needs no OpenGL.
+
+Headless machines draw through OSMesa or EGL: ``MUJOCO_GL`` chooses (unset: OSMesa when its library is
+installed, else EGL). What is missing (an OpenGL backend, ffmpeg for the MP4) is one line naming it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+from tyro.conf import Positional
+
+from vaco_jax.knobs import ConfigError
+
+
+def choose_gl_backend() -> str:
+    """``MUJOCO_GL`` as set, else 'osmesa' when libOSMesa is installed, else 'egl'; set before mujoco loads."""
+    import ctypes.util
+
+    if not os.environ.get("MUJOCO_GL"):
+        os.environ["MUJOCO_GL"] = "osmesa" if ctypes.util.find_library("OSMesa") else "egl"
+    if os.environ["MUJOCO_GL"] == "osmesa":
+        os.environ.setdefault("PYOPENGL_PLATFORM", "osmesa")
+    return os.environ["MUJOCO_GL"]
+
+
+def group_dir(run_dir: str, group: str | None) -> str:
+    """The directory holding ``config.json`` and ``policies.npz``: ``run_dir`` itself, ``run_dir/group``,
+    or the only group under ``run_dir``."""
+    from vaco_jax import results
+
+    if group:
+        d = os.path.join(run_dir, group)
+    elif os.path.exists(os.path.join(run_dir, "policies.npz")):
+        d = run_dir
+    else:
+        found = [g for g in results.group_dirs(run_dir) if os.path.exists(os.path.join(g, "policies.npz"))]
+        if len(found) != 1:
+            names = ", ".join(os.path.relpath(g, run_dir) for g in found) or "none"
+            raise ConfigError(f"group: {run_dir} holds {len(found)} finished groups ({names}); name one with --group")
+        d = found[0]
+    for name in ("config.json", "policies.npz"):
+        if not os.path.exists(os.path.join(d, name)):
+            raise ConfigError(f"group: {os.path.join(d, name)} is missing (a finished group or train output holds it)")
+    return d
+
+
+class Scene:
+    """A task's MuJoCo model and how to load one env state of it into an ``MjData``."""
+
+    def __init__(self, env, name: str, backend: str):
+        import mujoco
+
+        from vaco_jax.envs import env_source
+
+        self.mujoco = mujoco
+        if env_source(name) == "gymnasium" and backend == "mujoco":
+            from vaco_jax.envs import cengine
+
+            eng = cengine.engine(name)
+            self.model, self._spec = eng.model, mujoco.mjtState.mjSTATE_INTEGRATION
+            self._load = self._c_engine
+        elif env_source(name) == "gymnasium":
+            from vaco_jax.envs.gymnasium_tasks import GYM_TASKS, load_model
+
+            self.model, self._load = load_model(GYM_TASKS[name]), self._qpos
+        elif hasattr(getattr(env.raw, "sys", None), "mj_model"):
+            self.model, self._load = env.raw.sys.mj_model, self._qpos
+        else:
+            raise ConfigError(f"env={name!r} has no MuJoCo model to draw (allowed: the Gymnasium tasks and Brax's "
+                              "MuJoCo tasks)")
+        self.data = mujoco.MjData(self.model)
+
+    def _c_engine(self, core) -> None:
+        state = np.asarray(core.physics).view(np.float64)
+        self.mujoco.mj_setState(self.model, self.data, state, self._spec)
+
+    def _qpos(self, core) -> None:
+        ps = core.pipeline_state
+        self.data.qpos[:] = np.asarray(getattr(ps, "qpos", None) if hasattr(ps, "qpos") else ps.q)
+
+    def load(self, core) -> None:
+        self._load(core)
+        self.mujoco.mj_forward(self.model, self.data)
+
+
+def make_renderer(model, width: int, height: int):
+    try:
+        import mujoco
+
+        return mujoco.Renderer(model, height=height, width=width)
+    except Exception as e:  # noqa: BLE001 (whatever the GL stack raises)
+        gl = os.environ.get("MUJOCO_GL", "")
+        hint = {"osmesa": "OSMesa (Debian: apt-get install libosmesa6)",
+                "egl": "EGL (a GPU driver's libEGL, or set MUJOCO_GL=osmesa with Debian's libosmesa6)"}.get(gl, gl)
+        raise ConfigError(f"render: no OpenGL backend: MUJOCO_GL={gl} failed ({type(e).__name__}: "
+                          f"{str(e).splitlines()[0] if str(e) else ''}); install {hint}") from None
+
+
+def tracking_camera(model):
+    """A camera following the root body, as Gymnasium's locomotion renders do."""
+    import mujoco
+
+    cam = mujoco.MjvCamera()
+    cam.type = mujoco.mjtCamera.mjCAMERA_TRACKING
+    cam.trackbodyid = 1 if model.nbody > 1 else 0
+    cam.distance = float(max(3.0, 1.5 * model.stat.extent))
+    cam.elevation = -20.0
+    cam.azimuth = 90.0
+    return cam
+
+
+def rollout(directory: str, cell: int, steps: int, seed: int, deterministic: bool):
+    """The saved policy of ``cell`` for one episode (at most ``steps`` steps): the env states before each
+    step, with the env, its config and the episode's return."""
+    import jax
+
+    from vaco_jax.envs import make_env
+    from vaco_jax.policies import _config, load_policy
+
+    config = _config(directory)
+    act = load_policy(directory, cell)
+    env = make_env(config.env, backend=config.physics_backend, episode_length=config.episode_length)
+    step = jax.jit(env.step)
+    key = jax.random.PRNGKey(seed)
+    state = jax.jit(env.reset)(key)
+    cores, total = [state.core], 0.0
+    for t in range(steps):
+        a = act(state.core.obs, None if deterministic else jax.random.fold_in(key, t))
+        state, out = step(state, a)
+        total += float(out.reward)
+        if float(out.termination) > 0 or float(out.truncation) > 0:
+            break
+        cores.append(state.core)
+    return env, config, cores, total
+
+
+def write_mp4(frames: list[np.ndarray], path: str, fps: int) -> None:
+    ffmpeg = shutil.which("ffmpeg")
+    if ffmpeg is None:
+        raise ConfigError("render: ffmpeg is not installed (Debian: apt-get install ffmpeg); it writes the MP4")
+    h, w = frames[0].shape[:2]
+    cmd = [ffmpeg, "-y", "-loglevel", "error", "-f", "rawvideo", "-pix_fmt", "rgb24", "-s", f"{w}x{h}", "-r", str(fps),
+           "-i", "-", "-pix_fmt", "yuv420p", "-vcodec", "libx264", path]
+    proc = subprocess.run(cmd, input=b"".join(np.ascontiguousarray(f).tobytes() for f in frames),
+                          capture_output=True)
+    if proc.returncode != 0:
+        raise ConfigError(f"render: ffmpeg failed: {proc.stderr.decode(errors='replace').strip().splitlines()[-1:]}")
+
+
+def frames_of(scene: Scene, cores, width: int, height: int) -> list[np.ndarray]:
+    renderer = make_renderer(scene.model, width, height)
+    cam = tracking_camera(scene.model)
+    frames = []
+    for core in cores:
+        scene.load(core)
+        renderer.update_scene(scene.data, camera=cam)
+        frames.append(renderer.render().copy())
+    renderer.close()
+    return frames
+
+
+def write_html(env, cores, path: str) -> None:
+    from brax.io import html
+
+    if not hasattr(env.raw, "sys"):
+        raise ConfigError(f"render --html: Brax's viewer draws Brax tasks only; {env.name} is not one")
+    with open(path, "w") as f:
+        f.write(html.render(env.raw.sys, [c.pipeline_state for c in cores]))
+
+
+@dataclasses.dataclass
+class Args:
+    """Write a video of a trained policy (MuJoCo's renderer), or Brax's HTML viewer page."""
+
+    run_dir: Positional[str]  # a run directory, a group directory, or `python -m vaco_jax.train`'s OUT/<name>.policy
+    group: str | None = None  # the group under RUN_DIR (e.g. Hopper-v4/vaco); needed when it holds several
+    cell: int = 0  # the cell of the group (cells.json's order; the plan's numbers within the group)
+    steps: int = 1000  # at most this many env steps (one episode)
+    seed: int = 0  # the episode's reset and action noise
+    deterministic: bool = False  # act with the policy's mean instead of sampling
+    out: str | None = None  # default: GROUP_DIR/cell-K.mp4 (.html with --html)
+    width: int = 480
+    height: int = 360
+    fps: int = 30
+    html: bool = False  # Brax tasks: Brax's HTML viewer page instead of an MP4 (no OpenGL needed)
+
+
+def main(args: Args) -> str:
+    for name, value, least in (("steps", args.steps, 1), ("width", args.width, 16), ("height", args.height, 16),
+                               ("fps", args.fps, 1), ("cell", args.cell, 0)):
+        if not isinstance(value, int) or value < least:
+            raise ConfigError(f"{name}={value!r} not valid; allowed values: an integer >= {least}")
+    directory = group_dir(args.run_dir, args.group)
+    out = args.out or os.path.join(directory, f"cell-{args.cell}.{'html' if args.html else 'mp4'}")
+    if not args.html:
+        choose_gl_backend()
+        if shutil.which("ffmpeg") is None:
+            raise ConfigError("render: ffmpeg is not installed (Debian: apt-get install ffmpeg); it writes the MP4")
+    env, config, cores, total = rollout(directory, args.cell, args.steps, args.seed, args.deterministic)
+    if args.html:
+        write_html(env, cores, out)
+    else:
+        scene = Scene(env, config.env, config.physics_backend)
+        write_mp4(frames_of(scene, cores, args.width, args.height), out, args.fps)
+    print(f"{config.env} / {config.method}, cell {args.cell}: {len(cores)} steps, return {total:.1f} -> {out}")
+    return out
+
+
+def cli() -> None:
+    choose_gl_backend()  # before anything imports mujoco
+    from vaco_jax.cli import parse_args
+    from vaco_jax.sweep import cli_main
+
+    cli_main(main, parse_args(Args))
+
+
+if __name__ == "__main__":
+    sys.exit(cli())
