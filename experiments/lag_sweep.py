@@ -33,7 +33,7 @@ from vaco_jax.config import Config, ConfigError  # noqa: E402
 from vaco_jax.methods import METHODS  # noqa: E402
 
 PRESETS = {
-    # ~10 minutes on 2 CPU cores (583 s on 2026-12-02; see BENCHMARKS.md)
+    # ~10 minutes on 2 CPU cores (BENCHMARKS.md)
     "cpu": dict(tasks=("inverted_double_pendulum",), methods=("ppo_clip", "vaco", "a3po", "ppo_ewma_revised"),
                 lag_depths=(1, 4, 16), seeds=(0, 1, 2), total_env_steps=300_000, num_envs=64,
                 unroll_length=32, num_evals=10, eval_episodes=8, buffer_capacity=16),

@@ -72,8 +72,8 @@ STEP_KNOB = {
     "a3po": "clip_epsilon", "decoupled_recompute": "clip_epsilon", "ppo_ewma": "clip_epsilon",
     "ppo_ewma_revised": "clip_epsilon", "vaco_realign_only": None, "vaco_filter_only": "tv_budget",
 }
-# minibatch_shuffle='sort': the study's committed results were drawn with it (the only permutation before
-# 2026-12-01), so re-running, resuming or extending the study keeps one protocol (docs/estimators.md)
+# minibatch_shuffle='sort': the study's committed results were drawn with it, so re-running, resuming or
+# extending the study keeps one protocol (docs/estimators.md)
 COMMON = dict(num_envs=64, unroll_length=32, num_evals=10, eval_episodes=8, buffer_capacity=16,
               minibatch_shuffle="sort")
 MISMATCH_STRENGTH = 0.5  # docs/lag.md: 14% of samples' π_old/π_infer leave [0.5, 2] at m = 0.5

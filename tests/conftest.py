@@ -60,9 +60,9 @@ def tiny():
     return tiny_config
 
 
-# `make test-fast` leaves out the tests marked slow: the ones below took 8 s or more each in a full run
-# (2-core AMD EPYC, 2026-12-03, other work sharing the cores) -- a long compile (MJX, a training
-# program, a script in a subprocess) or a long program -- plus any test marked @pytest.mark.slow.
+# `make test-fast` leaves out the tests marked slow: the ones below take 8 s or more each on a 2-core CPU
+# (a long compile: MJX, a training program, a script in a subprocess; or a long program), plus any test
+# marked @pytest.mark.slow.
 SLOW_TESTS = {
     "test_checkpoint.py": {"test_resume_is_bit_for_bit_single_cell", "test_resume_is_bit_for_bit_vmapped_grid"},
     "test_config_files.py": {"test_an_unknown_key_or_a_bad_file_is_one_line_and_exit_2"},

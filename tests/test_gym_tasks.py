@@ -314,10 +314,10 @@ def test_task_defaults_are_the_settings_the_peer_check_ran():
     from vaco_jax.config import TASK_DEFAULTS, Config
 
     root = pathlib.Path(__file__).resolve().parent.parent
-    from vaco_jax.sweep import SETTINGS_BEFORE_THEY_EXISTED
+    from vaco_jax.sweep import UNRECORDED_SETTINGS
 
     record = json.loads((root / "results" / "peer_check" / "Hopper-v4_vmapped16.json").read_text())["config"]
-    record = {**SETTINGS_BEFORE_THEY_EXISTED, **record}  # a setting added after the record: its value then
+    record = {**UNRECORDED_SETTINGS, **record}  # a setting added after the record: its value then
     ours = Config.for_task("Hopper-v4", method="ppo_clip", lag_model="synchronous", eval_episodes=0,
                            total_env_steps=record["total_env_steps"], num_evals=record["num_evals"],
                            gae_lambda=0.95, clip_epsilon=0.2).as_record()

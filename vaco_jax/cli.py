@@ -30,7 +30,7 @@ FIELD_HELP = {
     "eval_episodes": "episodes per evaluation of the learner's policy (0: no evaluation)",
     "num_epochs": "epochs E per phase (forward lag)",
     "num_minibatches": "minibatches M per epoch (forward lag)",
-    "minibatch_shuffle": "how each epoch's random permutation is drawn: 'rank' (fast) or 'sort' (jax.random.permutation, as runs before 2026-12-01); docs/estimators.md",
+    "minibatch_shuffle": "how each epoch's random permutation is drawn: 'rank' (fast) or 'sort' (jax.random.permutation: the permutation of the committed pendulum-suite results); docs/estimators.md",
     "grad_clip": "gradient-norm clip: 'per_network' (the policy and the critic each clipped to max_grad_norm) or "
                  "'joint' (one clip over both, as one optimiser: CleanRL's PPO); docs/surrogates.md",
     "buffer_capacity": "policy-buffer capacity K (1 <= lag_depth <= K); docs/lag.md",

@@ -41,7 +41,7 @@ TASKS = (
 BACKENDS = ("mujoco", "mjx", "generalized", "positional")  # envs.check_backend: which a task takes
 ACTOR_DTYPES = ("float32", "bfloat16", "float16")
 GRAD_CLIPS = ("per_network", "joint")  # update.update_phase: a global-norm clip per network, or one over both
-SHUFFLES = ("rank", "sort")  # update.permutation's methods; 'sort' reproduces runs made before 2026-12-01
+SHUFFLES = ("rank", "sort")  # update.permutation's methods; 'sort' reproduces the committed pendulum-suite results
 
 # Settings a Gymnasium locomotion task starts from where the user leaves them unset (Config.for_task; the
 # study scripts and `python -m vaco_jax.train` apply them): vmapped-env PPO-Clip settings that reach

@@ -898,7 +898,7 @@ def check_finished_group(group_dir: str, config: Config) -> None:
                            "restore it, or delete the group directory to run it again")
     recorded = results.read_json(path)  # a damaged file is a ResultsError naming it
     now = json.loads(json.dumps(dataclasses.asdict(config), default=str))
-    recorded = {**SETTINGS_BEFORE_THEY_EXISTED, **recorded}
+    recorded = {**UNRECORDED_SETTINGS, **recorded}
     if "backend" in recorded:  # None means the task's default engine: compare the engines meant
         recorded["backend"], now["backend"] = (_engine_of(config, recorded["backend"]),
                                                _engine_of(config, now["backend"]))
@@ -1032,12 +1032,12 @@ def _identity(groups: Sequence[Group]) -> dict:
 # A setting added to Config after runs were recorded without it: the value that reproduces those runs.
 # A record lacking the field is read with this value, so such a run resumes only with that setting
 # (and says so) instead of silently continuing under another algorithm.
-SETTINGS_BEFORE_THEY_EXISTED = {"minibatch_shuffle": "sort", "grad_clip": "per_network"}
+UNRECORDED_SETTINGS = {"minibatch_shuffle": "sort", "grad_clip": "per_network"}
 
 
 def _compare_identity(run_dir: str, old: dict, identity: dict) -> None:
     for subdir in sorted(set(old) & set(identity)):
-        recorded = {**SETTINGS_BEFORE_THEY_EXISTED, **old[subdir]}
+        recorded = {**UNRECORDED_SETTINGS, **old[subdir]}
         diff = [k for k in identity[subdir] if recorded.get(k) != identity[subdir][k]]
         if diff:
             shown = ", ".join(f"{k}: {recorded.get(k)!r} there, {identity[subdir][k]!r} now" for k in diff[:4])

@@ -238,8 +238,8 @@ def _observation_size(name: str, backend: str) -> int:
     """The length of the task's observation, from the shapes ``reset`` would return (traced, never run).
 
     Not Brax's ``observation_size`` property: it runs ``reset`` eagerly, op by op, and each op compiles
-    on its own: 34 s for inverted_double_pendulum and 40 s for hopper on a 2-core CPU (2026-12-02),
-    against well under a second traced. A declared ``observation_size`` (point_mass, envs of your own,
+    on its own (tens of seconds on a CPU, BENCHMARKS.md "Start-up and compile time"), against well
+    under a second traced. A declared ``observation_size`` (point_mass, envs of your own,
     Playground's) must agree with the shape."""
     env = _raw_env(name, backend)
     obs = jax.eval_shape(env.reset, jax.random.PRNGKey(0)).obs
