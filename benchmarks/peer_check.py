@@ -107,8 +107,10 @@ def run_task(task: str, args: Args) -> dict:
     scores = last_fraction_train_return(sums, counts)
     steady = sum(seconds[1:]) if len(seconds) > 1 else seconds[0]
     steady_steps = config.env_steps_per_chunk * max(len(seconds) - 1, 1) * args.seeds
-    return {"task": task, "settings": args.settings + ("+truncation_as_termination" if args.truncation_as_termination
-                                                      else ""),
+    overrides = json.loads(args.overrides or "{}")
+    label = args.settings + "".join(f"+{k}={v}" for k, v in sorted(overrides.items()))
+    return {"task": task, "settings": label + ("+truncation_as_termination" if args.truncation_as_termination else ""),
+            "overrides": overrides,
             "config": config.as_record(), "seeds": args.seeds, "truncation_as_termination": args.truncation_as_termination,
             "scores": [None if not np.isfinite(s) else float(s) for s in scores],
             "diverged": diverged.tolist(),
