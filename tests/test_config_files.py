@@ -66,3 +66,14 @@ def test_a_flag_the_script_would_not_read_is_refused():
     out = subprocess.run([sys.executable, "experiments/lag_sweep.py", "--preset", "tiny", "--lag-depth", "4"],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 2 and "--lag-depth" in out.stderr
+
+
+def test_train_has_no_sweep_only_flag_and_still_builds_its_config():
+    from vaco_jax.cli import config_from_args
+    from vaco_jax.train import train_args_class
+
+    cls = train_args_class()
+    assert "grid_batch" not in {f.name for f in dataclasses.fields(cls)}
+    args = parse_args(cls, ["--env", "point_mass", "--lag-depth", "2"])
+    config = config_from_args(args)
+    assert config.grid_batch is None and config.lag_depth == 2

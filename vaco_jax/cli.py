@@ -91,8 +91,10 @@ def _help(name: str, default: Any, piece_note: bool = True) -> str:
     return text
 
 
-def config_args_class(name: str, extra: list[tuple[str, Any, Any, str]], defaults: Config | None = None) -> type:
-    """A dataclass: ``extra`` fields (name, type, default, help) then every Config field as a flag."""
+def config_args_class(name: str, extra: list[tuple[str, Any, Any, str]], defaults: Config | None = None,
+                      exclude: tuple = ()) -> type:
+    """A dataclass: ``extra`` fields (name, type, default, help) then every Config field as a flag, but
+    ``exclude`` (settings that mean nothing to this command; they keep ``defaults``' value)."""
     hints = typing.get_type_hints(Config)
     choices = field_choices()
     base = defaults or Config()
@@ -100,6 +102,8 @@ def config_args_class(name: str, extra: list[tuple[str, Any, Any, str]], default
     for fname, ftype, fdefault, fhelp in extra:
         fields.append((fname, Annotated[ftype, _arg(fhelp)], dataclasses.field(default=fdefault)))
     for f in dataclasses.fields(Config):
+        if f.name in exclude:
+            continue
         hint = hints[f.name]
         if f.name in choices:
             lit = Literal[choices[f.name]]  # type: ignore[valid-type]
@@ -115,9 +119,11 @@ def _arg(help_text: str):
     return tyro.conf.arg(help=help_text)
 
 
-def config_from_args(args) -> Config:
+def config_from_args(args, defaults: Config | None = None) -> Config:
+    """The Config of a command's flags; a field the command has no flag for keeps ``defaults``' value."""
+    base = defaults or Config()
     names = [f.name for f in dataclasses.fields(Config)]
-    values = {n: getattr(args, n) for n in names}
+    values = {n: getattr(args, n, getattr(base, n)) for n in names}
     for n in ("policy_hidden", "value_hidden", "age_weights"):
         if isinstance(values[n], list):
             values[n] = tuple(values[n])

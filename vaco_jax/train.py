@@ -443,7 +443,8 @@ def train_args_class():
     """``python -m vaco_jax.train`` flags: seed, out, progress, tensorboard, then every Config field (cli.py)."""
     from vaco_jax.cli import config_args_class
 
-    return config_args_class("TrainArgs", TRAIN_EXTRA, defaults=train_defaults())
+    # grid_batch batches a sweep's cells; one run is one cell
+    return config_args_class("TrainArgs", TRAIN_EXTRA, defaults=train_defaults(), exclude=("grid_batch",))
 
 
 def with_task_defaults(config: Config, enabled: bool) -> Config:

@@ -117,10 +117,17 @@ def register_env(name: str, factory: Callable[[str], Any]) -> None:
     _observation_size.cache_clear()
 
 
+# Brax's own test env, not a task
+BRAX_INTERNAL = {"fast"}
+# Playground 0.2.0's Reacher tasks call MjSpec.find_body, which the pinned mujoco 3.17 lacks: they do not load
+PLAYGROUND_BROKEN = {"ReacherEasy", "ReacherHard"}
+
+
 def _brax_registered() -> list[str]:
     from brax import envs as brax_envs
 
-    return sorted(brax_envs._envs)  # the names brax.envs.register_environment has seen
+    # the names brax.envs.register_environment has seen
+    return sorted(n for n in brax_envs._envs if n not in BRAX_INTERNAL)
 
 
 def playground_tasks() -> list[str]:
@@ -129,7 +136,7 @@ def playground_tasks() -> list[str]:
         from mujoco_playground import registry
     except Exception:  # optional dependency (extra 'playground')
         return []
-    return sorted(registry.dm_control_suite.ALL_ENVS)
+    return sorted(n for n in registry.dm_control_suite.ALL_ENVS if n not in PLAYGROUND_BROKEN)
 
 
 def env_source(name: str) -> str | None:
