@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal, Optional
 
 from vaco_jax.config import ACTOR_DTYPES, BACKENDS, GRAD_CLIPS, SHUFFLES, Config, ConfigError
 from vaco_jax.knobs import KNOBS
+from vaco_jax.results import ResultsError
 
 FIELD_HELP = {
     "env": "task: a Gymnasium locomotion task (Hopper-v4, Walker2d-v4, HalfCheetah-v4, Ant-v4, Humanoid-v4; "
@@ -217,9 +218,11 @@ def read_config_file(path: str) -> dict:
         raise ConfigError(f"config: {path} must hold a mapping of flag names to values")
     data.pop("sha256", None)
     if os.path.basename(path) == "config.json":
-        cells = os.path.join(os.path.dirname(path), "cells.json")
-        if os.path.exists(cells):  # a group's lag depths and seeds, for the scripts that take them
-            rows = json.load(open(cells)).get("cells", [])
+        group = os.path.dirname(path)
+        if os.path.exists(os.path.join(group, "cells.json")):  # a group's lag depths and seeds, for the scripts
+            from vaco_jax import results                      # that take them (checksum verified)
+
+            rows = results.read_cells(group)
             data.setdefault("lag_depths", sorted({int(r["lag_depth"]) for r in rows}))
             data.setdefault("seeds", sorted({int(r["seed"]) for r in rows}))
     return data
@@ -284,7 +287,7 @@ def parse_args(cls: type, argv: list[str] | None = None):
     positional = argv[:1] if argv and not argv[0].startswith("-") else []  # a stage, e.g. `study.py run`
     try:
         tokens = config_tokens(cls, read_config_file(path), path)
-    except ConfigError as e:  # one line and exit code 2, as for any other bad flag
+    except (ConfigError, ResultsError) as e:  # one line and exit code 2, as for any other bad flag
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
     return tyro.cli(cls, args=positional + tokens + argv[len(positional):])

@@ -88,7 +88,7 @@ class Scene:
 
     def _qpos(self, core) -> None:
         ps = core.pipeline_state
-        self.data.qpos[:] = np.asarray(getattr(ps, "qpos", None) if hasattr(ps, "qpos") else ps.q)
+        self.data.qpos[:] = np.asarray(ps.qpos if hasattr(ps, "qpos") else ps.q)
 
     def load(self, core) -> None:
         self._load(core)
