@@ -30,10 +30,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vaco_jax import results
-from vaco_jax.config import Config, ConfigError, make_traced
-from vaco_jax.sweep import last_fraction_train_return
-from vaco_jax.train import make_train
+from vaco_jax.analysis import results
+from vaco_jax.core.config import Config, ConfigError, make_traced
+from vaco_jax.driver.sweep import last_fraction_train_return
+from vaco_jax.core.train import make_train
 
 # CleanRL's ppo_continuous_action at 1M env steps (its documentation's table: mean +- std over seeds)
 CLEANRL = {"Hopper-v4": (2382.86, 271.74), "HalfCheetah-v4": (1442.64, 46.03), "Walker2d-v4": (2287.95, 571.78)}
@@ -174,6 +174,6 @@ def main(args: Args) -> None:
 
 
 if __name__ == "__main__":
-    from vaco_jax.cli import parse_args
+    from vaco_jax.driver.cli import parse_args
 
     main(parse_args(Args))

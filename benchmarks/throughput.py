@@ -88,16 +88,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vaco_jax.config import Config, make_traced
+from vaco_jax.core.config import Config, make_traced
 from vaco_jax.envs import make_env
-from vaco_jax.train import make_train
+from vaco_jax.core.train import make_train
 
 
 @dataclasses.dataclass
 class Args:
     """Env steps/s of the raw env, our trainer (B = 1) and Brax's PPO trainer on one configuration."""
 
-    env: str = "inverted_double_pendulum"  # task (any of vaco_jax.config.TASKS, e.g. halfcheetah)
+    env: str = "inverted_double_pendulum"  # task (any of vaco_jax.envs.TASKS, e.g. halfcheetah)
     backend: str = "mjx"  # physics pipeline of the Brax env (every measurement uses it)
     num_envs: int = 256  # parallel envs
     unroll_length: int = 32  # env steps per env per phase (one update)
@@ -599,7 +599,7 @@ def _versions() -> dict:
 
 
 def _machine() -> dict:
-    from vaco_jax.sweep import machine
+    from vaco_jax.driver.sweep import machine
 
     dev = jax.devices()[0]
     cpu_model = machine()["cpu"]
@@ -759,7 +759,7 @@ def report(args: Args, results: dict, meta: dict) -> str:
 
 
 def main(args: Args | None = None) -> dict:
-    from vaco_jax.cli import parse_args
+    from vaco_jax.driver.cli import parse_args
 
     args = args or parse_args(Args)
     if (args.synchronous or args.compare_lag_depths) and (args.cost_phases_per_call < 1 or args.cost_cycles < 1):

@@ -20,9 +20,11 @@ from typing import Literal
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from vaco_jax import analysis, sweep  # noqa: E402
-from vaco_jax.cli import config_flags, with_config_flags  # noqa: E402
-from vaco_jax.config import Config  # noqa: E402
+from vaco_jax.analysis import tables
+
+from vaco_jax.driver import sweep  # noqa: E402
+from vaco_jax.driver.cli import config_flags, with_config_flags  # noqa: E402
+from vaco_jax.core.config import Config  # noqa: E402
 
 PRESETS = {
     "cpu": dict(task="inverted_double_pendulum", methods=("ppo_clip", "vaco"), epochs=(1, 4, 8),
@@ -87,20 +89,19 @@ def main(args: Args) -> str:
         sweep.parse_sweep(args.sweep), config_flags(args, StudyArgs, exclude=PER_GROUP))
     if not sweep.run_study(out, groups, args, spec):
         return out
-    table = analysis.summarise_by(out, ("method", "num_epochs", "num_minibatches"), filename="forward_lag.csv")
+    table = tables.summarise_by(out, ("method", "num_epochs", "num_minibatches"), filename="forward_lag.csv")
     print(f"forward lag at lag depth {args.lag_depth} ({spec['task']}): final eval return, IQM [95% CI]")
     for r in table:
         print(f"  {r['method']:<12} E={r['num_epochs']:<3} M={r['num_minibatches']:<3} "
               f"{r.get('iqm', float('nan')):9.1f} [{r.get('iqm_low', float('nan')):.1f}, "
               f"{r.get('iqm_high', float('nan')):.1f}]  runs={r['n_runs']} diverged={r['n_diverged']}")
     if args.figures:
-        from vaco_jax import plots
-
-        print("figure:", *plots.plot_forward_lag(out))
+        from vaco_jax.analysis import figures
+        print("figure:", *figures.plot_forward_lag(out))
     return out
 
 
 if __name__ == "__main__":
-    from vaco_jax.cli import parse_args
+    from vaco_jax.driver.cli import parse_args
 
     sweep.cli_main(main, parse_args(Args))

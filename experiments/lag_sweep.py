@@ -28,9 +28,9 @@ from typing import Literal
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from vaco_jax.cli import config_flags, with_config_flags  # noqa: E402
-from vaco_jax.config import Config, ConfigError  # noqa: E402
-from vaco_jax.methods import METHODS  # noqa: E402
+from vaco_jax.driver.cli import config_flags, with_config_flags  # noqa: E402
+from vaco_jax.core.config import Config, ConfigError  # noqa: E402
+from vaco_jax.core.methods import METHODS  # noqa: E402
 
 PRESETS = {
     # ~10 minutes on 2 CPU cores (BENCHMARKS.md)
@@ -129,8 +129,7 @@ def base_config(args: Args, spec: dict, task: str, method: str) -> Config:
 
 def plan(args: Args, spec: dict) -> list:
     """Every group (task x method x static sweep values) with its cells, validated, nothing compiled."""
-    from vaco_jax import sweep
-
+    from vaco_jax.driver import sweep
     keys = [(t, m) for t in spec["tasks"] for m in spec["methods"]]
     configs = sweep.with_knobs([base_config(args, spec, t, m) for t, m in keys],
                                dict(learning_rate=args.learning_rate, clip_epsilon=args.clip_epsilon,
@@ -141,8 +140,8 @@ def plan(args: Args, spec: dict) -> list:
 
 
 def main(args: Args) -> str:
-    from vaco_jax import analysis, sweep
-
+    from vaco_jax.analysis import tables
+    from vaco_jax.driver import sweep
     spec = resolve(args)
     groups = plan(args, spec)
     print(sweep.preset_text(args.preset, spec))
@@ -151,13 +150,12 @@ def main(args: Args) -> str:
     if not sweep.run_study(run_dir, groups, args, spec,
                            prepare=lambda: sweep.random_scores(run_dir, spec["tasks"], groups[0].config)):
         return run_dir
-    summary, _ = analysis.summarise(run_dir, reps=args.bootstrap_reps)
+    summary, _ = tables.summarise(run_dir, reps=args.bootstrap_reps)
     print(f"\nlag sweep finished in {time.perf_counter() - t0:.0f} s -> {run_dir}")
     print_table(summary)
     if args.figures:
-        from vaco_jax import plots
-
-        paths = plots.make_all(run_dir)
+        from vaco_jax.analysis import figures
+        paths = figures.make_all(run_dir)
         print("figures:", *paths, sep="\n  ")
     return run_dir
 
@@ -193,7 +191,7 @@ def print_table(summary: list[dict]) -> None:
 
 
 if __name__ == "__main__":
-    from vaco_jax.cli import parse_args
-    from vaco_jax.sweep import cli_main
+    from vaco_jax.driver.cli import parse_args
+    from vaco_jax.driver.sweep import cli_main
 
     cli_main(main, parse_args(Args))

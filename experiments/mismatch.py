@@ -24,9 +24,11 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from vaco_jax import analysis, sweep  # noqa: E402
-from vaco_jax.cli import config_flags, with_config_flags  # noqa: E402
-from vaco_jax.config import Config  # noqa: E402
+from vaco_jax.analysis import tables
+
+from vaco_jax.driver import sweep  # noqa: E402
+from vaco_jax.driver.cli import config_flags, with_config_flags  # noqa: E402
+from vaco_jax.core.config import Config  # noqa: E402
 
 PRESETS = {
     "cpu": dict(task="inverted_double_pendulum", method="a3po", dtypes=("float32", "bfloat16"),
@@ -94,7 +96,7 @@ def main(args: Args) -> str:
     if not sweep.run_study(out, groups, args, spec):
         return out
     keys = ("method", "actor_dtype", "old_logit_source", "lag_depth")
-    table = analysis.summarise_by(out, keys, filename="mismatch.csv")
+    table = tables.summarise_by(out, keys, filename="mismatch.csv")
     cost = _seconds_per_chunk(out)
     print(f"mismatch study on {spec['task']}: final eval return IQM [95% CI], seconds per chunk (steady state)")
     for r in table:
@@ -116,6 +118,6 @@ def _seconds_per_chunk(run_dir: str) -> dict:
 
 
 if __name__ == "__main__":
-    from vaco_jax.cli import parse_args
+    from vaco_jax.driver.cli import parse_args
 
     sweep.cli_main(main, parse_args(Args))

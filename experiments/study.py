@@ -49,7 +49,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from vaco_jax.config import Config, ConfigError  # noqa: E402
+from vaco_jax.core.config import Config, ConfigError  # noqa: E402
 
 # The tasks the screens chose (FINDINGS "Screens"; results/screens*/): env steps per run.
 TASKS = {
@@ -208,8 +208,7 @@ def tuning_methods(designs, tasks) -> dict[str, list[str]]:
 
 def tuning_groups(designs, tasks, learning_rates=None, only=None) -> list:
     """One tuning group per (task, method) of the designs; ``only``: just these methods."""
-    from vaco_jax import sweep
-
+    from vaco_jax.driver import sweep
     learning_rates = learning_rates or LEARNING_RATES
     groups = []
     for task, methods in tuning_methods(designs, tasks).items():
@@ -229,7 +228,7 @@ def tuning_groups(designs, tasks, learning_rates=None, only=None) -> list:
 def choose(rows: list[dict], knob: str | None) -> dict:
     """The tuned pair from one (task, method)'s tuning rows: highest mean AUC over the tuning seeds,
     pairs with a diverged run excluded. Returns the choice and every pair's numbers."""
-    from vaco_jax.analysis import is_diverged
+    from vaco_jax.analysis.tables import is_diverged
 
     keys = ["learning_rate"] + ([knob] if knob else [])
     pairs: dict[tuple, list[dict]] = {}
@@ -264,8 +263,8 @@ def tuned_path(out: str) -> str:
 def freeze(out: str, groups, learning_rates=None) -> dict:
     """Choose and freeze every tuned (task, method) of ``groups`` in ``OUT/tuned.json``; a frozen
     choice is never changed (a different choice from the same rows is an error: the rows changed)."""
-    from vaco_jax import results, sweep
-
+    from vaco_jax.analysis import results
+    from vaco_jax.driver import sweep
     learning_rates = learning_rates or LEARNING_RATES
     path = tuned_path(out)
     os.makedirs(out, exist_ok=True)
@@ -291,8 +290,7 @@ def freeze(out: str, groups, learning_rates=None) -> dict:
 
 
 def tuned(out: str, task: str, method: str) -> dict:
-    from vaco_jax import results
-
+    from vaco_jax.analysis import results
     path = tuned_path(out)
     chosen = results.read_json(path)["chosen"] if os.path.exists(path) else {}
     if method not in chosen.get(task, {}):
@@ -309,8 +307,7 @@ def _lookup(pairs: tuple, key, default=()):
 
 def design_groups(out: str, name: str, tasks, only=None) -> list:
     """The groups of one design, each method at its frozen step size; ``only``: just these methods."""
-    from vaco_jax import sweep
-
+    from vaco_jax.driver import sweep
     d = DESIGNS[name]
     groups = []
     for task in design_tasks(d, tasks):
@@ -372,8 +369,9 @@ def measure_cost(out: str, tasks, rounds: int, per_round: int) -> str | None:
     import jax
 
     from benchmarks.method_cost import learner_call
-    from vaco_jax import results, sweep
-    from vaco_jax.config import make_traced
+    from vaco_jax.analysis import results
+    from vaco_jax.driver import sweep
+    from vaco_jax.core.config import make_traced
 
     path = os.path.join(out, COST_DESIGN, COST_FILE)
     meta_path = path[:-len(".csv")] + ".json"
@@ -425,8 +423,8 @@ def measure_cost(out: str, tasks, rounds: int, per_round: int) -> str | None:
 
 
 def main(args: Args) -> list[str]:
-    from vaco_jax import analysis, sweep
-
+    from vaco_jax.analysis import tables
+    from vaco_jax.driver import sweep
     check_args(args)
     done = []
     if args.stage == "cost":
@@ -440,8 +438,7 @@ def main(args: Args) -> list[str]:
                   "nothing to tune")
             return done
         if os.path.exists(tuned_path(args.out)):  # before anything runs
-            from vaco_jax import results
-
+            from vaco_jax.analysis import results
             check_grid(tuned_path(args.out), results.read_json(tuned_path(args.out)),
                        args.learning_rates or LEARNING_RATES)
         run_dir = os.path.join(args.out, "tuning")
@@ -465,13 +462,13 @@ def main(args: Args) -> list[str]:
         print(f"\n== design {name!r} (claims {DESIGNS[name].claims}) -> {run_dir}")
         if sweep.run_study(run_dir, groups, args, spec,
                            prepare=lambda: sweep.random_scores(run_dir, spec["tasks"], groups[0].config)):
-            analysis.summarise(run_dir, reps=args.bootstrap_reps)
+            tables.summarise(run_dir, reps=args.bootstrap_reps)
             done.append(run_dir)
     return done
 
 
 if __name__ == "__main__":
-    from vaco_jax.cli import parse_args
-    from vaco_jax.sweep import cli_main
+    from vaco_jax.driver.cli import parse_args
+    from vaco_jax.driver.sweep import cli_main
 
     cli_main(main, parse_args(Args))

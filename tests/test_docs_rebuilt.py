@@ -9,8 +9,10 @@ from conftest import load_script
 import numpy as np
 import pytest
 
-from vaco_jax import analysis, results
-from vaco_jax.results import rows_to_csv
+from vaco_jax.analysis import tables
+
+from vaco_jax.analysis import results
+from vaco_jax.analysis.results import rows_to_csv
 
 from test_plots import RANDOM, TASKS, _write_group
 
@@ -175,7 +177,7 @@ def _study(run_dir: str, reps: int = 200) -> None:
     for task in TASKS:
         for method in ("ppo_clip", "vaco"):
             _write_group(os.path.join(run_dir, task, method), task, method, (1, 4, 16), (0, 1, 2), {}, rng, 1.0)
-    analysis.summarise(run_dir, reps=reps)
+    tables.summarise(run_dir, reps=reps)
 
 
 @pytest.fixture(scope="module")

@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 
 from conftest import FAST_COMPILE, tiny_config, load_script
-from vaco_jax import results, sweep
-from vaco_jax.config import ConfigError
-from vaco_jax.results import ResultsError
+from vaco_jax.analysis import results
+from vaco_jax.driver import sweep
+from vaco_jax.core.config import ConfigError
+from vaco_jax.analysis.results import ResultsError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROWS = [{"env": "point_mass", "lag_depth": 1, "seed": 0, "x": 0.5, "ok": True, "name": "a"},
@@ -97,7 +98,7 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary_file(tmp_path, monk
 
 
 def test_reading_results_imports_no_jax():
-    code = ("import sys, vaco_jax, vaco_jax.results, vaco_jax.stats, vaco_jax.analysis, vaco_jax.plots;"
+    code = ("import sys, vaco_jax, vaco_jax.analysis.results, vaco_jax.analysis.stats, vaco_jax.analysis.tables, vaco_jax.analysis.figures;"
             "print(sorted(m for m in ('jax', 'flax', 'optax', 'brax') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -301,8 +302,7 @@ def test_the_lag_sweep_checks_every_setting_before_writing_anything(tmp_path, fl
 
 
 def test_a_summary_where_every_run_of_a_cell_diverged_says_so(tmp_path, capsys):
-    from vaco_jax import analysis
-
+    from vaco_jax.analysis import tables
     rows = [{"env": "point_mass", "method": m, "lag_depth": b, "seed": s, "final_eval_return": 10.0 + s,
              "auc_eval_return": 5.0, "train_return_last5pct": 1.0, "diverged": m == "vaco" and b == 4}
             for m in ("ppo_clip", "vaco") for b in (1, 4) for s in range(3)]
@@ -313,7 +313,7 @@ def test_a_summary_where_every_run_of_a_cell_diverged_says_so(tmp_path, capsys):
     g.mkdir()
     results.write_table(str(g / "scores.csv"), rows)
     results.write_cells(str(g), [{"i": i} for i in range(len(rows))])
-    summary, _ = analysis.summarise(str(tmp_path), reps=50)
+    summary, _ = tables.summarise(str(tmp_path), reps=50)
     _lag_sweep().print_table(summary)
     out = capsys.readouterr().out
     assert "every run diverged" in out and "vaco B=4 (3)" in out
@@ -322,7 +322,7 @@ def test_a_summary_where_every_run_of_a_cell_diverged_says_so(tmp_path, capsys):
 def test_train_cli_checks_its_output_path_first_and_exits_4_on_divergence(tmp_path):
     afile = tmp_path / "file"
     afile.write_text("x")
-    base = [sys.executable, "-m", "vaco_jax.train", "--env", "point_mass", "--num-envs", "8", "--unroll-length",
+    base = [sys.executable, "-m", "vaco_jax.core.train", "--env", "point_mass", "--num-envs", "8", "--unroll-length",
             "16", "--total-env-steps", "256", "--num-evals", "2", "--eval-episodes", "0", "--episode-length", "30",
             "--num-minibatches", "2", "--num-epochs", "1", "--no-progress"]
     res = subprocess.run(base + ["--out", str(afile)], capture_output=True, text=True, cwd=ROOT, timeout=300)
@@ -340,9 +340,9 @@ def test_train_cli_checks_its_output_path_first_and_exits_4_on_divergence(tmp_pa
 def test_train_run_resumes_from_its_checkpoint_bit_for_bit(tmp_path, monkeypatch):
     import jax
 
-    from vaco_jax import checkpoint as ckpt
-    from vaco_jax.config import make_traced
-    from vaco_jax.train import run
+    from vaco_jax.driver import checkpoint as ckpt
+    from vaco_jax.core.config import make_traced
+    from vaco_jax.core.train import run
 
     config = tiny_config(**CONFIG)
     traced = make_traced(config, 2)
@@ -419,8 +419,8 @@ def test_a_full_disk_is_one_line_leaves_no_temporary_file_and_the_rerun_is_ident
 
 _RESUME_SCRIPT = """
 import json, sys
-from vaco_jax import sweep
-from vaco_jax.config import Config
+from vaco_jax.driver import sweep
+from vaco_jax.core.config import Config
 config = Config(**json.loads(sys.argv[3]))
 rows = sweep.run_group(config, sweep.grid([1, 4, 2], [0]), sys.argv[1], progress=False,
                        max_chunks=int(sys.argv[2]) or None)
@@ -466,7 +466,7 @@ def test_every_cells_trained_policy_is_kept_and_loads_as_a_jitted_act_function(t
     import jax
 
     from vaco_jax.envs import make_env
-    from vaco_jax.policies import load_policy
+    from vaco_jax.driver.policies import load_policy
 
     d = _finished(tmp_path)
     assert not os.path.exists(os.path.join(d, "checkpoint"))  # the checkpoint goes, the policies stay
@@ -498,8 +498,8 @@ def test_a_swept_setting_is_summarised_on_its_own_never_pooled_as_more_seeds(tmp
     summary.csv and diagnostics.csv hold each on its own (a ``setting`` column, three runs per cell,
     not six), the printed table has one block per setting, and the figures one line per method and
     setting. A method that does not read the swept knob (no gamma column) is a setting of its own."""
-    from vaco_jax import analysis, plots
-
+    from vaco_jax.analysis import tables
+    from vaco_jax.analysis import figures
     rows = []
     for m in ("ppo_clip", "vaco"):
         for g in ((0.99, 0.995) if m == "ppo_clip" else (None,)):
@@ -512,13 +512,13 @@ def test_a_swept_setting_is_summarised_on_its_own_never_pooled_as_more_seeds(tmp
                     if g is not None:
                         r["gamma"] = g
                     rows.append(r)
-    assert analysis.setting_axes(rows) == ["gamma"]
-    assert analysis.setting_axes([r for r in rows if r.get("gamma") != 0.995]) == []  # one setting: as before
+    assert tables.setting_axes(rows) == ["gamma"]
+    assert tables.setting_axes([r for r in rows if r.get("gamma") != 0.995]) == []  # one setting: as before
     # a table read back from a CSV that mixes the groups holds NaN where a group has no gamma: the same settings
     nan_rows = [r if "gamma" in r else {**r, "gamma": float("nan")} for r in rows]
-    assert analysis.setting_axes(nan_rows) == ["gamma"]
-    assert [(s, len(g)) for s, g in analysis.by_setting(nan_rows)] == [(s, len(g)) for s, g in analysis.by_setting(rows)]
-    assert analysis.setting_of(nan_rows[-1], ["gamma"]) == ""
+    assert tables.setting_axes(nan_rows) == ["gamma"]
+    assert [(s, len(g)) for s, g in tables.by_setting(nan_rows)] == [(s, len(g)) for s, g in tables.by_setting(rows)]
+    assert tables.setting_of(nan_rows[-1], ["gamma"]) == ""
     for method in ("ppo_clip", "vaco"):
         g = tmp_path / "run" / "point_mass" / method
         g.mkdir(parents=True)
@@ -526,7 +526,7 @@ def test_a_swept_setting_is_summarised_on_its_own_never_pooled_as_more_seeds(tmp
         results.write_table(str(g / "scores.csv"), mine)
         results.write_cells(str(g), [{"i": i} for i in range(len(mine))])
     run = str(tmp_path / "run")
-    summary, diag = analysis.summarise(run, reps=50)
+    summary, diag = tables.summarise(run, reps=50)
     means = {(r["setting"], r["method"], r["lag_depth"]): r for r in summary
              if r["aggregate"] == "mean" and r["normalization"] == "raw" and r["score"] == "final_eval_return"}
     assert set(means) == {("gamma=0.99", "ppo_clip", 1), ("gamma=0.99", "ppo_clip", 4),
@@ -546,13 +546,13 @@ def test_a_swept_setting_is_summarised_on_its_own_never_pooled_as_more_seeds(tmp
     assert "gamma=0.99: IQM of final eval return" in out and "gamma=0.995: IQM of final eval return" in out
     assert "methods that do not read the swept values: IQM" in out
     # the figures: one series per method and setting
-    folded = plots.read_summary(run)
+    folded = figures.read_summary(run)
     assert {r["method"] for r in folded} == {"ppo_clip | gamma=0.99", "ppo_clip | gamma=0.995", "vaco"}
-    assert plots.method_label("ppo_clip | gamma=0.99") == "PPO-Clip (gamma=0.99)"
-    assert plots.plot_aggregate_vs_lag(run, normalization="raw")
+    assert figures.method_label("ppo_clip | gamma=0.99") == "PPO-Clip (gamma=0.99)"
+    assert figures.plot_aggregate_vs_lag(run, normalization="raw")
     # figures that compare methods over their pooled runs refuse, naming the axis
-    for figure in (plots.plot_probability_of_improvement, plots.plot_performance_profiles):
-        with pytest.raises(plots.NoData, match=r"several settings \(gamma\)"):
+    for figure in (figures.plot_probability_of_improvement, figures.plot_performance_profiles):
+        with pytest.raises(figures.NoData, match=r"several settings \(gamma\)"):
             figure(run)
 
 

@@ -5,9 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vaco_jax import lag
-
-
+from vaco_jax.core import lag
 def _ages(model, phase, depth, n=4000, seed=0):
     piece = lag.make_lag(model, depth, capacity=max(depth, 8))
     return np.asarray(piece.start_ages(jax.random.PRNGKey(seed), n, phase))

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from conftest import tiny_config, load_script
-from vaco_jax import results, sweep
-from vaco_jax.live import cell_run_name, tag_for
+from vaco_jax.analysis import results
+from vaco_jax.driver import sweep
+from vaco_jax.driver.live import cell_run_name, tag_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = dict(num_evals=3, total_env_steps=8 * 16 * 6)  # as tests/test_integrity.py: shared compiled programs
@@ -164,7 +165,7 @@ def test_a_damaged_or_short_staleness_file_restarts_the_group(tmp_path, damage, 
 
 
 def test_train_cli_with_tensorboard_writes_its_history(tmp_path):
-    from vaco_jax.train import main, train_args_class
+    from vaco_jax.core.train import main, train_args_class
 
     config = tiny_config(**CONFIG)
     out = str(tmp_path / "out")

@@ -8,9 +8,9 @@ import pytest
 
 import vaco_jax
 from conftest import tiny_config
-from vaco_jax.config import ConfigError, make_traced, stack_traced
-from vaco_jax.methods import METHODS
-from vaco_jax.train import make_train
+from vaco_jax.core.config import ConfigError, make_traced, stack_traced
+from vaco_jax.core.methods import METHODS
+from vaco_jax.core.train import make_train
 
 CELLS = [(seed, depth) for seed in (0, 1) for depth in (1, 8)]
 # point_mass learns slowly at 3e-4: a larger step makes successive versions differ, so lag matters

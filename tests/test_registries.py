@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 
 from conftest import tiny_config
-from vaco_jax.config import ConfigError, make_traced
+from vaco_jax.core.config import ConfigError, make_traced
 from vaco_jax.envs import PointMass, available_envs, make_env, playground_tasks, register_env
-from vaco_jax.lag import LAG_MODELS
-from vaco_jax.methods import METHODS
-from vaco_jax.networks import NETWORKS, register_network
-from vaco_jax.train import make_train
+from vaco_jax.core.lag import LAG_MODELS
+from vaco_jax.core.methods import METHODS
+from vaco_jax.core.networks import NETWORKS, register_network
+from vaco_jax.core.train import make_train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ONE_PHASE = dict(num_evals=1, total_env_steps=8 * 16, eval_episodes=2, episode_length=30)
@@ -143,7 +143,7 @@ def test_a_user_policy_without_log_std_is_an_error_naming_the_parameter():
 
 
 def _cli(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "vaco_jax.train", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "vaco_jax.core.train", *args], capture_output=True, text=True,
                           cwd=ROOT, timeout=timeout)
 
 

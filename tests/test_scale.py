@@ -14,9 +14,11 @@ import numpy as np
 import pytest
 
 from conftest import FAST_COMPILE, tiny_config, load_script
-from vaco_jax import memory, results, sweep
-from vaco_jax.config import ConfigError, make_traced, stack_traced
-from vaco_jax.train import make_train
+from vaco_jax.driver import memory
+from vaco_jax.analysis import results
+from vaco_jax.driver import sweep
+from vaco_jax.core.config import ConfigError, make_traced, stack_traced
+from vaco_jax.core.train import make_train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Programs of another size batch their matmuls differently (see tests/test_shard.py).
@@ -166,8 +168,7 @@ def test_grid_layout_uses_as_few_cells_per_device_then_as_few_devices_as_it_can(
 _SHARD_MAP_SCRIPT = """
 import json
 import jax, jax.numpy as jnp, numpy as np
-from vaco_jax import sweep
-
+from vaco_jax.driver import sweep
 def fn(x, t):  # a while_loop whose trip count depends on the cell, like MJX's constraint solver
     def body(c):
         i, v = c
@@ -271,7 +272,7 @@ def test_distributed_settings_are_checked(monkeypatch):
 def test_groups_of_one_task_share_one_compiled_evaluation():
     """The chunk's evaluation reads no method, lag or knob: the groups of a task compile it once."""
     from vaco_jax.envs import make_env
-    from vaco_jax.train import evaluation_program
+    from vaco_jax.core.train import evaluation_program
 
     evaluating = dict(eval_episodes=2)
     clip, vaco = make_train(tiny_config(method="ppo_clip", **evaluating)), make_train(tiny_config(method="vaco", **evaluating))
@@ -297,7 +298,7 @@ def test_groups_of_one_task_share_one_compiled_evaluation():
 def test_a_chunk_then_its_evaluation_program_is_run_chunk():
     """The host drivers' two programs (train_chunk, then the shared evaluation) give run_chunk's state
     and numbers; the evaluation reads the state the chunk ends in."""
-    from vaco_jax.train import evaluated, evaluation_program
+    from vaco_jax.core.train import evaluated, evaluation_program
 
     config = tiny_config(method="vaco", eval_episodes=2)
     trainer = make_train(config)
@@ -329,7 +330,7 @@ def test_the_compiled_program_cache_goes_where_asked_and_can_be_turned_off(monke
 
 _CACHE_SCRIPT = """
 import os, sys, jax, jax.numpy as jnp
-from vaco_jax import sweep
+from vaco_jax.driver import sweep
 path = sweep.use_compilation_cache()
 print("DIR", path)
 jax.jit(lambda x: jnp.sin(x) * 2)(jnp.ones(3)).block_until_ready()

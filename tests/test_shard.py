@@ -9,9 +9,12 @@ import numpy as np
 import pytest
 
 from conftest import tiny_config, load_script
-from vaco_jax import analysis, plots, results, sweep
-from vaco_jax.config import ConfigError
-from vaco_jax.results import ResultsError
+from vaco_jax.analysis import tables
+from vaco_jax.analysis import figures
+from vaco_jax.analysis import results
+from vaco_jax.driver import sweep
+from vaco_jax.core.config import ConfigError
+from vaco_jax.analysis.results import ResultsError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = ("lag_sweep", "delta_sweep", "forward_lag", "mismatch")
@@ -108,20 +111,20 @@ def test_several_run_directories_merge_into_one_summary_and_a_cell_twice_is_an_e
     shutil.rmtree(os.path.join(part_a, "hopper"))  # each part holds what the other lacks
     shutil.rmtree(os.path.join(part_b, "inverted_double_pendulum"))
     os.remove(os.path.join(part_b, "random_scores.json"))
-    expected, expected_diag = analysis.summarise(whole, reps=100)
+    expected, expected_diag = tables.summarise(whole, reps=100)
     merged_dir = str(tmp_path / "merged")
-    summary, diag = analysis.summarise([part_a, part_b], reps=100, out=merged_dir)
+    summary, diag = tables.summarise([part_a, part_b], reps=100, out=merged_dir)
     assert summary == expected and diag == expected_diag
     assert results.read_table(os.path.join(merged_dir, "summary.csv")) == results.read_table(
         os.path.join(whole, "summary.csv"))
     assert not os.path.exists(os.path.join(part_b, "summary.csv"))
-    by = analysis.summarise_by([part_a, part_b], ("method", "lag_depth"), reps=100, filename="by.csv",
+    by = tables.summarise_by([part_a, part_b], ("method", "lag_depth"), reps=100, filename="by.csv",
                                out=merged_dir)
-    assert by == analysis.summarise_by(whole, ("method", "lag_depth"), reps=100)
+    assert by == tables.summarise_by(whole, ("method", "lag_depth"), reps=100)
     drawn = []  # which figures go where (rendering them is test_plots' job, and slow)
-    monkeypatch.setattr(plots, "save_figure",
+    monkeypatch.setattr(figures, "save_figure",
                         lambda fig, run_dir, name, figures_dir=None: drawn.append((run_dir, name)) or [name])
-    paths = plots.make_all([part_a, part_b], out=merged_dir, reps=100)
+    paths = figures.make_all([part_a, part_b], out=merged_dir, reps=100)
     assert {"learning_curves_hopper", "learning_curves_inverted_double_pendulum", "tv_vs_lag",
             "aggregate_vs_lag_final_eval_return_normalized"} <= set(paths)
     assert {d for d, _ in drawn} == {merged_dir}
@@ -225,9 +228,9 @@ def test_two_shards_merge_to_the_unsharded_sweep(whole_and_shards, capsys):
         shutil.copytree(os.path.join(b, "point_mass", "ppo_clip", f"shard-{i}-of-2"),
                         os.path.join(part, "point_mass", "ppo_clip", f"shard-{i}-of-2"))
     shutil.copy(os.path.join(b, "random_scores.json"), os.path.join(os.path.dirname(a), "part0"))
-    summary_parts, _ = analysis.summarise([os.path.join(os.path.dirname(a), f"part{i}") for i in range(2)],
+    summary_parts, _ = tables.summarise([os.path.join(os.path.dirname(a), f"part{i}") for i in range(2)],
                                           reps=50, out=merged)
-    assert summary_parts == analysis.summarise(b, reps=50)[0]
+    assert summary_parts == tables.summarise(b, reps=50)[0]
 
 
 def test_a_shard_refuses_a_directory_that_holds_the_whole_sweep_or_another_split(whole_and_shards):

@@ -8,8 +8,12 @@ import sys
 import numpy as np
 import pytest
 
-from vaco_jax import analysis, results, sweep
-from vaco_jax.config import Config, ConfigError
+from vaco_jax.analysis import tables
+
+from vaco_jax.analysis import results
+
+from vaco_jax.driver import sweep
+from vaco_jax.core.config import Config, ConfigError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -101,7 +105,7 @@ def test_summary_drops_and_counts_diverged_runs(tmp_path):
     sweep.atomic_write_text(str(d / "scores.csv"), sweep.rows_to_csv(rows))
     results.write_cells(str(d), [{"lag_depth": r["lag_depth"], "seed": r["seed"], "m": r["method"]} for r in rows])
     results.write_json(str(tmp_path / "random_scores.json"), {"reacher": 0.0})
-    summary, _ = analysis.summarise(str(tmp_path), reps=200)
+    summary, _ = tables.summarise(str(tmp_path), reps=200)
     cell = [r for r in summary if r["method"] == "vaco" and r["lag_depth"] == 4 and r["score"] == "final_eval_return"
             and r["normalization"] == "raw" and r["aggregate"] == "mean"][0]
     assert cell["n_diverged"] == 1 and cell["n_runs"] == 3
@@ -136,7 +140,7 @@ def test_interrupted_group_resumes_to_the_same_result_and_finished_group_is_skip
 def test_every_setting_is_a_flag_of_every_study_script():
     import importlib.util
 
-    from vaco_jax.cli import config_flags
+    from vaco_jax.driver.cli import config_flags
 
     for script in ("lag_sweep", "forward_lag", "delta_sweep", "mismatch"):
         spec = importlib.util.spec_from_file_location(f"_{script}", os.path.join(ROOT, "experiments", f"{script}.py"))

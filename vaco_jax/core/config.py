@@ -22,29 +22,17 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from vaco_jax.knobs import COMMON_KNOBS, KNOBS, METHOD_KNOBS, ConfigError, check_knob
-from vaco_jax.lag import LAG_MODELS, make_lag
-from vaco_jax.pieces import PIECE_KINDS, STATIC_CHOICES
+from vaco_jax.core.knobs import COMMON_KNOBS, KNOBS, METHOD_KNOBS, ConfigError, check_knob
+from vaco_jax.core.lag import LAG_MODELS, make_lag
+from vaco_jax.core.pieces import PIECE_KINDS, STATIC_CHOICES
+from vaco_jax.envs import BACKENDS
 
-TASKS = (
-    "halfcheetah",
-    "hopper",
-    "walker2d",
-    "ant",
-    "humanoid",
-    "humanoidstandup",
-    "inverted_pendulum",
-    "inverted_double_pendulum",
-    "reacher",
-    "pusher",
-)  # Brax's MuJoCo set; any other Brax-registered, Playground DM Control or user env works too (vaco_jax/envs)
-BACKENDS = ("mujoco", "mjx", "generalized", "positional")  # envs.check_backend: which a task takes
 ACTOR_DTYPES = ("float32", "bfloat16", "float16")
 GRAD_CLIPS = ("per_network", "joint")  # update.update_phase: a global-norm clip per network, or one over both
 SHUFFLES = ("rank", "sort")  # update.permutation's methods; 'sort' reproduces the committed pendulum-suite results
 
 # Settings a Gymnasium locomotion task starts from where the user leaves them unset (Config.for_task; the
-# study scripts and `python -m vaco_jax.train` apply them): vmapped-env PPO-Clip settings that reach
+# study scripts and `python -m vaco_jax.core.train` apply them): vmapped-env PPO-Clip settings that reach
 # CleanRL's published band on the task (BENCHMARKS.md, "The peer check"). Config(...) itself keeps its
 # global defaults.
 TASK_DEFAULTS: dict[str, dict] = {
@@ -173,7 +161,7 @@ class Config:
         _check_choice("actor_dtype", self.actor_dtype, ACTOR_DTYPES)
         _check_choice("minibatch_shuffle", self.minibatch_shuffle, SHUFFLES)
         _check_choice("grad_clip", self.grad_clip, GRAD_CLIPS)
-        from vaco_jax.networks import ACTIVATIONS, NETWORKS
+        from vaco_jax.core.networks import ACTIVATIONS, NETWORKS
 
         _check_choice("network", self.network, tuple(NETWORKS))
         _check_choice("activation", self.activation, tuple(ACTIVATIONS))
@@ -254,7 +242,7 @@ class Config:
 
     def build_method(self, **extra):
         """The method as a pytree of pieces (Python-number leaves), honouring every given option."""
-        from vaco_jax.methods import make_method
+        from vaco_jax.core.methods import make_method
 
         return make_method(self.method, **{**self.method_options(), **extra})
 
@@ -386,7 +374,7 @@ def make_traced(config: Config, lag_depth: int | None = None, *, method=None, **
     elif extra:
         raise ConfigError(f"give {', '.join(extra)} on the method's pieces when passing method=")
     else:
-        from vaco_jax.methods import check_method
+        from vaco_jax.core.methods import check_method
 
         check_method(method)
     lag = make_lag(cfg.lag_model, cfg.effective_lag_depth(), cfg.buffer_capacity, cfg.partial_resync_every,

@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from vaco_jax import pieces as P
-from vaco_jax.knobs import ConfigError, check_knob
-from vaco_jax.pieces import PIECE_KINDS, STATIC_CHOICES, Method
+from vaco_jax.core import pieces as P
+from vaco_jax.core.knobs import ConfigError, check_knob
+from vaco_jax.core.pieces import PIECE_KINDS, STATIC_CHOICES, Method
 
 
 @dataclasses.dataclass(frozen=True)

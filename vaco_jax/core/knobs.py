@@ -21,11 +21,9 @@ import math
 
 import numpy as np
 
+from vaco_jax.errors import ConfigError  # noqa: F401  (re-exported: the knobs' checks raise it)
+
 FLOAT32_MAX = float(np.finfo(np.float32).max)
-
-
-class ConfigError(ValueError):
-    """A setting has a value outside its allowed set (raised before anything is compiled)."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,7 +13,7 @@ of one task share it). They show progress between chunks (no host callbacks insi
 
 CLI::
 
-    python -m vaco_jax.train --env inverted_double_pendulum --lag-depth 4 --method vaco
+    python -m vaco_jax.core.train --env inverted_double_pendulum --lag-depth 4 --method vaco
 """
 
 from __future__ import annotations
@@ -29,14 +29,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vaco_jax import lag as lag_lib
-from vaco_jax import proximal as prox
-from vaco_jax.config import Config, ConfigError, TracedParams, make_traced
+from vaco_jax.core import lag as lag_lib
+from vaco_jax.core import proximal as prox
+from vaco_jax.core.config import Config, ConfigError, TracedParams, make_traced
 from vaco_jax.envs import EnvState, make_env, reset_batch
-from vaco_jax.networks import (NETWORKS, NormalizerState, RewardScalerState, normalize,
+from vaco_jax.core.networks import (NETWORKS, NormalizerState, RewardScalerState, normalize,
                                normalizer_init, normalizer_update, reward_scaler_init, reward_scaler_update)
-from vaco_jax.rollout import rollout
-from vaco_jax.update import LearnerState, Networks, UpdateShape, align, make_optimizer, update_phase
+from vaco_jax.core.rollout import rollout
+from vaco_jax.core.update import LearnerState, Networks, UpdateShape, align, make_optimizer, update_phase
 
 # fold_in streams of the run key (the lag stream lives in lag.py)
 INIT_STREAM, ENV_STREAM, PHASE_STREAM, EVAL_STREAM = 11, 12, 13, 14
@@ -364,7 +364,7 @@ def run(config: Config, traced: TracedParams, seed: int = 0, progress: bool = Tr
     With ``checkpoint_dir`` the whole carry and the curve so far are saved after every chunk, and a
     rerun resumes from the newest good checkpoint (bit for bit: every random stream is a fold-in
     of the run key and the phase). With ``tensorboard_dir`` every chunk's curve entry and staleness
-    histogram are also written there as TensorBoard events (vaco_jax/live.py).
+    histogram are also written there as TensorBoard events (vaco_jax/driver/live.py).
     """
     from tqdm.auto import tqdm
 
@@ -375,8 +375,7 @@ def run(config: Config, traced: TracedParams, seed: int = 0, progress: bool = Tr
     evaluation = evaluation_program(trainer)
     state, history = None, []
     if checkpoint_dir:
-        from vaco_jax import checkpoint as ckpt
-
+        from vaco_jax.driver import checkpoint as ckpt
         try:
             restored = ckpt.restore_checkpoint(checkpoint_dir, jax.eval_shape(init, key, traced))
         except ckpt.CheckpointDamaged as e:
@@ -394,7 +393,7 @@ def run(config: Config, traced: TracedParams, seed: int = 0, progress: bool = Tr
                desc=f"{config.method} B={int(traced.lag_depth)}")
     live = None
     if tensorboard_dir:
-        from vaco_jax.live import EventFile
+        from vaco_jax.driver.live import EventFile
 
         live = EventFile(tensorboard_dir)
     for _ in range(len(history), config.num_evals):
@@ -408,7 +407,7 @@ def run(config: Config, traced: TracedParams, seed: int = 0, progress: bool = Tr
         history.append({k: (np.asarray(v).item() if isinstance(v, (np.ndarray, np.generic)) else v)
                         for k, v in summary.items()})
         if live is not None:
-            from vaco_jax.live import scalar_values
+            from vaco_jax.driver.live import scalar_values
 
             live.write(int(history[-1]["env_steps"]), scalar_values(history[-1]),
                        np.asarray(jax.device_get(metrics.staleness_counts)))
@@ -416,8 +415,7 @@ def run(config: Config, traced: TracedParams, seed: int = 0, progress: bool = Tr
         bar.set_postfix(eval=f"{summary['eval_return']:.1f}", train=f"{summary['train_return']:.1f}",
                         sps=f"{summary['steps_per_second']:.0f}")
         if checkpoint_dir:
-            from vaco_jax import checkpoint as ckpt
-
+            from vaco_jax.driver import checkpoint as ckpt
             ckpt.save_checkpoint(checkpoint_dir, state, len(history), extra={"history": history})
         if summary["diverged"]:
             bar.write("diverged: non-finite parameters; stopping this run")
@@ -440,8 +438,8 @@ TRAIN_EXTRA = [("seed", int, 0, "seed of the run (environment, initialisation, a
 
 
 def train_args_class():
-    """``python -m vaco_jax.train`` flags: seed, out, progress, tensorboard, then every Config field (cli.py)."""
-    from vaco_jax.cli import config_args_class
+    """``python -m vaco_jax.core.train`` flags: seed, out, progress, tensorboard, then every Config field (cli.py)."""
+    from vaco_jax.driver.cli import config_args_class
 
     # grid_batch batches a sweep's cells; one run is one cell
     return config_args_class("TrainArgs", TRAIN_EXTRA, defaults=train_defaults(), exclude=("grid_batch",))
@@ -450,7 +448,7 @@ def train_args_class():
 def with_task_defaults(config: Config, enabled: bool) -> Config:
     """``config`` with the task's own defaults (config.TASK_DEFAULTS) for each setting left at the
     command line's default; a setting given on the command line keeps its value."""
-    from vaco_jax.config import TASK_DEFAULTS
+    from vaco_jax.core.config import TASK_DEFAULTS
 
     if not enabled or config.env not in TASK_DEFAULTS:
         return config
@@ -484,8 +482,8 @@ def main(args=None) -> int:
     """
     import shutil
 
-    from vaco_jax import results
-    from vaco_jax.cli import config_from_args, parse_args
+    from vaco_jax.analysis import results
+    from vaco_jax.driver.cli import config_from_args, parse_args
 
     args = args or parse_args(train_args_class())
     config = with_task_defaults(config_from_args(args), getattr(args, "task_defaults", False))
@@ -502,7 +500,7 @@ def main(args=None) -> int:
     state, history = run(config, traced, seed=args.seed, progress=args.progress, checkpoint_dir=ckpt_dir,
                          tensorboard_dir=tb_dir)
     diverged = any(h["diverged"] for h in history)
-    from vaco_jax.policies import save_policies
+    from vaco_jax.driver.policies import save_policies
 
     one = jax.tree.map(lambda x: np.asarray(x)[None], (state.learner, state.normalizer))
     save_policies(os.path.join(args.out, name + ".policy"), config, *one)  # load_policy(that dir)
@@ -521,9 +519,9 @@ def main(args=None) -> int:
 
 
 def cli() -> None:
-    """The ``vaco-train`` command (``python -m vaco_jax.train``)."""
-    from vaco_jax.cli import parse_args
-    from vaco_jax.sweep import cli_main
+    """The ``vaco-train`` command (``python -m vaco_jax.core.train``)."""
+    from vaco_jax.driver.cli import parse_args
+    from vaco_jax.driver.sweep import cli_main
 
     cli_main(main, parse_args(train_args_class()))
 

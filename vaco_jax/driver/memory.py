@@ -39,8 +39,8 @@ def tree_bytes(tree) -> int:
 def cell_bytes(config, trainer=None) -> dict:
     """Estimated bytes of one cell of ``config``'s program: ``state``, ``trajectory``, ``evaluation``,
     ``total``. Nothing is compiled (``jax.eval_shape`` traces ``init``)."""
-    from vaco_jax.config import make_traced
-    from vaco_jax.train import make_train
+    from vaco_jax.core.config import make_traced
+    from vaco_jax.core.train import make_train
 
     trainer = trainer or make_train(config)
     traced = make_traced(config, config.effective_lag_depth())

@@ -13,9 +13,10 @@ import dataclasses
 import typing
 from typing import Annotated, Any, Literal, Optional
 
-from vaco_jax.config import ACTOR_DTYPES, BACKENDS, GRAD_CLIPS, SHUFFLES, Config, ConfigError
-from vaco_jax.knobs import KNOBS
-from vaco_jax.results import ResultsError
+from vaco_jax.core.config import ACTOR_DTYPES, GRAD_CLIPS, SHUFFLES, Config, ConfigError
+from vaco_jax.envs import BACKENDS
+from vaco_jax.core.knobs import KNOBS
+from vaco_jax.analysis.results import ResultsError
 
 FIELD_HELP = {
     "env": "task: a Gymnasium locomotion task (Hopper-v4, Walker2d-v4, HalfCheetah-v4, Ant-v4, Humanoid-v4; "
@@ -68,10 +69,10 @@ def field_choices(skip: tuple | set = ()) -> dict[str, tuple]:
     ``skip``: fields not wanted. The env list is the costly one: naming every Brax and Playground task
     imports both packages (~6 s of a script's start on a 2-core CPU), so scripts whose tasks come from
     their own ``--tasks`` flag skip it, and a point_mass run never imports them."""
-    from vaco_jax.lag import LAG_MODELS
-    from vaco_jax.methods import CUSTOM, METHODS
-    from vaco_jax.networks import ACTIVATIONS, NETWORKS
-    from vaco_jax.pieces import PIECE_KINDS, STATIC_CHOICES
+    from vaco_jax.core.lag import LAG_MODELS
+    from vaco_jax.core.methods import CUSTOM, METHODS
+    from vaco_jax.core.networks import ACTIVATIONS, NETWORKS
+    from vaco_jax.core.pieces import PIECE_KINDS, STATIC_CHOICES
 
     choices = {"backend": BACKENDS, "lag_model": LAG_MODELS,
                "actor_dtype": ACTOR_DTYPES, "minibatch_shuffle": SHUFFLES, "grad_clip": GRAD_CLIPS, "network": tuple(NETWORKS), "activation": tuple(ACTIVATIONS),
@@ -220,7 +221,7 @@ def read_config_file(path: str) -> dict:
     if os.path.basename(path) == "config.json":
         group = os.path.dirname(path)
         if os.path.exists(os.path.join(group, "cells.json")):  # a group's lag depths and seeds, for the scripts
-            from vaco_jax import results                      # that take them (checksum verified)
+            from vaco_jax.analysis import results                      # that take them (checksum verified)
 
             rows = results.read_cells(group)
             data.setdefault("lag_depths", sorted({int(r["lag_depth"]) for r in rows}))

@@ -35,11 +35,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vaco_jax.config import STATIC_FIELDS, TRACED_FIELDS, Config, _ages_depth, make_traced, stack_traced
-from vaco_jax import results
-from vaco_jax.knobs import ConfigError, check_knob
-from vaco_jax.results import ResultsError
-from vaco_jax.train import Trainer, chunk_summary, evaluated, evaluation_program, make_train
+from vaco_jax.core.config import STATIC_FIELDS, TRACED_FIELDS, Config, _ages_depth, make_traced, stack_traced
+from vaco_jax.analysis import results
+from vaco_jax.core.knobs import ConfigError, check_knob
+from vaco_jax.analysis.results import ResultsError
+from vaco_jax.core.train import Trainer, chunk_summary, evaluated, evaluation_program, make_train
 
 @dataclasses.dataclass(frozen=True)
 class Cell:
@@ -150,7 +150,7 @@ def parse_sweep(items: Sequence[str]) -> dict[str, list]:
         if name not in types and name not in _piece_knob_names():
             close = difflib.get_close_matches(name, list(types) + sorted(_piece_knob_names()), n=3)
             raise ConfigError(f"--sweep {name}: not a setting" + (f" (did you mean {', '.join(close)}?)" if close
-                                                                 else "; see python -m vaco_jax.train --help"))
+                                                                 else "; see python -m vaco_jax.core.train --help"))
         if not rhs.strip():
             raise ConfigError(f"--sweep {name}: no values given")
         try:
@@ -172,15 +172,15 @@ def parse_sweep(items: Sequence[str]) -> dict[str, list]:
 
 
 def _piece_knob_names() -> set:
-    from vaco_jax.pieces import PIECE_KINDS
+    from vaco_jax.core.pieces import PIECE_KINDS
 
     return {f.name for _, _, reg in PIECE_KINDS.values() for cls in reg.values() for f in dataclasses.fields(cls)}
 
 
 def reads_knob(config: Config, name: str) -> bool:
     """Whether a run of ``config`` reads the traced knob ``name``."""
-    from vaco_jax.knobs import COMMON_KNOBS, LAG_KNOBS
-    from vaco_jax.methods import method_knobs
+    from vaco_jax.core.knobs import COMMON_KNOBS, LAG_KNOBS
+    from vaco_jax.core.methods import method_knobs
 
     if name in COMMON_KNOBS:
         return True
@@ -396,7 +396,7 @@ def cli_main(main, args) -> None:
     ``main`` is the exit code."""
     import sys
 
-    from vaco_jax.checkpoint import CheckpointDamaged
+    from vaco_jax.driver.checkpoint import CheckpointDamaged
 
     debug = os.environ.get("VACO_JAX_DEBUG") == "1"
     try:
@@ -431,7 +431,7 @@ def _fail(line: str, code: int) -> None:
     would otherwise print tracebacks during interpreter shutdown."""
     import sys
 
-    from vaco_jax.checkpoint import stderr_fd
+    from vaco_jax.driver.checkpoint import stderr_fd
 
     sys.stdout.flush()
     sys.stderr.flush()
@@ -448,7 +448,7 @@ def run_groups(run_dir: str, groups: Sequence[Group], progress: bool = True, max
                tensorboard: bool = False, max_cells_per_program: int | None = None) -> bool:
     """Run every group; with ``max_chunks`` each stops after that many chunks (a time-limited job:
     rerun the same command to continue). With ``tensorboard`` each group also writes live metrics to
-    ``RUN/tensorboard/GROUP/`` (vaco_jax/live.py). With ``max_cells_per_program`` a group with more
+    ``RUN/tensorboard/GROUP/`` (vaco_jax/driver/live.py). With ``max_cells_per_program`` a group with more
     cells runs as parts ``GROUP/part-J-of-M/``, one program each. Returns whether every group finished."""
     check_max_chunks(max_chunks)
     check_max_cells(max_cells_per_program)
@@ -480,7 +480,7 @@ def check_max_cells(value) -> None:
 def split_group(group: Group, max_cells: int | None) -> list[Group]:
     """A group with more than ``max_cells`` cells as parts ``GROUP/part-J-of-M/`` of nearly equal size
     (J = 0..M-1), each its own program; otherwise the group itself."""
-    from vaco_jax.memory import split_sizes
+    from vaco_jax.driver.memory import split_sizes
 
     if max_cells is None or len(group.cells) <= max_cells:
         return [group]
@@ -536,8 +536,7 @@ def memory_plan(groups: Sequence[Group], max_cells: int | None = None, show: boo
     only), print it, and check it fits: a group whose cells, spread over this process's devices,
     would not fit in a device's memory is an error that names the ``--max-cells-per-program`` that
     fits. Returns ``{subdir: bytes per cell}``."""
-    from vaco_jax import memory
-
+    from vaco_jax.driver import memory
     check_max_cells(max_cells)
     device_memory, source = memory.device_bytes()
     out, lines = {}, []
@@ -723,7 +722,7 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
     ``tags`` are extra columns written into every row (e.g. ``num_epochs`` for a forward-lag sweep).
 
     ``tensorboard_dir``: also write each chunk's rows and staleness histograms as TensorBoard event
-    files, one run per cell in ``tensorboard_dir/cell-<i>_B<lag>_s<seed>/`` (vaco_jax/live.py).
+    files, one run per cell in ``tensorboard_dir/cell-<i>_B<lag>_s<seed>/`` (vaco_jax/driver/live.py).
     """
     tags = dict(tags or {})
     check_cells(cells, group_dir)
@@ -743,8 +742,7 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
         return rows
     from tqdm.auto import tqdm
 
-    from vaco_jax import checkpoint as ckpt
-
+    from vaco_jax.driver import checkpoint as ckpt
     os.makedirs(group_dir, exist_ok=True)
     results.write_cells(group_dir, cell_rows)
 
@@ -848,7 +846,7 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
             vals = np.array([r[k] for r in rows], float)
             row[f"mean_{k}"] = float(np.nanmean(vals)) if np.any(np.isfinite(vals)) else float("nan")
         score_rows.append(row)
-    from vaco_jax.policies import save_policies
+    from vaco_jax.driver.policies import save_policies
 
     final = jax.device_get(unpad(state))
     save_policies(group_dir, config, final.learner, final.normalizer)  # trained policies are kept
@@ -890,7 +888,7 @@ def _same_number(a, b) -> bool:
 def check_finished_group(group_dir: str, config: Config) -> None:
     """A finished group holds its settings (``config.json``, equal to the command's) and its trained
     policies (``policies.npz``); anything missing, unreadable or different is named before it is reported."""
-    from vaco_jax.policies import CONFIG, POLICIES
+    from vaco_jax.driver.policies import CONFIG, POLICIES
 
     path = os.path.join(group_dir, CONFIG)
     if not os.path.exists(path):
@@ -954,7 +952,7 @@ def check_cells(cells: Sequence[Cell], where: str = "") -> None:
 def _live_writer(tensorboard_dir: str | None, cells: Sequence[Cell]):
     if not tensorboard_dir:
         return None
-    from vaco_jax.live import GroupWriter, cell_run_name
+    from vaco_jax.driver.live import GroupWriter, cell_run_name
 
     return GroupWriter(tensorboard_dir, [cell_run_name(i, c.lag_depth, c.seed) for i, c in enumerate(cells)])
 

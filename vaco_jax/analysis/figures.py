@@ -1,7 +1,7 @@
 """Figures of a run directory (docs/evaluation.md): the lag-sweep figures, drawn from the files on disk.
 
-Every function reads a run directory written by :mod:`vaco_jax.sweep` and
-:func:`vaco_jax.analysis.summarise`, saves one figure as PNG *and* PDF under ``RUN/figures/`` (or
+Every function reads a run directory written by :mod:`vaco_jax.driver.sweep` and
+:func:`vaco_jax.analysis.tables.summarise`, saves one figure as PNG *and* PDF under ``RUN/figures/`` (or
 under ``figures_dir`` when given) and returns the paths it wrote. ``sources`` (a list of run
 directories) makes a function read the score and curve rows of all of them, merged (e.g. a sweep
 whose shards wrote into separate directories), while ``run_dir`` is where the summary is read and
@@ -44,9 +44,9 @@ import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import EngFormatter, FixedLocator, NullLocator  # noqa: E402
 
-from vaco_jax import results  # noqa: E402
-from vaco_jax.results import load_curves, load_scores, read_csv  # noqa: E402
-from vaco_jax.knobs import KNOBS  # noqa: E402
+from vaco_jax.analysis import results  # noqa: E402
+from vaco_jax.analysis.results import load_curves, load_scores, read_csv  # noqa: E402
+from vaco_jax.core.knobs import KNOBS  # noqa: E402
 
 FIGURES = "figures"
 
@@ -305,23 +305,22 @@ def _data(run_dir: str, sources) -> str | list[str]:
 
 
 def _score_rows(run_dir, one_setting: bool = True) -> list[dict]:
-    """Score rows of the complete tasks (``analysis.complete_tasks``): a figure pooled over tasks never
+    """Score rows of the complete tasks (``tables.complete_tasks``): a figure pooled over tasks never
     pools one method over fewer tasks than another while a study is part-way through. With
     ``one_setting`` (a figure that compares methods over their pooled runs) rows of several settings
-    (``analysis.setting_axes``: a ``--sweep`` beyond method and lag depth) are NoData, not pooled."""
-    from vaco_jax import analysis
-
+    (``tables.setting_axes``: a ``--sweep`` beyond method and lag depth) are NoData, not pooled."""
+    from vaco_jax.analysis import tables
     rows = load_scores(run_dir)
     if not rows:
         raise NoData(f"no scores.csv under {run_dir} (no group has finished)")
-    axes = analysis.setting_axes(rows) if one_setting else []
+    axes = tables.setting_axes(rows) if one_setting else []
     if axes:
         raise NoData(f"the runs hold several settings ({', '.join(axes)}) and this figure compares methods "
                      "over pooled runs; summary.csv and the figures drawn from it keep the settings apart "
                      "(draw this one from a run of one setting)")
-    kept, left_out = analysis.complete_tasks(rows)
+    kept, left_out = tables.complete_tasks(rows)
     if not kept:
-        raise NoData(f"no task under {run_dir} holds every method and lag depth: {analysis.left_out_text(left_out)}")
+        raise NoData(f"no task under {run_dir} holds every method and lag depth: {tables.left_out_text(left_out)}")
     return kept
 
 
@@ -367,10 +366,10 @@ def _variant_label(method: str, variant: tuple, keys: Sequence[str]) -> str:
 # ----------------------------------------------------------------------------- (1) aggregate vs lag
 
 def _read_analysis_table(run_dir: str, filename: str) -> list[dict]:
-    """Rows of a table written by ``analysis.summarise``; NoData when it is missing or empty."""
+    """Rows of a table written by ``tables.summarise``; NoData when it is missing or empty."""
     path = os.path.join(run_dir, filename)
     if not os.path.exists(path):
-        raise NoData(f"{path} is missing (run vaco_jax.analysis.summarise first)")
+        raise NoData(f"{path} is missing (run vaco_jax.analysis.tables.summarise first)")
     rows = read_csv(path)
     if not rows:
         raise NoData(f"{path} is empty")
@@ -805,11 +804,11 @@ def _reps(run_dir, sources) -> int:
 def _normalised_cells(data, score: str):
     """``(rows, tasks, lags, methods, transform, unit)``: ``transform(kept)`` maps a cell's kept runs to
     scores normalised to synchronous PPO-Clip, or leaves them raw with one task and no reference."""
-    from vaco_jax import analysis, stats
-
+    from vaco_jax.analysis import tables
+    from vaco_jax.analysis import stats
     rows = _score_rows(data)
     tasks = sorted({r["env"] for r in rows})
-    refs = analysis.reference_scores(rows, tasks, score, results.load_random_scores(data))
+    refs = tables.reference_scores(rows, tasks, score, results.load_random_scores(data))
     if refs is not None:
         return rows, tasks, (lambda m: stats.normalize_scores(m, *refs)), "normalised score (1 = sync PPO-Clip)"
     if len(tasks) == 1:
@@ -866,8 +865,8 @@ def plot_interval_estimates(run_dir: str, score: str = "final_eval_return", norm
 def plot_probability_of_improvement(run_dir: str, score: str = "final_eval_return", method: str = "vaco",
                                     sources=None, figures_dir: str | None = None) -> list[str]:
     """P(``method`` > each other method) with 95% CIs, one panel per lag depth."""
-    from vaco_jax import analysis, stats
-
+    from vaco_jax.analysis import tables
+    from vaco_jax.analysis import stats
     rows = _score_rows(_data(run_dir, sources))
     tasks = sorted({r["env"] for r in rows})
     lags = sorted({int(r["lag_depth"]) for r in rows if r["method"] == method})
@@ -876,11 +875,11 @@ def plot_probability_of_improvement(run_dir: str, score: str = "final_eval_retur
     reps = _reps(run_dir, sources)
     results_by_lag = {}
     for lag in lags:
-        x = analysis.clean_cell(rows, method, lag, tasks, score)[0]
+        x = tables.clean_cell(rows, method, lag, tasks, score)[0]
         others = sort_methods({r["method"] for r in rows if r["method"] != method and int(r["lag_depth"]) == lag})
         res = []
         for o in others:
-            y = analysis.clean_cell(rows, o, lag, tasks, score)[0]
+            y = tables.clean_cell(rows, o, lag, tasks, score)[0]
             if x.shape[0] and y.shape[0]:
                 res.append((o, *stats.probability_of_improvement_ci(x, y, reps=reps)))
         if res:
@@ -916,15 +915,15 @@ def plot_probability_of_improvement(run_dir: str, score: str = "final_eval_retur
 def plot_performance_profiles(run_dir: str, score: str = "final_eval_return", sources=None,
                               figures_dir: str | None = None) -> list[str]:
     """Fraction of runs x tasks with score > tau per method, with 95% CI bands, one panel per lag depth."""
-    from vaco_jax import analysis, stats
-
+    from vaco_jax.analysis import tables
+    from vaco_jax.analysis import stats
     rows, tasks, transform, unit = _normalised_cells(_data(run_dir, sources), score)
     lags = sorted({int(r["lag_depth"]) for r in rows})
     methods = sort_methods({r["method"] for r in rows})
     cells = {}
     for lag in lags:
         for m in methods:
-            kept = analysis.clean_cell(rows, m, lag, tasks, score)[0]
+            kept = tables.clean_cell(rows, m, lag, tasks, score)[0]
             if kept.shape[0]:
                 cells[(m, lag)] = transform(kept)
     if not cells:
@@ -973,15 +972,15 @@ def _curve_cells(curves: Sequence[dict]):
 
 def plot_iqm_curves(run_dir: str, sources=None, figures_dir: str | None = None) -> list[str]:
     """Sample efficiency: IQM of the normalised eval return vs env steps with 95% CI bands, per lag depth."""
-    from vaco_jax import analysis, stats
-
+    from vaco_jax.analysis import tables
+    from vaco_jax.analysis import stats
     data = _data(run_dir, sources)
     curves = [r for r in load_curves(data) if _finite(r.get("eval_return"))]
     if not curves:
         raise NoData("no curves.csv rows with an eval_return")
     rows = _score_rows(data)
     tasks = sorted({r["env"] for r in rows})
-    refs = analysis.reference_scores(rows, tasks, "final_eval_return", results.load_random_scores(data))
+    refs = tables.reference_scores(rows, tasks, "final_eval_return", results.load_random_scores(data))
     if refs is None and len(tasks) > 1:
         raise NoData("several tasks and no reference: cannot pool eval returns across tasks")
     cells = _curve_cells(curves)
@@ -1094,13 +1093,12 @@ def make_all(run_dirs, summarise: bool | None = None, reps: int | None = None, o
     ``run_dirs``: one run directory or several whose score and curve rows are merged (the shards of
     a sweep written into separate directories); ``summary.csv``, ``diagnostics.csv`` and
     ``figures/`` go into ``out`` (default: the first directory).
-    ``summarise``: re-run :func:`vaco_jax.analysis.summarise` first (True), never (False), or only
+    ``summarise``: re-run :func:`vaco_jax.analysis.tables.summarise` first (True), never (False), or only
     when ``summary.csv`` is missing (None, the default). ``reps``: bootstrap replicates for it
     (default: the run's ``bootstrap_reps`` from ``run.json``, else 2000). ``figures_dir``: where the
     figures go instead of ``out/figures/``.
     """
-    from vaco_jax import analysis
-
+    from vaco_jax.analysis import tables
     sources = [run_dirs] if isinstance(run_dirs, (str, os.PathLike)) else [str(d) for d in run_dirs]
     run_dir = out or sources[0]
     data = sources[0] if sources == [run_dir] else sources
@@ -1108,12 +1106,12 @@ def make_all(run_dirs, summarise: bool | None = None, reps: int | None = None, o
     summary_ok = True
     if summarise or (summarise is None and not have_summary):
         try:
-            analysis.summarise(data, reps=reps or bootstrap_reps(sources) or 2000, out=run_dir)
+            tables.summarise(data, reps=reps or bootstrap_reps(sources) or 2000, out=run_dir)
         except FileNotFoundError as e:
             print(f"[plots] no summary: {e}")
         except ValueError as e:  # e.g. a non-finite reference score: draw what does not need the summary
             summary_ok = False
-            print(f"[plots] analysis.summarise failed ({type(e).__name__}: {e}); "
+            print(f"[plots] tables.summarise failed ({type(e).__name__}: {e}); "
                   "skipping the figures drawn from summary.csv / diagnostics.csv")
     paths: list[str] = []
     merged = None if data == run_dir else data
@@ -1134,7 +1132,7 @@ def make_all(run_dirs, summarise: bool | None = None, reps: int | None = None, o
         key = (r["score"], r["normalization"])
         if key not in combos:
             combos.append(key)
-    order = {s: i for i, s in enumerate(analysis.SCORES)}
+    order = {s: i for i, s in enumerate(tables.SCORES)}
     combos.sort(key=lambda k: (order.get(k[0], len(order)), k[1] != "normalized"))
     for score, norm in combos:
         attempt(f"aggregate vs lag ({score}, {norm})", plot_aggregate_vs_lag, score, norm)
