@@ -32,7 +32,7 @@ import numpy as np
 
 from vaco_jax.analysis import results
 from vaco_jax.core.config import Config, ConfigError, make_traced
-from vaco_jax.driver.sweep import last_fraction_train_return
+from vaco_jax.driver.runner import last_fraction_train_return
 from vaco_jax.core.train import make_train
 
 # CleanRL's ppo_continuous_action at 1M env steps (its documentation's table: mean +- std over seeds)

@@ -38,7 +38,7 @@ import jax.numpy as jnp
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from vaco_jax.core.config import Config, make_traced, stack_traced  # noqa: E402
-from vaco_jax.driver.sweep import grid_layout, grid_mesh, grid_program, grid_put  # noqa: E402
+from vaco_jax.driver.devices import grid_layout, grid_mesh, grid_program, grid_put  # noqa: E402
 from vaco_jax.core.train import make_train  # noqa: E402
 
 

@@ -599,7 +599,7 @@ def _versions() -> dict:
 
 
 def _machine() -> dict:
-    from vaco_jax.driver.sweep import machine
+    from vaco_jax.driver.provenance import machine
 
     dev = jax.devices()[0]
     cpu_model = machine()["cpu"]

@@ -129,26 +129,26 @@ def base_config(args: Args, spec: dict, task: str, method: str) -> Config:
 
 def plan(args: Args, spec: dict) -> list:
     """Every group (task x method x static sweep values) with its cells, validated, nothing compiled."""
-    from vaco_jax.driver import sweep
+    from vaco_jax.driver import grid
     keys = [(t, m) for t in spec["tasks"] for m in spec["methods"]]
-    configs = sweep.with_knobs([base_config(args, spec, t, m) for t, m in keys],
+    configs = grid.with_knobs([base_config(args, spec, t, m) for t, m in keys],
                                dict(learning_rate=args.learning_rate, clip_epsilon=args.clip_epsilon,
                                     tv_budget=args.tv_budget))
-    cells = tuple(sweep.grid(spec["lag_depths"], spec["seeds"]))
-    groups = [sweep.Group(c, cells, os.path.join(t, m), f"{t}/{m}") for (t, m), c in zip(keys, configs)]
-    return sweep.apply_sweep(groups, sweep.parse_sweep(args.sweep), config_flags(args, StudyArgs, exclude=PER_GROUP))
+    cells = tuple(grid.grid(spec["lag_depths"], spec["seeds"]))
+    groups = [grid.Group(c, cells, os.path.join(t, m), f"{t}/{m}") for (t, m), c in zip(keys, configs)]
+    return grid.apply_sweep(groups, grid.parse_sweep(args.sweep), config_flags(args, StudyArgs, exclude=PER_GROUP))
 
 
 def main(args: Args) -> str:
     from vaco_jax.analysis import tables
-    from vaco_jax.driver import sweep
+    from vaco_jax.driver import grid, study
     spec = resolve(args)
     groups = plan(args, spec)
-    print(sweep.preset_text(args.preset, spec))
+    print(grid.preset_text(args.preset, spec))
     run_dir = spec["out"]
     t0 = time.perf_counter()
-    if not sweep.run_study(run_dir, groups, args, spec,
-                           prepare=lambda: sweep.random_scores(run_dir, spec["tasks"], groups[0].config)):
+    if not study.run_study(run_dir, groups, args, spec,
+                           prepare=lambda: study.random_scores(run_dir, spec["tasks"], groups[0].config)):
         return run_dir
     summary, _ = tables.summarise(run_dir, reps=args.bootstrap_reps)
     print(f"\nlag sweep finished in {time.perf_counter() - t0:.0f} s -> {run_dir}")
@@ -192,6 +192,6 @@ def print_table(summary: list[dict]) -> None:
 
 if __name__ == "__main__":
     from vaco_jax.driver.cli import parse_args
-    from vaco_jax.driver.sweep import cli_main
+    from vaco_jax.driver.cli import cli_main
 
     cli_main(main, parse_args(Args))

@@ -74,7 +74,7 @@ class Args:
 class Unit:
     name: str
     stage: str  # tuning | study
-    group: object  # sweep.Group
+    group: object  # grid.Group
     runs: int
     minutes: float
 
@@ -116,31 +116,31 @@ def _cost(p: dict, task: str, runs: int) -> float:
 
 
 def _unit(p: dict, name: str, stage: str, config: Config, cells: list, subdir: str, tags=()) -> Unit:
-    from vaco_jax.driver import sweep
-    return Unit(name, stage, sweep.Group(config, tuple(cells), subdir, name, tags), len(cells),
+    from vaco_jax.driver import grid
+    return Unit(name, stage, grid.Group(config, tuple(cells), subdir, name, tags), len(cells),
                 _cost(p, config.env, len(cells)))
 
 
 def tuning_units(p: dict) -> list[Unit]:
-    from vaco_jax.driver import sweep
+    from vaco_jax.driver import grid
     t = p["tuning"]
     out = []
     for m in p["methods"]:
         g = t["grids"][m]
-        cells = sweep.grid(t["lag_depths"], p["seeds"]["tuning"], **{g["knob"]: [float(v) for v in g["values"]]})
+        cells = grid.grid(t["lag_depths"], p["seeds"]["tuning"], **{g["knob"]: [float(v) for v in g["values"]]})
         out.append(_unit(p, f"tune/{m}", "tuning", base_config(p, t["task"], m), cells, os.path.join(t["task"], m)))
     return out
 
 
 def extension_units(p: dict, tuned: dict) -> list[Unit]:
     """One unit per (method, tuning lag depth) whose optimum sat at an edge of its grid."""
-    from vaco_jax.driver import sweep
+    from vaco_jax.driver import grid
     t = p["tuning"]
     out = []
     for m, per_b in tuned.get("extend", {}).items():
         knob = t["grids"][m]["knob"]
         for b, value in per_b.items():
-            cells = sweep.grid([int(b)], p["seeds"]["tuning"], **{knob: [float(value)]})
+            cells = grid.grid([int(b)], p["seeds"]["tuning"], **{knob: [float(value)]})
             out.append(_unit(p, f"extend/{m}/B{b}", "tuning", base_config(p, t["task"], m), cells,
                              os.path.join(t["task"], m, f"extend_B{b}")))
     return out
@@ -152,7 +152,7 @@ def chosen(tuned: dict, method: str, b: int) -> float:
 
 def study_units(p: dict, tuned: dict | None) -> list[Unit]:
     """Study, lag-aware and ablation units; those that need the frozen tuning only once it exists."""
-    from vaco_jax.driver import sweep
+    from vaco_jax.driver import grid
     seeds, grids = p["seeds"]["study"], p["tuning"]["grids"]
     b_low, b_high = (int(b) for b in p["tuning"]["lag_depths"])
     out = []
@@ -161,7 +161,7 @@ def study_units(p: dict, tuned: dict | None) -> list[Unit]:
             config = base_config(p, task, m)
             if tuned is not None:
                 config = config.replace(**{grids[m]["knob"]: chosen(tuned, m, b_low)})
-            out.append(_unit(p, f"study/{task}/{m}", "study", config, sweep.grid(p["lag_depths"], seeds),
+            out.append(_unit(p, f"study/{task}/{m}", "study", config, grid.grid(p["lag_depths"], seeds),
                              os.path.join(task, m)))
     if tuned is None:
         return out
@@ -171,7 +171,7 @@ def study_units(p: dict, tuned: dict | None) -> list[Unit]:
             if low != high:
                 config = base_config(p, task, m).replace(**{grids[m]["knob"]: high})
                 out.append(_unit(p, f"lag_aware/{task}/{m}", "study", config,
-                                 sweep.grid(p["lag_aware"]["lag_depths"], seeds),
+                                 grid.grid(p["lag_aware"]["lag_depths"], seeds),
                                  os.path.join(task, m, "variant=lag_aware"), (("variant", "lag_aware"),)))
     ab = p["ablations"]
     for task in ab["tasks"]:
@@ -179,7 +179,7 @@ def study_units(p: dict, tuned: dict | None) -> list[Unit]:
             config = base_config(p, task, m)
             if spec["inherits"]:
                 config = config.replace(**{grids[spec["inherits"]]["knob"]: chosen(tuned, spec["inherits"], b_low)})
-            out.append(_unit(p, f"ablation/{task}/{m}", "study", config, sweep.grid(ab["lag_depths"], seeds),
+            out.append(_unit(p, f"ablation/{task}/{m}", "study", config, grid.grid(ab["lag_depths"], seeds),
                              os.path.join(task, m)))
     return out
 
@@ -536,9 +536,9 @@ def all_units(p: dict, args: Args) -> tuple[list[Unit], dict | None, str]:
 
 
 def _finished(args: Args, unit: Unit) -> bool:
-    from vaco_jax.driver import sweep
+    from vaco_jax.driver import runner
     done = {r["unit"] for r in _manifest(args.results)}
-    return unit.name in done or sweep.group_finished(os.path.join(args.runs, unit.stage, unit.group.subdir))
+    return unit.name in done or runner.group_finished(os.path.join(args.runs, unit.stage, unit.group.subdir))
 
 
 def plan_text(p: dict, units: list[Unit], state: str, args: Args) -> str:
@@ -586,7 +586,7 @@ def select(units: list[Unit], args: Args, budget: float | None = None, first: bo
 
 def main(args: Args) -> list[str]:
     from vaco_jax.analysis import tables
-    from vaco_jax.driver import sweep
+    from vaco_jax.driver import runner, study
     p, digest = load_protocol(args.protocol)
     check_protocol(p)
     if args.stage == "report":
@@ -602,7 +602,7 @@ def main(args: Args) -> list[str]:
     check_protocol_unchanged(args.results, digest, args.deviation)
     listed = {r["unit"] for r in _manifest(args.results)}
     for u in units:  # finished in a run directory but stopped before its tables were copied
-        if u.name not in listed and sweep.group_finished(os.path.join(args.runs, u.stage, u.group.subdir)):
+        if u.name not in listed and runner.group_finished(os.path.join(args.runs, u.stage, u.group.subdir)):
             collect(u, os.path.join(args.runs, u.stage), args.results, digest, 0.0)
     start, done = time.perf_counter(), []
     while True:  # plan again after every round: finished tuning freezes and opens the study's units
@@ -622,8 +622,8 @@ def main(args: Args) -> list[str]:
             run_dir = os.path.join(args.runs, u.stage)
             spec = {"study": "locomotion", "unit": u.name, "protocol_sha256": digest}
             t0 = time.perf_counter()
-            if sweep.run_study(run_dir, [u.group], args, spec,
-                               prepare=lambda: sweep.random_scores(run_dir, [u.group.config.env], u.group.config)):
+            if study.run_study(run_dir, [u.group], args, spec,
+                               prepare=lambda: study.random_scores(run_dir, [u.group.config.env], u.group.config)):
                 collect(u, run_dir, args.results, digest, time.perf_counter() - t0)
                 done.append(u.name)
                 print(f"unit {u.name} finished in {time.perf_counter() - t0:.0f} s", flush=True)
@@ -638,6 +638,6 @@ def main(args: Args) -> list[str]:
 
 if __name__ == "__main__":
     from vaco_jax.driver.cli import parse_args
-    from vaco_jax.driver.sweep import cli_main
+    from vaco_jax.driver.cli import cli_main
 
     cli_main(main, parse_args(Args))

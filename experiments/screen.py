@@ -135,6 +135,6 @@ def sweep_settings(args: Args) -> dict:
 
 if __name__ == "__main__":
     from vaco_jax.driver.cli import parse_args
-    from vaco_jax.driver.sweep import cli_main
+    from vaco_jax.driver.cli import cli_main
 
     cli_main(main, parse_args(Args))

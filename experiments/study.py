@@ -208,7 +208,7 @@ def tuning_methods(designs, tasks) -> dict[str, list[str]]:
 
 def tuning_groups(designs, tasks, learning_rates=None, only=None) -> list:
     """One tuning group per (task, method) of the designs; ``only``: just these methods."""
-    from vaco_jax.driver import sweep
+    from vaco_jax.driver import grid
     learning_rates = learning_rates or LEARNING_RATES
     groups = []
     for task, methods in tuning_methods(designs, tasks).items():
@@ -220,8 +220,8 @@ def tuning_groups(designs, tasks, learning_rates=None, only=None) -> list:
             knob = STEP_KNOB[method]
             if knob:
                 traced[knob] = [float(np.float32(f * knob_default(config, knob))) for f in KNOB_FACTORS]
-            cells = tuple(sweep.grid((1,), TUNING_SEEDS, **traced))
-            groups.append(sweep.Group(config, cells, os.path.join(task, method), f"tune {task}/{method}"))
+            cells = tuple(grid.grid((1,), TUNING_SEEDS, **traced))
+            groups.append(grid.Group(config, cells, os.path.join(task, method), f"tune {task}/{method}"))
     return groups
 
 
@@ -264,12 +264,12 @@ def freeze(out: str, groups, learning_rates=None) -> dict:
     """Choose and freeze every tuned (task, method) of ``groups`` in ``OUT/tuned.json``; a frozen
     choice is never changed (a different choice from the same rows is an error: the rows changed)."""
     from vaco_jax.analysis import results
-    from vaco_jax.driver import sweep
+    from vaco_jax.driver import provenance
     learning_rates = learning_rates or LEARNING_RATES
     path = tuned_path(out)
     os.makedirs(out, exist_ok=True)
     # processes tuning other --methods may freeze at the same moment: one read-modify-write at a time
-    with sweep.directory_lock(out):
+    with provenance.directory_lock(out):
         frozen = results.read_json(path) if os.path.exists(path) else {
             "criterion": "max mean auc_eval_return over the tuning seeds, no diverged run",
             "tuning_seeds": list(TUNING_SEEDS), "learning_rates": [float(x) for x in learning_rates],
@@ -307,7 +307,7 @@ def _lookup(pairs: tuple, key, default=()):
 
 def design_groups(out: str, name: str, tasks, only=None) -> list:
     """The groups of one design, each method at its frozen step size; ``only``: just these methods."""
-    from vaco_jax.driver import sweep
+    from vaco_jax.driver import grid
     d = DESIGNS[name]
     groups = []
     for task in design_tasks(d, tasks):
@@ -320,12 +320,12 @@ def design_groups(out: str, name: str, tasks, only=None) -> list:
             knob = STEP_KNOB[method]
             if knob and factor != 1.0:
                 chosen[knob] = float(np.float32(factor * chosen[knob]))
-            config = sweep.with_knobs([config], {**chosen, **dict(d.knobs)})[0]
+            config = grid.with_knobs([config], {**chosen, **dict(d.knobs)})[0]
             traced = {k: list(v) for k, v in _lookup(d.traced, method)}
-            cells = tuple(sweep.grid(d.lag_depths, STUDY_SEEDS, **traced))
+            cells = tuple(grid.grid(d.lag_depths, STUDY_SEEDS, **traced))
             subdir = os.path.join(task, method) if variant is None else os.path.join(task, method, f"variant={variant}")
             tags = () if variant is None else (("variant", variant),)
-            groups.append(sweep.Group(config, cells, subdir, f"{name} {subdir}", tags))
+            groups.append(grid.Group(config, cells, subdir, f"{name} {subdir}", tags))
     return groups
 
 
@@ -370,7 +370,7 @@ def measure_cost(out: str, tasks, rounds: int, per_round: int) -> str | None:
 
     from benchmarks.method_cost import learner_call
     from vaco_jax.analysis import results
-    from vaco_jax.driver import sweep
+    from vaco_jax.driver import provenance
     from vaco_jax.core.config import make_traced
 
     path = os.path.join(out, COST_DESIGN, COST_FILE)
@@ -407,7 +407,7 @@ def measure_cost(out: str, tasks, rounds: int, per_round: int) -> str | None:
     t0 = time.time()
     rows = [{**r, "lag_depth": lag_depth} for r in interleaved_costs(calls, rounds, per_round)]
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    where = sweep.machine()
+    where = provenance.machine()
     meta["measurements"].append({
         "tasks": sorted({r["env"] for r in rows}), "lag_depth": lag_depth, "rounds": rounds,
         "calls_per_round": per_round, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0)),
@@ -424,7 +424,7 @@ def measure_cost(out: str, tasks, rounds: int, per_round: int) -> str | None:
 
 def main(args: Args) -> list[str]:
     from vaco_jax.analysis import tables
-    from vaco_jax.driver import sweep
+    from vaco_jax.driver import study
     check_args(args)
     done = []
     if args.stage == "cost":
@@ -443,8 +443,8 @@ def main(args: Args) -> list[str]:
                        args.learning_rates or LEARNING_RATES)
         run_dir = os.path.join(args.out, "tuning")
         spec = {"stage": "tune", "tasks": sorted({g.config.env for g in groups})}
-        if sweep.run_study(run_dir, groups, args, spec,
-                           prepare=lambda: sweep.random_scores(run_dir, spec["tasks"], groups[0].config)):
+        if study.run_study(run_dir, groups, args, spec,
+                           prepare=lambda: study.random_scores(run_dir, spec["tasks"], groups[0].config)):
             frozen = freeze(args.out, groups, args.learning_rates)
             for task, methods in frozen["chosen"].items():
                 for method, pick in methods.items():
@@ -460,8 +460,8 @@ def main(args: Args) -> list[str]:
         spec = {"stage": "run", "design": name, "claims": DESIGNS[name].claims,
                 "tasks": sorted({g.config.env for g in groups})}
         print(f"\n== design {name!r} (claims {DESIGNS[name].claims}) -> {run_dir}")
-        if sweep.run_study(run_dir, groups, args, spec,
-                           prepare=lambda: sweep.random_scores(run_dir, spec["tasks"], groups[0].config)):
+        if study.run_study(run_dir, groups, args, spec,
+                           prepare=lambda: study.random_scores(run_dir, spec["tasks"], groups[0].config)):
             tables.summarise(run_dir, reps=args.bootstrap_reps)
             done.append(run_dir)
     return done
@@ -469,6 +469,6 @@ def main(args: Args) -> list[str]:
 
 if __name__ == "__main__":
     from vaco_jax.driver.cli import parse_args
-    from vaco_jax.driver.sweep import cli_main
+    from vaco_jax.driver.cli import cli_main
 
     cli_main(main, parse_args(Args))

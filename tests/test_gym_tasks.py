@@ -166,12 +166,12 @@ def test_a_grid_is_bit_identical_for_any_thread_count(tmp_path):
 def test_a_c_engine_group_stays_on_one_device_and_others_use_every_device():
     """The C engine's step is a host callback on XLA's CPU pool: a group split over as many devices as
     cores can leave no pool thread free to hand a callback its arguments (docs/scale.md)."""
-    from vaco_jax.driver import sweep
+    from vaco_jax.driver import devices
     from vaco_jax.core.config import Config
 
-    assert sweep.devices_for(Config(env="Hopper-v4")) == 1
-    assert sweep.devices_for(Config(env="Hopper-v4", backend="mjx")) == len(jax.local_devices())
-    assert sweep.devices_for(Config(env="point_mass")) == len(jax.local_devices())
+    assert devices.devices_for(Config(env="Hopper-v4")) == 1
+    assert devices.devices_for(Config(env="Hopper-v4", backend="mjx")) == len(jax.local_devices())
+    assert devices.devices_for(Config(env="point_mass")) == len(jax.local_devices())
 
 
 def test_bad_input_is_one_line():
@@ -253,7 +253,7 @@ def test_training_resumed_from_a_checkpoint_equals_uninterrupted(tmp_path):
 def test_a_runs_record_names_engine_and_model_and_refuses_another_model(tmp_path):
     import hashlib
 
-    from vaco_jax.driver import sweep
+    from vaco_jax.driver import provenance
     from vaco_jax.core.config import Config
     from vaco_jax.envs.gymnasium_tasks import model_path
 
@@ -262,10 +262,10 @@ def test_a_runs_record_names_engine_and_model_and_refuses_another_model(tmp_path
     with open(model_path(GYM_TASKS["Hopper-v4"]), "rb") as f:
         assert record["model_sha256"] == hashlib.sha256(f.read()).hexdigest()
     assert record["backend"] == "mujoco" and Config(env="hopper").as_record()["backend"] == "mjx"
-    assert "gymnasium" in sweep.package_versions() and "mujoco" in sweep.package_versions()
+    assert "gymnasium" in provenance.package_versions() and "mujoco" in provenance.package_versions()
     old = {"Hopper-v4/ppo_clip": {**record, "model_sha256": "0" * 64}}
     with pytest.raises(ConfigError, match="model_sha256"):
-        sweep._compare_identity(str(tmp_path), old, {"Hopper-v4/ppo_clip": record})
+        provenance._compare_identity(str(tmp_path), old, {"Hopper-v4/ppo_clip": record})
 
 
 def test_mujocos_batch_and_our_thread_pool_step_alike(monkeypatch):
@@ -314,7 +314,7 @@ def test_task_defaults_are_the_settings_the_peer_check_ran():
     from vaco_jax.core.config import TASK_DEFAULTS, Config
 
     root = pathlib.Path(__file__).resolve().parent.parent
-    from vaco_jax.driver.sweep import UNRECORDED_SETTINGS
+    from vaco_jax.driver.provenance import UNRECORDED_SETTINGS
 
     record = json.loads((root / "results" / "peer_check" / "Hopper-v4_vmapped16.json").read_text())["config"]
     record = {**UNRECORDED_SETTINGS, **record}  # a setting added after the record: its value then

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import FAST_COMPILE, tiny_config, load_script
 from vaco_jax.analysis import results
-from vaco_jax.driver import sweep
+from vaco_jax.driver import grid, provenance, runner
 from vaco_jax.core.config import ConfigError
 from vaco_jax.analysis.results import ResultsError
 
@@ -114,13 +114,13 @@ CONFIG = dict(num_evals=3, total_env_steps=8 * 16 * 6)
 def straight(tmp_path_factory):
     """An uninterrupted group: the reference every damaged-and-resumed run must reproduce exactly."""
     d = str(tmp_path_factory.mktemp("straight") / "g")
-    rows = sweep.run_group(tiny_config(**CONFIG), sweep.grid([1, 4], [0]), d, progress=False)
+    rows = runner.run_group(tiny_config(**CONFIG), grid.grid([1, 4], [0]), d, progress=False)
     return rows
 
 
 def _interrupted(tmp_path, chunks=2):
     d = str(tmp_path / "g")
-    assert sweep.run_group(tiny_config(**CONFIG), sweep.grid([1, 4], [0]), d, progress=False,
+    assert runner.run_group(tiny_config(**CONFIG), grid.grid([1, 4], [0]), d, progress=False,
                            max_chunks=chunks) is None
     return d
 
@@ -175,7 +175,7 @@ def test_damage_to_any_file_is_detected_and_the_numbers_come_out_the_same(tmp_pa
     elif damage == "truncate_checkpoint":
         f = _largest_array_file(os.path.join(ckpt, "2"))
         open(f, "r+b").truncate(os.path.getsize(f) // 2)
-    resumed = sweep.run_group(tiny_config(**CONFIG), sweep.grid([1, 4], [0]), d, progress=False)
+    resumed = runner.run_group(tiny_config(**CONFIG), grid.grid([1, 4], [0]), d, progress=False)
     _same(resumed, straight)
     err = capsys.readouterr().err
     if damage != "flip_checkpoint" and damage != "truncate_checkpoint":
@@ -189,23 +189,23 @@ def test_a_damaged_finished_table_is_an_error_never_a_smaller_sample(tmp_path):
     text = open(os.path.join(d, "scores.csv")).read().splitlines(keepends=True)
     open(os.path.join(d, "scores.csv"), "w").write("".join(text[:-2]) + text[-1])  # one row fewer
     with pytest.raises(ResultsError, match="scores.csv"):
-        sweep.run_group(tiny_config(**CONFIG), sweep.grid([1, 4], [0]), d, progress=False)
+        runner.run_group(tiny_config(**CONFIG), grid.grid([1, 4], [0]), d, progress=False)
     with pytest.raises(ResultsError, match="scores.csv"):
         results.load_scores(str(tmp_path / "g"))
 
 
 def _finished(tmp_path):
     d = str(tmp_path / "finished")
-    sweep.run_group(tiny_config(**CONFIG), sweep.grid([1, 4], [0]), d, progress=False)
+    runner.run_group(tiny_config(**CONFIG), grid.grid([1, 4], [0]), d, progress=False)
     return d
 
 
 def test_duplicate_or_no_cells_are_refused_before_anything_is_written(tmp_path):
     d = str(tmp_path / "g")
     with pytest.raises(ConfigError, match="appears twice"):
-        sweep.run_group(tiny_config(), sweep.grid([1], [0, 0]), d, progress=False)
+        runner.run_group(tiny_config(), grid.grid([1], [0, 0]), d, progress=False)
     with pytest.raises(ConfigError, match="no cells"):
-        sweep.run_group(tiny_config(), [], d, progress=False)
+        runner.run_group(tiny_config(), [], d, progress=False)
     assert not os.path.exists(d)
 
 
@@ -213,17 +213,17 @@ def test_duplicate_or_no_cells_are_refused_before_anything_is_written(tmp_path):
 
 def test_run_identity_ignores_display_settings_and_names_a_real_difference(tmp_path):
     run = str(tmp_path)
-    groups = [sweep.Group(tiny_config(), (), "t/ppo_clip")]
-    sweep.write_run_metadata(run, groups, {"progress": True, "bootstrap_reps": 2000})
-    sweep.write_run_metadata(run, groups, {"progress": False, "bootstrap_reps": 10})  # display only: fine
+    groups = [grid.Group(tiny_config(), (), "t/ppo_clip")]
+    provenance.write_run_metadata(run, groups, {"progress": True, "bootstrap_reps": 2000})
+    provenance.write_run_metadata(run, groups, {"progress": False, "bootstrap_reps": 10})  # display only: fine
     moved = str(tmp_path / "moved")
     shutil.copytree(run, moved)
-    sweep.write_run_metadata(moved, groups, {})  # a moved directory resumes
-    more = groups + [sweep.Group(tiny_config(method="vaco"), (), "t/vaco")]
-    sweep.write_run_metadata(run, more, {})  # a new group extends the identity
+    provenance.write_run_metadata(moved, groups, {})  # a moved directory resumes
+    more = groups + [grid.Group(tiny_config(method="vaco"), (), "t/vaco")]
+    provenance.write_run_metadata(run, more, {})  # a new group extends the identity
     assert set(results.read_json(os.path.join(run, "run.json"))["identity"]) == {"t/ppo_clip", "t/vaco"}
     with pytest.raises(ConfigError, match="t/ppo_clip with other settings.*gamma"):
-        sweep.write_run_metadata(run, [sweep.Group(tiny_config(gamma=0.9), (), "t/ppo_clip")], {})
+        provenance.write_run_metadata(run, [grid.Group(tiny_config(gamma=0.9), (), "t/ppo_clip")], {})
 
 
 def test_a_run_recorded_before_minibatch_shuffle_existed_resumes_only_with_the_old_shuffle(tmp_path):
@@ -231,14 +231,14 @@ def test_a_run_recorded_before_minibatch_shuffle_existed_resumes_only_with_the_o
     ``jax.random.permutation`` ('sort'): resuming it under the new default is refused, naming the
     setting; with ``minibatch_shuffle='sort'`` it resumes."""
     run = str(tmp_path)
-    sweep.write_run_metadata(run, [sweep.Group(tiny_config(minibatch_shuffle="sort"), (), "t/ppo_clip")], {})
+    provenance.write_run_metadata(run, [grid.Group(tiny_config(minibatch_shuffle="sort"), (), "t/ppo_clip")], {})
     path = os.path.join(run, "run.json")
     meta = results.read_json(path)
     del meta["identity"]["t/ppo_clip"]["minibatch_shuffle"]  # as recorded before the field existed
     results.write_json(path, meta)
     with pytest.raises(ConfigError, match="minibatch_shuffle: 'sort' there, 'rank' now"):
-        sweep.write_run_metadata(run, [sweep.Group(tiny_config(), (), "t/ppo_clip")], {})
-    sweep.write_run_metadata(run, [sweep.Group(tiny_config(minibatch_shuffle="sort"), (), "t/ppo_clip")], {})
+        provenance.write_run_metadata(run, [grid.Group(tiny_config(), (), "t/ppo_clip")], {})
+    provenance.write_run_metadata(run, [grid.Group(tiny_config(minibatch_shuffle="sort"), (), "t/ppo_clip")], {})
 
 
 def test_two_processes_starting_at_once_both_enter_run_json(tmp_path, monkeypatch):
@@ -262,7 +262,7 @@ def test_two_processes_starting_at_once_both_enter_run_json(tmp_path, monkeypatc
     def record(method):
         try:
             start.wait()
-            sweep.write_run_metadata(run, [sweep.Group(tiny_config(method=method), (), f"t/{method}")], {})
+            provenance.write_run_metadata(run, [grid.Group(tiny_config(method=method), (), f"t/{method}")], {})
         except Exception as e:  # surfaced below
             errors.append(e)
 
@@ -371,15 +371,15 @@ def test_train_run_resumes_from_its_checkpoint_bit_for_bit(tmp_path, monkeypatch
 def test_adding_seeds_later_extends_a_group_and_reruns_nothing(tmp_path):
     d = str(tmp_path / "run" / "g")
     config = tiny_config()
-    first = sweep.run_group(config, sweep.grid([1], [0]), d, progress=False)
+    first = runner.run_group(config, grid.grid([1], [0]), d, progress=False)
     mtime = os.path.getmtime(os.path.join(d, "scores.csv"))
-    both = sweep.run_group(config, sweep.grid([1], [0, 1]), d, progress=False)
+    both = runner.run_group(config, grid.grid([1], [0, 1]), d, progress=False)
     assert [r["seed"] for r in both] == [0, 1] and both[0]["final_eval_return"] == first[0]["final_eval_return"] \
         or np.isnan(first[0]["final_eval_return"])
     assert os.path.getmtime(os.path.join(d, "scores.csv")) == mtime  # the old cells were not rerun
     assert sorted(r["seed"] for r in results.load_scores(str(tmp_path / "run"))) == [0, 1]
     with pytest.raises(ValueError, match="different grid"):
-        sweep.run_group(config, sweep.grid([1], [1]), d, progress=False)  # drops a cell it holds
+        runner.run_group(config, grid.grid([1], [1]), d, progress=False)  # drops a cell it holds
 
 
 def _mount_tmpfs(path, size):
@@ -419,10 +419,10 @@ def test_a_full_disk_is_one_line_leaves_no_temporary_file_and_the_rerun_is_ident
 
 _RESUME_SCRIPT = """
 import json, sys
-from vaco_jax.driver import sweep
+from vaco_jax.driver import grid, provenance, runner
 from vaco_jax.core.config import Config
 config = Config(**json.loads(sys.argv[3]))
-rows = sweep.run_group(config, sweep.grid([1, 4, 2], [0]), sys.argv[1], progress=False,
+rows = runner.run_group(config, grid.grid([1, 4, 2], [0]), sys.argv[1], progress=False,
                        max_chunks=int(sys.argv[2]) or None)
 print(json.dumps(rows, default=float))
 """
@@ -448,13 +448,13 @@ def test_a_group_stopped_on_one_device_count_resumes_on_another(tmp_path):
     import jax
 
     config = tiny_config(**CONFIG)
-    cells = sweep.grid([1, 4, 2], [0])
+    cells = grid.grid([1, 4, 2], [0])
     assert len(jax.local_devices()) == 1  # this process is the 1-device machine
-    straight = sweep.run_group(config, cells, str(tmp_path / "straight"), progress=False)
+    straight = runner.run_group(config, cells, str(tmp_path / "straight"), progress=False)
     a, b = str(tmp_path / "a"), str(tmp_path / "b")
     assert _on_devices(2, a, 1, config) is None
-    resumed_on_1 = sweep.run_group(config, cells, a, progress=False)
-    assert sweep.run_group(config, cells, b, progress=False, max_chunks=1) is None
+    resumed_on_1 = runner.run_group(config, cells, a, progress=False)
+    assert runner.run_group(config, cells, b, progress=False, max_chunks=1) is None
     resumed_on_4 = _on_devices(4, b, 0, config)
     for rows in (resumed_on_1, resumed_on_4):
         for r1, r2 in zip(rows, straight):
@@ -563,33 +563,33 @@ def test_a_finished_group_never_reports_less_or_other_than_it_holds(tmp_path, ca
     import shutil
 
     d = _finished(tmp_path)
-    cells, config = sweep.grid([1, 4], [0]), tiny_config(**CONFIG)
+    cells, config = grid.grid([1, 4], [0]), tiny_config(**CONFIG)
     before = results.read_table(os.path.join(d, "scores.csv"))
     os.remove(os.path.join(d, "cells.json"))
     with pytest.raises(ResultsError, match="cells.json: missing beside scores.csv"):
         results.group_dirs(str(tmp_path))
-    _same(sweep.run_group(config, cells, d, progress=False), before)  # rebuilt, nothing re-run
+    _same(runner.run_group(config, cells, d, progress=False), before)  # rebuilt, nothing re-run
     assert "rebuilt from the plan" in capsys.readouterr().err
     assert results.group_dirs(str(tmp_path)) == [d]
     os.remove(os.path.join(d, "cells.json"))
     with pytest.raises(ResultsError, match="does not hold the planned cells"):
-        sweep.run_group(config, sweep.grid([1, 8], [0]), d, progress=False)
-    sweep.run_group(config, cells, d, progress=False)
+        runner.run_group(config, grid.grid([1, 8], [0]), d, progress=False)
+    runner.run_group(config, cells, d, progress=False)
 
     with pytest.raises(ConfigError, match=r"learning_rate: 0.0003 there, 0.001 now"):
-        sweep.run_group(config.replace(learning_rate=1e-3), cells, d, progress=False)
+        runner.run_group(config.replace(learning_rate=1e-3), cells, d, progress=False)
     saved = open(os.path.join(d, "config.json")).read()
     with open(os.path.join(d, "config.json"), "w") as f:
         f.write("{")
     with pytest.raises(ResultsError, match="config.json: not valid JSON"):
-        sweep.run_group(config, cells, d, progress=False)
+        runner.run_group(config, cells, d, progress=False)
     os.remove(os.path.join(d, "config.json"))
     with pytest.raises(ResultsError, match="config.json: missing in a finished group"):
-        sweep.run_group(config, cells, d, progress=False)
+        runner.run_group(config, cells, d, progress=False)
     with open(os.path.join(d, "config.json"), "w") as f:
         f.write(saved)
     shutil.move(os.path.join(d, "policies.npz"), str(tmp_path / "p.npz"))
     with pytest.raises(ResultsError, match="policies.npz: missing in a finished group"):
-        sweep.run_group(config, cells, d, progress=False)
+        runner.run_group(config, cells, d, progress=False)
     shutil.move(str(tmp_path / "p.npz"), os.path.join(d, "policies.npz"))
-    _same(sweep.run_group(config, cells, d, progress=False), before)
+    _same(runner.run_group(config, cells, d, progress=False), before)

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import tiny_config, load_script
 from vaco_jax.analysis import results
-from vaco_jax.driver import sweep
+from vaco_jax.driver import grid, runner
 from vaco_jax.driver.live import cell_run_name, tag_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -130,12 +130,12 @@ def test_a_study_with_tensorboard_writes_each_cells_rows_and_histograms(tmp_path
 def test_a_resumed_group_continues_its_staleness_file_and_event_files(tmp_path):
     d = str(tmp_path / "g")
     tb = str(tmp_path / "tb")
-    cells = sweep.grid([1, 4], [0])
+    cells = grid.grid([1, 4], [0])
     config = tiny_config(**CONFIG)
-    assert sweep.run_group(config, cells, d, progress=False, max_chunks=1, tensorboard_dir=tb) is None
+    assert runner.run_group(config, cells, d, progress=False, max_chunks=1, tensorboard_dir=tb) is None
     assert results.load_npz(os.path.join(d, "staleness.npz"))["counts"].shape == (1, 2, 8)
-    sweep.run_group(config, cells, d, progress=False, max_chunks=1, tensorboard_dir=tb)
-    sweep.run_group(config, cells, d, progress=False, tensorboard_dir=tb)
+    runner.run_group(config, cells, d, progress=False, max_chunks=1, tensorboard_dir=tb)
+    runner.run_group(config, cells, d, progress=False, tensorboard_dir=tb)
     curves = results.read_table(os.path.join(d, "curves.csv"))
     counts = results.load_staleness(str(tmp_path))["g"]["counts"]
     assert counts.shape == (3, 2, 8)
@@ -149,15 +149,15 @@ def test_a_resumed_group_continues_its_staleness_file_and_event_files(tmp_path):
 @pytest.mark.parametrize("damage", ["delete", "short"])
 def test_a_damaged_or_short_staleness_file_restarts_the_group(tmp_path, damage, capsys):
     d = str(tmp_path / "g")
-    cells = sweep.grid([1, 4], [0])
+    cells = grid.grid([1, 4], [0])
     config = tiny_config(**CONFIG)
-    sweep.run_group(config, cells, d, progress=False, max_chunks=2)
+    runner.run_group(config, cells, d, progress=False, max_chunks=2)
     path = os.path.join(d, "staleness.npz")
     if damage == "delete":
         os.remove(path)
     else:  # one chunk fewer than the checkpoint has done
         results.save_npz(path, counts=results.load_npz(path)["counts"][:1])
-    sweep.run_group(config, cells, d, progress=False)
+    runner.run_group(config, cells, d, progress=False)
     err = capsys.readouterr().err
     assert "staleness.npz" in err and "restarting" in err
     counts = results.load_staleness(str(tmp_path))["g"]["counts"]

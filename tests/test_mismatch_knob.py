@@ -51,6 +51,6 @@ def test_the_actor_samples_from_a_mean_shifted_by_strength_standard_deviations()
 def test_the_knob_is_checked_and_sweepable():
     with pytest.raises(ConfigError, match="mismatch_strength"):
         tiny_config(mismatch_strength=-1.0)
-    from vaco_jax.driver import sweep
-    assert sweep.parse_sweep(["mismatch_strength=0,0.5"]) == {"mismatch_strength": [0.0, 0.5]}
+    from vaco_jax.driver import grid
+    assert grid.parse_sweep(["mismatch_strength=0,0.5"]) == {"mismatch_strength": [0.0, 0.5]}
     assert float(make_traced(tiny_config(), 1, mismatch_strength=0.25).mismatch_strength) == 0.25

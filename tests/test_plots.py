@@ -166,7 +166,7 @@ def test_learning_curves(run_dir):
 
 
 def test_curve_series_excludes_and_counts_diverged(run_dir):
-    from vaco_jax.driver.sweep import load_curves
+    from vaco_jax.analysis.results import load_curves
 
     rows = [r for r in load_curves(run_dir) if r["env"] == "hopper"]
     series = figures._curve_series(rows, "eval_return", [])

@@ -42,14 +42,14 @@ def test_the_renderer_draws_a_real_frame_of_a_gymnasium_task(tmp_path):
 
 
 def test_render_writes_an_mp4_of_a_trained_groups_policy(tmp_path):
-    from vaco_jax.driver import sweep
+    from vaco_jax.driver import grid, runner
     from vaco_jax.core.config import Config
 
     config = Config(env="Hopper-v4", method="ppo_clip", num_envs=2, unroll_length=8, num_epochs=1,
                     num_minibatches=1, total_env_steps=32, num_evals=1, eval_episodes=1, episode_length=20,
                     policy_hidden=(8,), value_hidden=(8,))
     group = tmp_path / "run" / "Hopper-v4" / "ppo_clip"
-    sweep.run_group(config, sweep.grid([1], [0, 1]), str(group), progress=False)
+    runner.run_group(config, grid.grid([1], [0, 1]), str(group), progress=False)
     out = subprocess.run([sys.executable, "-m", "vaco_jax.driver.render", str(tmp_path / "run"), "--cell", "1",
                           "--steps", "15", "--width", "96", "--height", "64"],
                          cwd=ROOT, capture_output=True, text=True, timeout=600)

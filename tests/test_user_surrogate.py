@@ -20,7 +20,7 @@ from conftest import tiny_config
 from vaco_jax.core import pieces
 from vaco_jax.core.config import make_traced, stack_traced
 from vaco_jax.core.methods import METHODS, register_method
-from vaco_jax.driver.sweep import read_csv
+from vaco_jax.analysis.results import read_table as read_csv
 from vaco_jax.core.train import make_train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

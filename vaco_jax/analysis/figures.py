@@ -1,6 +1,6 @@
 """Figures of a run directory (docs/evaluation.md): the lag-sweep figures, drawn from the files on disk.
 
-Every function reads a run directory written by :mod:`vaco_jax.driver.sweep` and
+Every function reads a run directory written by :mod:`vaco_jax.driver.runner` and
 :func:`vaco_jax.analysis.tables.summarise`, saves one figure as PNG *and* PDF under ``RUN/figures/`` (or
 under ``figures_dir`` when given) and returns the paths it wrote. ``sources`` (a list of run
 directories) makes a function read the score and curve rows of all of them, merged (e.g. a sweep

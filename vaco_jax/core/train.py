@@ -521,7 +521,7 @@ def main(args=None) -> int:
 def cli() -> None:
     """The ``vaco-train`` command (``python -m vaco_jax.core.train``)."""
     from vaco_jax.driver.cli import parse_args
-    from vaco_jax.driver.sweep import cli_main
+    from vaco_jax.driver.cli import cli_main
 
     cli_main(main, parse_args(train_args_class()))
 

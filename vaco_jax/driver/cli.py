@@ -10,12 +10,14 @@ registered names, so ``--help`` lists them and ``tyro`` rejects any other value 
 from __future__ import annotations
 
 import dataclasses
+import os
 import typing
 from typing import Annotated, Any, Literal, Optional
 
 from vaco_jax.core.config import ACTOR_DTYPES, GRAD_CLIPS, SHUFFLES, Config, ConfigError
 from vaco_jax.envs import BACKENDS
 from vaco_jax.core.knobs import KNOBS
+from vaco_jax.analysis import results
 from vaco_jax.analysis.results import ResultsError
 
 FIELD_HELP = {
@@ -292,3 +294,56 @@ def parse_args(cls: type, argv: list[str] | None = None):
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
     return tyro.cli(cls, args=positional + tokens + argv[len(positional):])
+
+
+
+def cli_main(main, args) -> None:
+    """Run a script's ``main``: a bad setting is one line on stderr and exit code 2, a damaged result
+    file or checkpoint one line and exit code 3, an OS error (a full disk) one line and exit code 1
+    (the environment variable VACO_JAX_DEBUG=1 shows the traceback instead). An integer returned by
+    ``main`` is the exit code."""
+    import sys
+
+    from vaco_jax.driver.checkpoint import CheckpointDamaged
+
+    from vaco_jax.driver.devices import init_distributed, use_compilation_cache, use_cpu_cores
+
+    debug = os.environ.get("VACO_JAX_DEBUG") == "1"
+    try:
+        use_cpu_cores()  # before anything touches a device
+        use_compilation_cache()
+        if getattr(args, "distributed", False):
+            init_distributed()
+        code = main(args)
+    except (ConfigError, ValueError) as e:
+        if debug:
+            raise
+        _fail(f"error: {e}", results.EXIT_BAD_INPUT)
+    except (ResultsError, CheckpointDamaged) as e:
+        if debug:
+            raise
+        _fail(f"error: {e}", results.EXIT_DAMAGED)
+    except OSError as e:  # a full disk, a path that is a file, no permission: the one line that matters
+        if debug:
+            raise
+        _fail(f"error: {e.strerror or e}" + (f": {e.filename}" if e.filename else ""), 1)
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        # every file is written atomically and a group resumes from its last checkpoint
+        _fail("interrupted: what finished is kept; run the same command again to resume", 130)
+    if isinstance(code, int) and not isinstance(code, bool):
+        sys.exit(code)
+
+
+def _fail(line: str, code: int) -> None:
+    """Print one line and leave at once: worker threads of orbax/tensorstore that are still unwinding
+    would otherwise print tracebacks during interpreter shutdown."""
+    import sys
+
+    from vaco_jax.driver.checkpoint import stderr_fd
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.write(stderr_fd(), (line + "\n").encode())
+    os._exit(code)

@@ -220,7 +220,7 @@ def main(args: Args) -> str:
 def cli() -> None:
     choose_gl_backend()  # before anything imports mujoco
     from vaco_jax.driver.cli import parse_args
-    from vaco_jax.driver.sweep import cli_main
+    from vaco_jax.driver.cli import cli_main
 
     cli_main(main, parse_args(Args))
 
