@@ -70,7 +70,7 @@ def test_a_flag_the_script_would_not_read_is_refused():
 
 def test_train_has_no_sweep_only_flag_and_still_builds_its_config():
     from vaco_jax.driver.cli import config_from_args
-    from vaco_jax.core.train import train_args_class
+    from vaco_jax.driver.train import train_args_class
 
     cls = train_args_class()
     assert "grid_batch" not in {f.name for f in dataclasses.fields(cls)}

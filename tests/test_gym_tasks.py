@@ -286,7 +286,7 @@ def test_task_defaults_fill_only_the_settings_left_unset(monkeypatch):
     from conftest import load_script
     from vaco_jax.core import config as config_mod
     from vaco_jax.core.config import Config
-    from vaco_jax.core.train import train_args_class, with_task_defaults
+    from vaco_jax.driver.train import train_args_class, with_task_defaults
 
     monkeypatch.setitem(config_mod.TASK_DEFAULTS, "Hopper-v4", {"num_envs": 16, "unroll_length": 128})
     assert Config.for_task("Hopper-v4").num_envs == 16

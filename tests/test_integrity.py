@@ -322,7 +322,7 @@ def test_a_summary_where_every_run_of_a_cell_diverged_says_so(tmp_path, capsys):
 def test_train_cli_checks_its_output_path_first_and_exits_4_on_divergence(tmp_path):
     afile = tmp_path / "file"
     afile.write_text("x")
-    base = [sys.executable, "-m", "vaco_jax.core.train", "--env", "point_mass", "--num-envs", "8", "--unroll-length",
+    base = [sys.executable, "-m", "vaco_jax", "train", "--env", "point_mass", "--num-envs", "8", "--unroll-length",
             "16", "--total-env-steps", "256", "--num-evals", "2", "--eval-episodes", "0", "--episode-length", "30",
             "--num-minibatches", "2", "--num-epochs", "1", "--no-progress"]
     res = subprocess.run(base + ["--out", str(afile)], capture_output=True, text=True, cwd=ROOT, timeout=300)
@@ -331,23 +331,20 @@ def test_train_cli_checks_its_output_path_first_and_exits_4_on_divergence(tmp_pa
     res = subprocess.run(base + ["--out", str(out), "--learning-rate", "1e30", "--max-grad-norm", "inf"],
                          capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert res.returncode == 4, (res.returncode, res.stdout[-500:], res.stderr[-2000:])
-    saved = [f for f in os.listdir(out) if f.endswith(".json")]
-    assert len(saved) == 1 and not any(f.endswith(".ckpt") for f in os.listdir(out))
-    data = json.load(open(out / saved[0]))  # strict JSON: no NaN tokens
-    assert data["diverged"] is True
+    (run_dir,) = os.listdir(out)  # a single run is a one-cell group in its own run directory
+    (group,) = (out / run_dir / "point_mass").iterdir()
+    assert (out / run_dir / "run.json").exists() and not (group / "checkpoint").exists()
+    (row,) = results.read_table(str(group / "scores.csv"))
+    assert row["diverged"] is True
+    assert "DIVERGED" in res.stdout
 
 
 def test_train_run_resumes_from_its_checkpoint_bit_for_bit(tmp_path, monkeypatch):
-    import jax
-
     from vaco_jax.driver import checkpoint as ckpt
-    from vaco_jax.core.config import make_traced
-    from vaco_jax.core.train import run
+    from vaco_jax.driver.train import run
 
-    config = tiny_config(**CONFIG)
-    traced = make_traced(config, 2)
-    _, straight_history = run(config, traced, seed=3, progress=False)
-    d = str(tmp_path / "ck")
+    config = tiny_config(**CONFIG).replace(lag_depth=2)
+    straight = run(config, seed=3, out=str(tmp_path / "a"), progress=False)
     real = ckpt.save_checkpoint
     calls = []
 
@@ -359,13 +356,16 @@ def test_train_run_resumes_from_its_checkpoint_bit_for_bit(tmp_path, monkeypatch
 
     monkeypatch.setattr(ckpt, "save_checkpoint", save_then_die)
     with pytest.raises(KeyboardInterrupt):
-        run(config, traced, seed=3, progress=False, checkpoint_dir=d)
-    state, history = run(config, traced, seed=3, progress=False, checkpoint_dir=d)
-    assert len(history) == len(straight_history) == 3 and calls == [1, 2, 3]
-    for a, b in zip(history, straight_history):
-        assert a["train_return"] == b["train_return"] or (np.isnan(a["train_return"]) and np.isnan(b["train_return"]))
-        assert a["policy_loss"] == b["policy_loss"]
-    del jax
+        run(config, seed=3, out=str(tmp_path / "b"), progress=False)
+    resumed = run(config, seed=3, out=str(tmp_path / "b"), progress=False)
+    assert calls == [1, 2, 3] and len(resumed.curves) == len(straight.curves) == 3
+    assert os.path.basename(resumed.run_dir) == os.path.basename(straight.run_dir)
+    for a, b in zip(resumed.curves, straight.curves):
+        for k in ("train_return", "policy_loss", "eval_return"):
+            assert a[k] == b[k] or (np.isnan(a[k]) and np.isnan(b[k])), k
+    assert resumed.scores.keys() == straight.scores.keys()
+    for k, v in straight.scores.items():
+        assert resumed.scores[k] == v or (isinstance(v, float) and np.isnan(v) and np.isnan(resumed.scores[k])), k
 
 
 def test_adding_seeds_later_extends_a_group_and_reruns_nothing(tmp_path):

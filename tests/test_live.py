@@ -165,7 +165,7 @@ def test_a_damaged_or_short_staleness_file_restarts_the_group(tmp_path, damage, 
 
 
 def test_train_cli_with_tensorboard_writes_its_history(tmp_path):
-    from vaco_jax.core.train import main, train_args_class
+    from vaco_jax.driver.train import main, train_args_class
 
     config = tiny_config(**CONFIG)
     out = str(tmp_path / "out")
@@ -174,17 +174,16 @@ def test_train_cli_with_tensorboard_writes_its_history(tmp_path):
     args = cls(**{**{k: v for k, v in dataclasses.asdict(config).items() if k in flags}, "seed": 3, "out": out,
                   "progress": False, "tensorboard": True})
     assert main(args) == 0
-    (saved,) = [f for f in os.listdir(out) if f.endswith(".json")]
-    history = results.read_json(os.path.join(out, saved))["history"]
-    (logdir,) = glob.glob(os.path.join(out, "tensorboard", "*"))
-    assert os.path.basename(logdir) == saved[: -len(".json")]
+    (run_dir,) = os.listdir(out)  # a single run is a one-cell group: the sweep's layout
+    history = results.read_table(os.path.join(out, run_dir, "point_mass", config.method, "curves.csv"))
+    (logdir,) = glob.glob(os.path.join(out, run_dir, "tensorboard", "point_mass", config.method, "*"))
+    assert os.path.basename(logdir).startswith("cell-0_") and os.path.basename(logdir).endswith("_s3")
     scalars, hists, n_files = read_run(logdir)
     assert n_files == 1 and sorted(scalars) == [int(h["env_steps"]) for h in history]
     for h in history:
         got = scalars[int(h["env_steps"])]
-        for k in ("eval_return", "train_return", "policy_loss", "clip_fraction", "mean_staleness",
-                  "steps_per_second"):
-            if h[k] is not None:  # NaN is null in the JSON
+        for k in ("eval_return", "train_return", "policy_loss", "clip_fraction", "mean_staleness"):
+            if np.isfinite(h[k]):
                 np.testing.assert_array_equal(np.float32(got[tag_for(k)]), np.float32(h[k]), err_msg=k)
         (hist,) = hists[int(h["env_steps"])]
         assert hist.num == 2 * 8 * 16

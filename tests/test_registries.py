@@ -143,7 +143,7 @@ def test_a_user_policy_without_log_std_is_an_error_naming_the_parameter():
 
 
 def _cli(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "vaco_jax.core.train", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "vaco_jax", "train", *args], capture_output=True, text=True,
                           cwd=ROOT, timeout=timeout)
 
 

@@ -1,5 +1,5 @@
 """Watching a policy: MuJoCo's renderer draws a real (non-blank) frame of a Gymnasium task, and
-``python -m vaco_jax.driver.render`` writes an MP4 of a trained group's policy. Where no OpenGL backend or
+``python -m vaco_jax render`` (= vaco-render) writes an MP4 of a trained group's policy. Where no OpenGL backend or
 ffmpeg is installed the tests are skipped with the reason, except under ``.ci/run``, which installs
 them and sets VACO_JAX_REQUIRE_RENDER=1 so that a missing one fails."""
 
@@ -50,7 +50,7 @@ def test_render_writes_an_mp4_of_a_trained_groups_policy(tmp_path):
                     policy_hidden=(8,), value_hidden=(8,))
     group = tmp_path / "run" / "Hopper-v4" / "ppo_clip"
     runner.run_group(config, grid.grid([1], [0, 1]), str(group), progress=False)
-    out = subprocess.run([sys.executable, "-m", "vaco_jax.driver.render", str(tmp_path / "run"), "--cell", "1",
+    out = subprocess.run([sys.executable, "-m", "vaco_jax", "render", str(tmp_path / "run"), "--cell", "1",
                           "--steps", "15", "--width", "96", "--height", "64"],
                          cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -61,6 +61,6 @@ def test_render_writes_an_mp4_of_a_trained_groups_policy(tmp_path):
                            capture_output=True, text=True)
     width, height, frames = (int(x) for x in probe.stdout.strip().split(","))
     assert (width, height) == (96, 64) and 1 <= frames <= 16
-    bad = subprocess.run([sys.executable, "-m", "vaco_jax.driver.render", str(tmp_path / "run"), "--cell", "7"],
+    bad = subprocess.run([sys.executable, "-m", "vaco_jax", "render", str(tmp_path / "run"), "--cell", "7"],
                          cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert bad.returncode == 3 and "cell 7" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1

@@ -32,7 +32,7 @@ GRAD_CLIPS = ("per_network", "joint")  # update.update_phase: a global-norm clip
 SHUFFLES = ("rank", "sort")  # update.permutation's methods; 'sort' reproduces the committed pendulum-suite results
 
 # Settings a Gymnasium locomotion task starts from where the user leaves them unset (Config.for_task; the
-# study scripts and `python -m vaco_jax.core.train` apply them): vmapped-env PPO-Clip settings that reach
+# study scripts and `vaco-train` apply them): vmapped-env PPO-Clip settings that reach
 # CleanRL's published band on the task (BENCHMARKS.md, "The peer check"). Config(...) itself keeps its
 # global defaults.
 TASK_DEFAULTS: dict[str, dict] = {

@@ -179,6 +179,7 @@ def grid_program(fn: Callable, batch: int | None = None, mesh=None) -> Callable:
     """``fn`` of one cell over the grid axis of every argument: ``vmap(fn)``, or with ``batch`` a
     ``lax.map`` over consecutive batches of ``batch`` cells, each batch vmapped (the number of cells
     must be a multiple of ``batch``). The same numbers either way, up to floating-point rounding.
+    One cell (a single run) runs ``fn`` itself, unvmapped, with the grid axis added around it.
 
     With a ``mesh`` (``grid_mesh``) the grid axis is split over its devices by ``shard_map``: each
     device runs that program on its own block of cells, and no value crosses devices. (Splitting
@@ -187,17 +188,22 @@ def grid_program(fn: Callable, batch: int | None = None, mesh=None) -> Callable:
     solver, then reduces that condition over all devices at every iteration, and every device runs
     as many iterations as the slowest env anywhere; on a 2-core CPU split into 2 devices that ran
     at ~0.8x the speed of ``shard_map``, docs/scale.md.)"""
+    def cells(*args):
+        if jax.tree.leaves(args)[0].shape[0] == 1:
+            return jax.tree.map(lambda x: x[None], fn(*jax.tree.map(lambda x: x[0], args)))
+        return jax.vmap(fn)(*args)
+
     if batch is None:
-        body = jax.vmap(fn)
+        body = cells
     else:
         def body(*args):
             n = jax.tree.leaves(args)[0].shape[0]
             if n % batch:
                 raise ValueError(f"{n} cells are not a multiple of grid_batch={batch}")
             if n == batch:
-                return jax.vmap(fn)(*args)
+                return cells(*args)
             split = lambda x: x.reshape((n // batch, batch) + x.shape[1:])  # noqa: E731 (explicit shape: 0-size leaves too)
-            out = jax.lax.map(lambda a: jax.vmap(fn)(*a), jax.tree.map(split, args))
+            out = jax.lax.map(lambda a: cells(*a), jax.tree.map(split, args))
             return jax.tree.map(lambda x: x.reshape((n,) + x.shape[2:]), out)
     if mesh is None:
         return body

@@ -123,7 +123,7 @@ def parse_sweep(items: Sequence[str]) -> dict[str, list]:
         if name not in types and name not in _piece_knob_names():
             close = difflib.get_close_matches(name, list(types) + sorted(_piece_knob_names()), n=3)
             raise ConfigError(f"--sweep {name}: not a setting" + (f" (did you mean {', '.join(close)}?)" if close
-                                                                 else "; see python -m vaco_jax.core.train --help"))
+                                                                 else "; see vaco-train --help"))
         if not rhs.strip():
             raise ConfigError(f"--sweep {name}: no values given")
         try:

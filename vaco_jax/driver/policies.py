@@ -2,7 +2,7 @@
 
 Every finished group of a sweep writes ``GROUP/policies.npz`` (each cell's final learner policy,
 value function and observation-normaliser statistics, with a checksum) next to ``GROUP/config.json`` (the group's
-settings); ``python -m vaco_jax.core.train`` writes the same pair into ``OUT/<name>.policy/``. Then::
+settings); a single run (``vaco-train``) is a one-cell group, ``OUT/<name>/<env>/<method>/``. Then::
 
     act = load_policy("runs/lag_sweep_cpu/inverted_double_pendulum/vaco", cell=3)
     action = act(observation)                     # the policy's mean, clipped to the action box

@@ -1,7 +1,7 @@
-"""Watch a trained policy: ``python -m vaco_jax.driver.render RUN_DIR [--group TASK/METHOD] [--cell K]``.
+"""Watch a trained policy: ``vaco-render RUN_DIR [--group TASK/METHOD] [--cell K]`` (``python -m vaco_jax render``).
 
 Rolls the saved policy of one cell (``policies.npz`` beside ``config.json``: a sweep's group directory,
-or ``python -m vaco_jax.core.train``'s ``OUT/<name>.policy/``) for one episode and writes an MP4 drawn by
+or a single run's ``OUT/<name>/``) for one episode and writes an MP4 drawn by
 MuJoCo's own renderer, for the Gymnasium tasks (C engine or MJX) and the Brax MuJoCo tasks. The
 policy samples its actions, as evaluation does (``--deterministic``: its mean). Brax tasks can also
 be written as Brax's HTML viewer page (``--html``), which needs no OpenGL.
@@ -183,7 +183,7 @@ def write_html(env, cores, path: str) -> None:
 class Args:
     """Write a video of a trained policy (MuJoCo's renderer), or Brax's HTML viewer page."""
 
-    run_dir: Positional[str]  # a run directory, a group directory, or `python -m vaco_jax.core.train`'s OUT/<name>.policy
+    run_dir: Positional[str]  # a run directory (a study's or vaco-train's OUT/<name>) or a group directory
     group: str | None = None  # the group under RUN_DIR (e.g. Hopper-v4/vaco); needed when it holds several
     cell: int = 0  # the cell of the group (cells.json's order; the plan's numbers within the group)
     steps: int = 1000  # at most this many env steps (one episode)
