@@ -31,6 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from vaco_jax.driver.cli import config_flags, with_config_flags  # noqa: E402
 from vaco_jax.core.config import Config, ConfigError  # noqa: E402
 from vaco_jax.core.methods import METHODS  # noqa: E402
+from vaco_jax.core.lag import LAG_MODELS  # noqa: E402
 
 PRESETS = {
     # ~10 minutes on 2 CPU cores (BENCHMARKS.md)
@@ -70,8 +71,7 @@ class StudyArgs:
     unroll_length: int | None = None  # None: the preset's steps per env per phase
     num_evals: int | None = None  # None: the preset's evaluations per run (learning-curve points)
     eval_episodes: int | None = None  # None: the preset's episodes per evaluation (stochastic: docs/evaluation.md)
-    # how each actor's lag is drawn (docs/lag.md); 'ages' takes --age-weights
-    lag_model: Literal["uniform", "fixed", "ages", "staggered", "partial", "synchronous"] = "uniform"
+    lag_model: Literal[tuple(LAG_MODELS)] = "uniform"  # how each actor's lag is drawn (docs/lag.md); 'ages' takes --age-weights
     learning_rate: float | None = None  # None: the Config default (3e-4)
     clip_epsilon: float | None = None  # None: each method's default; applied to the methods that read it
     tv_budget: float | None = None  # None: VACO's default (0.2)

@@ -50,6 +50,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from vaco_jax.core.config import Config, ConfigError  # noqa: E402
+from vaco_jax.core.presets import METHODS  # noqa: E402
 
 # The tasks the screens chose (FINDINGS "Screens"; results/screens*/): env steps per run.
 TASKS = {
@@ -66,12 +67,11 @@ STUDY_SEEDS = tuple(range(10))
 TUNING_SEEDS = (1000, 1001)
 LEARNING_RATES = (1e-4, 3e-4, 1e-3)
 KNOB_FACTORS = (0.5, 1.0, 2.0)
-# Each method's step-size knob besides the learning rate (None: the learning rate alone).
-STEP_KNOB = {
-    "ppo_clip": "clip_epsilon", "ppo_kl": "kl_coef", "spo": "clip_epsilon", "vaco": "tv_budget",
-    "a3po": "clip_epsilon", "decoupled_recompute": "clip_epsilon", "ppo_ewma": "clip_epsilon",
-    "ppo_ewma_revised": "clip_epsilon", "vaco_realign_only": None, "vaco_filter_only": "tv_budget",
-}
+# The methods the study tunes, each with its step-size knob besides the learning rate (the registry's
+# ``step_knob``; None: the learning rate alone).
+STUDY_METHODS = ("ppo_clip", "ppo_kl", "spo", "vaco", "a3po", "decoupled_recompute", "ppo_ewma", "ppo_ewma_revised",
+                 "vaco_realign_only", "vaco_filter_only")
+STEP_KNOB = {m: METHODS[m].step_knob for m in STUDY_METHODS}
 # minibatch_shuffle='sort': the study's committed results were drawn with it, so re-running, resuming or
 # extending the study keeps one protocol (docs/estimators.md)
 COMMON = dict(num_envs=64, unroll_length=32, num_evals=10, eval_episodes=8, buffer_capacity=16,

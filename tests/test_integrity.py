@@ -98,7 +98,8 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary_file(tmp_path, monk
 
 
 def test_reading_results_imports_no_jax():
-    code = ("import sys, vaco_jax, vaco_jax.analysis.results, vaco_jax.analysis.stats, vaco_jax.analysis.tables, vaco_jax.analysis.figures;"
+    code = ("import sys, vaco_jax, vaco_jax.analysis.results, vaco_jax.analysis.stats, vaco_jax.analysis.tables, "
+            "vaco_jax.analysis.figures, vaco_jax.analysis.rules, vaco_jax.analysis.claims, vaco_jax.core.presets;"
             "print(sorted(m for m in ('jax', 'flax', 'optax', 'brax') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]

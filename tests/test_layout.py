@@ -1,5 +1,6 @@
 """The package's layout holds: imports only go downward (driver -> core -> envs -> errors; analysis
-reads results and knows only the knobs' names), and no two modules import each other at load time."""
+reads results and knows only the registries of names, which import no jax), and no two modules import
+each other at load time."""
 
 import ast
 import os
@@ -14,7 +15,7 @@ ALLOWED = {
     "errors": ("vaco_jax.errors",),
     "envs": ("vaco_jax.errors", "vaco_jax.envs"),
     "core": ("vaco_jax.errors", "vaco_jax.envs", "vaco_jax.core"),
-    "analysis": ("vaco_jax.errors", "vaco_jax.analysis", "vaco_jax.core.knobs"),
+    "analysis": ("vaco_jax.errors", "vaco_jax.analysis", "vaco_jax.core.knobs", "vaco_jax.core.presets"),
     "driver": ("vaco_jax.errors", "vaco_jax.envs", "vaco_jax.core", "vaco_jax.analysis", "vaco_jax.driver"),
 }
 

@@ -47,38 +47,12 @@ from matplotlib.ticker import EngFormatter, FixedLocator, NullLocator  # noqa: E
 from vaco_jax.analysis import results  # noqa: E402
 from vaco_jax.analysis.results import load_curves, load_scores, read_csv  # noqa: E402
 from vaco_jax.core.knobs import KNOBS  # noqa: E402
+from vaco_jax.core.presets import METHODS  # noqa: E402
 
 FIGURES = "figures"
 
-METHOD_LABELS = {
-    "ppo_clip": "PPO-Clip",
-    "ppo_kl": "PPO-KL",
-    "spo": "SPO",
-    "decoupled_recompute": "Decoupled PPO (recompute)",
-    "decoupled_linear": "Decoupled PPO (linear)",
-    "a3po": "A-3PO",
-    "ppo_ewma": "PPO-EWMA",
-    "ppo_ewma_revised": "PPO-EWMA (revised)",
-    "vaco": "VACO",
-    "vaco_realign_only": "VACO (realign only)",
-    "vaco_filter_only": "VACO (filter only)",
-    "impala": "IMPALA",
-}
-# fixed colours and markers, so a method looks the same in every figure of every run
-_STYLE = {
-    "ppo_clip": ("#1f77b4", "o"),
-    "ppo_kl": ("#7f7f7f", "v"),
-    "spo": ("#17becf", "P"),
-    "decoupled_recompute": ("#ff7f0e", "s"),
-    "decoupled_linear": ("#e377c2", "D"),
-    "a3po": ("#2ca02c", "^"),
-    "ppo_ewma": ("#9467bd", "<"),
-    "ppo_ewma_revised": ("#8c564b", ">"),
-    "vaco": ("#d62728", "*"),
-    "vaco_realign_only": ("#ff9896", "X"),
-    "vaco_filter_only": ("#bcbd22", "d"),
-    "impala": ("#000000", "h"),
-}
+# a method's label, colour and marker: its entry in the registry (core/presets.py); a name not
+# registered there (a user's method in another process) gets a spare colour
 _EXTRA_COLOURS = ("#aec7e8", "#ffbb78", "#98df8a", "#c5b0d5", "#c49c94", "#f7b6d2", "#dbdb8d", "#9edae5")
 
 SCORE_LABELS = {
@@ -134,7 +108,8 @@ SETTING_SEP = " | "  # 'ppo_clip | gamma=0.99': a method at one setting of a swe
 
 def method_label(method: str) -> str:
     base, sep, setting = method.partition(SETTING_SEP)
-    return METHOD_LABELS.get(base, base) + (f" ({setting})" if sep else "")
+    preset = METHODS.get(base)
+    return (preset.label if preset and preset.label else base) + (f" ({setting})" if sep else "")
 
 
 def _fold_settings(rows: list[dict]) -> list[dict]:
@@ -151,14 +126,15 @@ def _fold_settings(rows: list[dict]) -> list[dict]:
 
 def method_style(method: str, index: int = 0) -> tuple[str, str]:
     """(colour, marker) of a method; unknown names get a colour from a spare palette."""
-    if method in _STYLE:
-        return _STYLE[method]
-    return _EXTRA_COLOURS[index % len(_EXTRA_COLOURS)], "o"
+    preset = METHODS.get(method)
+    if preset is not None and preset.colour:
+        return preset.colour, preset.marker
+    return _EXTRA_COLOURS[index % len(_EXTRA_COLOURS)], preset.marker if preset else "o"
 
 
 def sort_methods(methods: Iterable[str]) -> list[str]:
-    """Known methods in a fixed order (baselines first, VACO family last), then the rest by name."""
-    order = list(_STYLE)
+    """Registered methods in the registry's order (baselines first, VACO family last), then the rest by name."""
+    order = list(METHODS)
     methods = set(methods)
     return [m for m in order if m in methods] + sorted(m for m in methods if m not in order)
 

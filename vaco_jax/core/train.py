@@ -101,7 +101,7 @@ class Trainer:
                            normalize_advantages=cfg.normalize_advantages,
                            normalize_observations=cfg.normalize_observations,
                            measure_mismatch=cfg.actor_dtype != "float32",
-                           synchronous=cfg.lag_model == "synchronous",
+                           synchronous=lag_lib.LAG_MODELS[cfg.lag_model].synchronous,
                            learner_diagnostics=self.learner_diagnostics,
                            joint_grad_clip=cfg.grad_clip == "joint")
 

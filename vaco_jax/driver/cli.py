@@ -38,7 +38,6 @@ FIELD_HELP = {
     "grad_clip": "gradient-norm clip: 'per_network' (the policy and the critic each clipped to max_grad_norm) or "
                  "'joint' (one clip over both, as one optimiser: CleanRL's PPO); docs/surrogates.md",
     "buffer_capacity": "policy-buffer capacity K (1 <= lag_depth <= K); docs/lag.md",
-    "lag_model": "how each actor's snapshot age is drawn; docs/lag.md",
     "envs_per_actor": "envs sharing one actor (one snapshot)",
     "grid_batch": "run each device's cells of a sweep group in vmapped batches of this many, one batch "
                   "after another (default: all at once); docs/scale.md",
@@ -76,7 +75,7 @@ def field_choices(skip: tuple | set = ()) -> dict[str, tuple]:
     from vaco_jax.core.networks import ACTIVATIONS, NETWORKS
     from vaco_jax.core.pieces import PIECE_KINDS, STATIC_CHOICES
 
-    choices = {"backend": BACKENDS, "lag_model": LAG_MODELS,
+    choices = {"backend": BACKENDS, "lag_model": tuple(LAG_MODELS),
                "actor_dtype": ACTOR_DTYPES, "minibatch_shuffle": SHUFFLES, "grad_clip": GRAD_CLIPS, "network": tuple(NETWORKS), "activation": tuple(ACTIVATIONS),
                "method": tuple(METHODS) + (CUSTOM,)}
     if "env" not in skip:
@@ -88,8 +87,15 @@ def field_choices(skip: tuple | set = ()) -> dict[str, tuple]:
     return {k: v for k, v in choices.items() if k not in skip}
 
 
+def _lag_model_help() -> str:
+    from vaco_jax.core.lag import LAG_MODELS
+
+    return "how each actor's snapshot age is drawn: " + "; ".join(f"{n}: {s.help}" for n, s in LAG_MODELS.items()) \
+        + " (docs/lag.md)"
+
+
 def _help(name: str, default: Any, piece_note: bool = True) -> str:
-    text = KNOBS[name].help if name in KNOBS else FIELD_HELP.get(name, "")
+    text = KNOBS[name].help if name in KNOBS else _lag_model_help() if name == "lag_model" else FIELD_HELP.get(name, "")
     if piece_note and name in KNOBS and default is None and KNOBS[name].home == "method":
         text += " (default: the method's piece default; only methods that read it accept it)"
     return text

@@ -12,6 +12,7 @@ import json
 import os
 from typing import Iterable, Sequence
 from vaco_jax.core.config import STATIC_FIELDS, TRACED_FIELDS, Config, _ages_depth, make_traced
+from vaco_jax.core.lag import LAG_MODELS
 from vaco_jax.core.knobs import ConfigError, check_knob
 
 
@@ -158,7 +159,7 @@ def reads_knob(config: Config, name: str) -> bool:
     if name in COMMON_KNOBS:
         return True
     if name in LAG_KNOBS:
-        return name == "lag_depth" or config.lag_model == "ages"
+        return name == "lag_depth" or LAG_MODELS[config.lag_model].reads_age_weights
     return name in method_knobs(config.build_method())
 
 
