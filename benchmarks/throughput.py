@@ -589,16 +589,13 @@ def bench_brax(args: Args, log: CompileLog, between_epochs: Callable[[int], None
 # ----------------------------------------------------------------------------- report
 
 def _versions() -> dict:
-    out = {}
-    for name in ("jax", "jaxlib", "brax", "mujoco", "mujoco-mjx", "flax", "optax"):
-        try:
-            out[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            out[name] = None
-    return out
+    from vaco_jax.driver.provenance import package_versions
+
+    return package_versions()
 
 
 def _machine() -> dict:
+    """The driver's record of the machine (provenance.machine), plus what a timing depends on."""
     from vaco_jax.driver.provenance import machine
 
     dev = jax.devices()[0]

@@ -633,6 +633,9 @@ def main(args: Args) -> list[str]:
         print(f"tuning: {state}", flush=True)
         if args.units or args.max_chunks is not None:
             break
+    if done:
+        print("FINDINGS.md's summary reads these results: run `python experiments/rebuild_docs.py` and commit "
+              f"{args.results} with it", flush=True)
     return done
 
 

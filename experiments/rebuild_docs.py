@@ -355,6 +355,78 @@ def screens_folder_table(build: Build, folder: str) -> str:
     return screens_table(*sorted(glob.glob(build.src("results", folder, "*", "screens.csv"))), steps=True, lr=True)
 
 
+LOCOMOTION = os.path.join("results", "locomotion")
+PEER = os.path.join("results", "peer_check")
+
+
+def _claim_verdicts(path: str) -> str:
+    """``1 holds, 2 holds, ...``: the verdict of each whole claim (not its parts) in a claims table."""
+    rows = results.read_table(path)
+    whole = [r for r in rows if re.fullmatch(r"\d+( \[\w+\])?", str(r["claim"]))]
+    return ", ".join(f"{r['claim']} {r['verdict']}" for r in whole)
+
+
+def summary_block(build: Build) -> str:
+    """FINDINGS.md's first screen: where each study stands, read from ``results/`` alone."""
+    from vaco_jax.analysis import figures, peer
+
+    out = ["Where each study stands, read from `results/` by `python experiments/rebuild_docs.py` (the dated "
+           "record follows below).", ""]
+    loco = build.src(LOCOMOTION)
+    if os.path.exists(os.path.join(loco, "protocol.json")):
+        import json
+
+        with open(os.path.join(loco, "protocol.json")) as f:  # written by hand, fixed by its sha256 in the manifest
+            protocol = json.load(f)
+        units = [r["unit"] for r in results.read_table(os.path.join(loco, "manifest.csv"))] \
+            if os.path.exists(os.path.join(loco, "manifest.csv")) else []
+        stages = {}
+        for u in units:
+            stages.setdefault(u.split("/")[0], []).append(u)
+        done = "; ".join(f"{stage} {len(us)} ({', '.join(u.split('/', 1)[1] for u in us)})" for stage, us in stages.items())
+        verdicts = os.path.join(loco, "verdicts.csv")
+        out.append(f"- **The locomotion study** (`results/locomotion/`, protocol `protocol.md`; "
+                   f"{', '.join(protocol['tasks'])}; {', '.join(figures.method_label(m) for m in protocol['methods'])}): "
+                   f"{len(units)} units finished — {done or 'none'}. "
+                   + ("Verdicts: `results/locomotion/verdicts.csv`." if os.path.exists(verdicts) else
+                      "No verdict yet: `python experiments/locomotion.py report` applies the protocol's rules once "
+                      "the study units are done; `plan` lists what is left."))
+        out.append("")
+        tuned_path = os.path.join(loco, "tuned.json")
+        if os.path.exists(tuned_path):
+            chosen = results.read_json(tuned_path)["chosen"]
+            depths = sorted({b for by in chosen.values() for b in by}, key=int)
+            rows = []
+            for method in figures.sort_methods(chosen):
+                by = chosen[method]
+                first = next(iter(by.values()))
+                rows.append([figures.method_label(method), first["knob"]]
+                            + [f"{by[b]['value']:g} (AUC {_num(max(g['mean'] for g in by[b]['grid']), ',.0f')})"
+                               if b in by else "—" for b in depths])
+            out += ["  Step knobs frozen by the tuning (Hopper-v4, tuning seeds; mean AUC of the choice):", "",
+                    _table(["method", "knob"] + [f"tuned at B = {b}" for b in depths], rows)]
+    if os.path.isdir(build.src(PEER)):
+        recs = peer.records(build.src(PEER))
+        parts = []
+        for r in recs:
+            if r["inside"] is None:
+                continue
+            where = "inside" if r["inside"] else ("above" if r["mean"] > r["cleanrl"][0] else "below")
+            parts.append(f"{r['task']} {r['settings']}: {r['mean']:,.0f} ± {r['std']:,.0f}, {where}")
+        out += ["- **The peer check** against CleanRL's PPO table at 1M steps (`results/peer_check/`, "
+                "`python -m benchmarks.peer_check --table`; inside means CleanRL's mean ± 2 std): "
+                + "; ".join(parts) + ".", ""]
+    if os.path.exists(build.dst(CLAIMS)):
+        out += [f"- **The pendulum-suite study** (`results/study/`, four tasks: the pendulums, reacher, FingerSpin; "
+                f"`results/claims.csv`): claims {_claim_verdicts(build.dst(CLAIMS))} on the final return"
+                + (f"; on the AUC {_claim_verdicts(build.dst(CLAIMS_AUC))}" if os.path.exists(build.dst(CLAIMS_AUC))
+                   else "") + ". Two of its tasks sit at their ceiling (below), so these verdicts cannot tell "
+                "VACO from a tuned PPO-Clip; the locomotion study is the test.", ""]
+    out += ["- **Figures**: `docs/figures/study_*.png` (the pendulum-suite study: `python experiments/rebuild_docs.py`); "
+            "the README's figure (`make demo`)."]
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
 # name -> markdown text of FINDINGS.md's block <!-- generated: name (...) -->; add a block by adding an entry
 BLOCKS: dict[str, Callable[[Build], str]] = {
     "screens": lambda b: screens_table(b.src("results", "screens", "screens.csv")),
@@ -373,6 +445,7 @@ BLOCKS: dict[str, Callable[[Build], str]] = {
     "study_claims_auc": lambda b: claims_table(b, CLAIMS_AUC),
     "study_iqm": study_iqm_table,
     "study_cost": cost_table,
+    "summary": summary_block,
 }
 
 

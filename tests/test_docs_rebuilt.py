@@ -260,3 +260,31 @@ def test_the_cost_block_reads_the_learner_cost_table(tmp_path):
         {"tasks": ["hopper"], "cpu": "AMD EPYC", "cpu_count": 2, "jax": "0.10.2", "date": "2026-11-30 19:00 UTC"}]})
     assert "| hopper | 2 | 9.50 | 11.50 | 0.826 | AMD EPYC, 2 cores, jax 0.10.2 | 2026-11-30 19:00 UTC |" \
         in rd.cost_table(build)
+
+
+def test_the_summary_follows_the_locomotion_study_and_the_peer_check(tmp_path):
+    """FINDINGS.md's first screen is rebuilt from results/: a unit that finishes, a frozen tuning and a
+    peer-check record change it; nothing in it is written by hand."""
+    import json
+
+    rd = _rebuild_docs()
+    root = _tree(tmp_path, HEAD + BEGIN.format("summary") + "stale\n" + END.format("summary") + TAIL)
+    loco = root / "results" / "locomotion"
+    os.makedirs(loco)
+    (loco / "protocol.json").write_text(json.dumps({"tasks": ["Hopper-v4"], "methods": ["ppo_clip", "vaco"]}))
+    results.write_table(str(loco / "manifest.csv"), [{"unit": "tune/ppo_clip", "runs": 18}])
+    grid = [{"value": 0.2, "mean": 2047.0, "runs": 3, "diverged": 0}, {"value": 0.6, "mean": 941.0, "runs": 3,
+                                                                         "diverged": 0}]
+    results.write_json(str(loco / "tuned.json"), {"chosen": {"ppo_clip": {"1": {"knob": "clip_epsilon", "value": 0.2,
+                                                                                "grid": grid}}}})
+    os.makedirs(root / "results" / "peer_check")
+    results.write_json(str(root / "results" / "peer_check" / "Hopper-v4_cleanrl.json"),
+                       {"task": "Hopper-v4", "settings": "cleanrl", "scores": [2300.0, 2500.0], "diverged": [False, False]})
+    assert rd.main(["--root", str(root)]) == 0
+    text = (root / "FINDINGS.md").read_text()
+    assert "stale" not in text and "1 units finished — tune 1 (ppo_clip)" in text
+    assert "| PPO-Clip | clip_epsilon | 0.2 (AUC 2,047) |" in text
+    assert "Hopper-v4 cleanrl: 2,400 ± 141, inside" in text and "No verdict yet" in text
+    results.write_table(str(loco / "manifest.csv"), [{"unit": "tune/ppo_clip", "runs": 18},
+                                                     {"unit": "tune/vaco", "runs": 18}])
+    assert rd.main(["--root", str(root), "--check"]) == 1  # a finished unit: the summary is out of date
