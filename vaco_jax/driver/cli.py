@@ -271,6 +271,134 @@ def config_tokens(cls: type, data: dict, path: str = "") -> list[str]:
     return tokens
 
 
+# --help's groups: every Config field is placed (a test checks it); a script's own field goes by name,
+# else to "run". Flags keep their names (--lag-depth, not --lag.lag-depth).
+HELP_GROUPS = {
+    "run": "what runs: tasks, methods, seeds, sizes, evaluation, sweeps, shards",
+    "env": "the environments and what the actors see",
+    "lag": "the simulated asynchrony: lag model, depth, buffer, actors",
+    "method": "the method: pieces, their knobs, the networks",
+    "optimiser": "the learner's updates",
+    "output": "where results go and what is shown",
+}
+_GROUP_OF = {
+    **dict.fromkeys(("total_env_steps", "num_evals", "eval_episodes", "grid_batch", "seed", "seeds"), "run"),
+    **dict.fromkeys(("env", "backend", "episode_length", "num_envs", "normalize_observations", "normalize_rewards",
+                     "tasks"), "env"),
+    **dict.fromkeys(("lag_model", "lag_depth", "lag_depths", "age_weights", "buffer_capacity", "envs_per_actor",
+                     "partial_resync_every", "actor_dtype", "mismatch_strength", "lag_depths_b"), "lag"),
+    **dict.fromkeys(("learning_rate", "learning_rates", "anneal_lr", "adam_eps", "max_grad_norm", "grad_clip",
+                     "num_epochs", "num_minibatches", "minibatch_shuffle", "unroll_length"), "optimiser"),
+    **dict.fromkeys(("method", "methods", "network", "policy_hidden", "value_hidden", "activation", "gamma",
+                     "value_coef", "entropy_coef", "init_log_std", "value_clip_epsilon", "normalize_advantages",
+                     "advantage_estimator", "proximal_source", "surrogate", "sample_filter", "variants"), "method"),
+    **dict.fromkeys(("out", "progress", "tensorboard", "figures", "bootstrap_reps", "results", "runs", "html",
+                     "width", "height", "fps", "table"), "output"),
+}
+
+
+def help_group(name: str, default: str | None = "run") -> str | None:
+    """The ``--help`` group of a flag's field (``HELP_GROUPS``); a field named nowhere gets ``default``."""
+    from vaco_jax.core.knobs import KNOBS
+    from vaco_jax.core.pieces import STATIC_CHOICES
+
+    if name in _GROUP_OF:
+        return _GROUP_OF[name]
+    if (name in KNOBS and KNOBS[name].home == "method") or name in STATIC_CHOICES:
+        return "method"
+    return default
+
+
+def grouped(cls: type) -> type:
+    """``cls`` re-declared as one nested dataclass per ``HELP_GROUPS`` entry, so ``--help`` shows the
+    flags in groups; ``flatten`` turns what tyro parses back into a ``cls``. Flag names, defaults,
+    help texts and positionals are unchanged."""
+    import tyro
+    from tyro import _docstrings
+
+    hints = typing.get_type_hints(cls, include_extras=True)
+    presets = _presets_of(cls)
+    members: dict[str, list] = {g: [] for g in HELP_GROUPS}
+    for f in dataclasses.fields(cls):
+        hint = hints[f.name]
+        if f.default is None and any(f.name in spec for spec in presets.values()):
+            hint = _with_preset_values(cls, f.name, hint, presets)
+        has_help = typing.get_origin(hint) is Annotated and any(
+            getattr(m, "help", None) for m in typing.get_args(hint)[1:])
+        if not has_help:  # tyro finds a comment's help only on a class with source: attach it
+            text = _docstrings.get_field_docstring(cls, f.name, ())
+            if text:
+                hint = Annotated[hint, _arg(text)]
+        kept = {"default": f.default} if f.default is not dataclasses.MISSING else (
+            {"default_factory": f.default_factory} if f.default_factory is not dataclasses.MISSING else {})
+        members[help_group(f.name)].append((f.name, hint, dataclasses.field(**kept)))
+    fields = []
+    for g, items in members.items():
+        if not items:
+            continue
+        sub = dataclasses.make_dataclass(f"{cls.__name__}_{g}", items)
+        sub.__doc__ = HELP_GROUPS[g]
+        # a positional without a default forces the group to be given; such groups are built without defaults
+        needs = any(f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+                    for f in dataclasses.fields(sub))
+        spec = dataclasses.field() if needs else dataclasses.field(default_factory=sub)
+        fields.append((needs, (g, Annotated[sub, tyro.conf.OmitArgPrefixes, tyro.conf.arg(name=g, help=HELP_GROUPS[g])],
+                               spec)))
+    fields.sort(key=lambda item: not item[0])  # groups without a default first (a dataclass rule)
+    wrapper = dataclasses.make_dataclass(cls.__name__, [f for _, f in fields])
+    doc = cls.__doc__ or ""
+    wrapper.__doc__ = "" if doc.startswith(cls.__name__ + "(") else doc  # make_dataclass's own doc is its signature
+    wrapper._flat = cls  # type: ignore[attr-defined]
+    return wrapper
+
+
+def _presets_of(cls: type) -> dict:
+    """The ``PRESETS`` of the script that defined ``cls`` (or a base of it): preset -> field values."""
+    import sys
+
+    for klass in cls.__mro__:
+        presets = getattr(sys.modules.get(klass.__module__), "PRESETS", None)
+        if isinstance(presets, dict):
+            return presets
+    return {}
+
+
+def _show(value) -> str:
+    if value is None:
+        return "the task's"
+    if isinstance(value, (tuple, list)):
+        return " ".join(str(v) for v in value)
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
+
+
+def _with_preset_values(cls: type, name: str, hint, presets: dict):
+    """``hint`` with its help followed by what each preset sets (a flag left out takes the preset's)."""
+    from tyro import _docstrings
+
+    text = next((m.help for m in typing.get_args(hint)[1:] if getattr(m, "help", None)), None) \
+        if typing.get_origin(hint) is Annotated else None
+    text = text or _docstrings.get_field_docstring(cls, name, ()) or ""
+    values = "; ".join(f"{p}: {_show(spec[name])}" for p, spec in presets.items() if name in spec)
+    base = typing.get_args(hint)[0] if typing.get_origin(hint) is Annotated else hint
+    return Annotated[base, _arg(f"{text} — presets: {values}")]
+
+
+def flatten(parsed, cls: type):
+    """A ``grouped(cls)`` instance back as a ``cls``."""
+    values = {}
+    for g in HELP_GROUPS:
+        sub = getattr(parsed, g, None)
+        if sub is not None:
+            values.update({f.name: getattr(sub, f.name) for f in dataclasses.fields(sub)})
+    return cls(**values)
+
+
+def _cli(cls: type, args: list[str]):
+    import tyro
+
+    return flatten(tyro.cli(grouped(cls), args=args, config=(tyro.conf.OmitArgPrefixes,)), cls)
+
+
 def parse_args(cls: type, argv: list[str] | None = None):
     """``tyro.cli(cls)`` with ``--config FILE``: the file's values first, so flags given on the command
     line win. Without ``--config`` it is ``tyro.cli`` itself."""
@@ -292,14 +420,14 @@ def parse_args(cls: type, argv: list[str] | None = None):
             argv = argv[:i] + argv[i + 1:]
             break
     if path is None:
-        return tyro.cli(cls, args=argv)
+        return _cli(cls, argv)
     positional = argv[:1] if argv and not argv[0].startswith("-") else []  # a stage, e.g. `study.py run`
     try:
         tokens = config_tokens(cls, read_config_file(path), path)
     except (ConfigError, ResultsError) as e:  # one line and exit code 2, as for any other bad flag
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
-    return tyro.cli(cls, args=positional + tokens + argv[len(positional):])
+    return _cli(cls, positional + tokens + argv[len(positional):])
 
 
 

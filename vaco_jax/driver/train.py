@@ -62,7 +62,10 @@ def train_args_class():
     Config field (cli.py). A sweep's cell batching (grid_batch) is no flag: one run is one cell."""
     from vaco_jax.driver.cli import config_args_class
 
-    return config_args_class("TrainArgs", TRAIN_EXTRA, defaults=train_defaults(), exclude=("grid_batch",))
+    cls = config_args_class("TrainArgs", TRAIN_EXTRA, defaults=train_defaults(), exclude=("grid_batch",))
+    cls.__doc__ = ("Train one configuration into OUT/<name>/ (a one-cell run directory, like a study's); "
+                   "the same command resumes it.")
+    return cls
 
 
 def with_task_defaults(config: Config, enabled: bool) -> Config:
