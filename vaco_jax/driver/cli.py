@@ -400,11 +400,9 @@ def _cli(cls: type, args: list[str]):
 
 
 def parse_args(cls: type, argv: list[str] | None = None):
-    """``tyro.cli(cls)`` with ``--config FILE``: the file's values first, so flags given on the command
-    line win. Without ``--config`` it is ``tyro.cli`` itself."""
+    """``tyro.cli(cls)`` with ``--help`` in groups (``grouped``) and ``--config FILE``: the file's values
+    first, so flags given on the command line win."""
     import sys
-
-    import tyro
 
     argv = list(sys.argv[1:] if argv is None else argv)
     path = None
