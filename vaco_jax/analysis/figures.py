@@ -356,6 +356,19 @@ def read_summary(run_dir: str) -> list[dict]:
     return _fold_settings(_read_analysis_table(run_dir, "summary.csv"))
 
 
+def _one_task_panels(rows: list[dict], aggs: list[str]) -> list[str]:
+    """The panels that say something different with one task: the IQM, and the mean where it differs
+    from the IQM (with 3 seeds they are the same number)."""
+    def points(agg):
+        return {(r["method"], int(r["lag_depth"])): r["point"] for r in rows if r["aggregate"] == agg}
+
+    keep = [a for a in aggs if a == "iqm"]
+    if "mean" in aggs and (not keep or any(not np.isclose(v, points("iqm").get(k, np.nan), equal_nan=True)
+                                           for k, v in points("mean").items())):
+        keep.append("mean")
+    return keep or aggs[:1]
+
+
 def plot_aggregate_vs_lag(run_dir: str, score: str = "final_eval_return",
                           normalization: str | None = None, sources=None, figures_dir: str | None = None) -> list[str]:
     """The main lag-sweep figure: one panel per aggregate, one line per method with 95% CI bands."""
@@ -375,6 +388,8 @@ def plot_aggregate_vs_lag(run_dir: str, score: str = "final_eval_return",
     n_tasks = max(int(r["n_tasks"]) for r in rows)
     if not aggs:
         raise NoData(f"no cell of {score!r} has a run left: {_empty_reason(rows)}")
+    if n_tasks == 1:  # the median and mean of one task's mean are that mean, the gap is 1 minus it: one panel
+        aggs = _one_task_panels(rows, aggs)
 
     fig, axes = _new_figure(len(aggs), panel=(4.2, 3.6))
     for ax, agg in zip(axes[0], aggs):
