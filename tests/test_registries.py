@@ -5,7 +5,6 @@ Every registry path trains one short phase. The Brax and user paths use tiny pur
 compile); the MuJoCo Playground path compiles a DM Control task and is marked slow.
 """
 
-import json
 import os
 import subprocess
 import sys
@@ -17,6 +16,7 @@ import numpy as np
 import pytest
 
 from conftest import tiny_config
+from vaco_jax.analysis import results
 from vaco_jax.core.config import ConfigError, make_traced
 from vaco_jax.envs import PointMass, available_envs, make_env, playground_tasks, register_env
 from vaco_jax.core.lag import LAG_MODELS
@@ -164,11 +164,11 @@ def test_cli_runs_keep_apart_and_bad_input_is_one_line_with_exit_code_2(tmp_path
     for gamma in ("0.99", "0.95"):
         res = _cli(*common, "--gamma", gamma)
         assert res.returncode == 0, res.stderr[-2000:]
-    files = sorted(f for f in os.listdir(tmp_path) if f.endswith(".json"))
-    assert len(files) == 2  # two runs differing only in gamma: two files
-    assert len([f for f in os.listdir(tmp_path) if f.endswith(".policy")]) == 2  # and two kept policies
-    saved = [json.load(open(os.path.join(tmp_path, f))) for f in files]
-    assert {s["config"]["gamma"] for s in saved} == {0.99, 0.95}
+    runs = sorted(os.listdir(tmp_path))
+    assert len(runs) == 2  # two runs differing only in gamma: two run directories
+    configs = [results.read_json(os.path.join(tmp_path, r, "point_mass", "ppo_clip", "config.json")) for r in runs]
+    assert {c["gamma"] for c in configs} == {0.99, 0.95}  # each with its settings and its kept policy
+    assert all(os.path.exists(os.path.join(tmp_path, r, "point_mass", "ppo_clip", "policies.npz")) for r in runs)
     bad = _cli(*common, "--method", "vaco", "--clip-epsilon", "0.3")
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines()[-1].startswith("error: clip_epsilon=0.3 is not read by method='vaco'")
