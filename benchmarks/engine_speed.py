@@ -97,8 +97,8 @@ class EnvPool:
 
 class Training:
     def __init__(self, task: str, n: int):
-        from vaco_jax.config import Config, make_traced
-        from vaco_jax.train import make_train
+        from vaco_jax.core.config import Config, make_traced
+        from vaco_jax.core.train import make_train
 
         self.config = Config(env=task, num_envs=n, unroll_length=32, total_env_steps=n * 32 * 40, num_evals=4,
                              eval_episodes=0, method="ppo_clip")
@@ -168,6 +168,6 @@ def main(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    from vaco_jax.cli import parse_args
+    from vaco_jax.driver.cli import parse_args
 
     main(parse_args(Args))

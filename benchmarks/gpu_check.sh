@@ -413,7 +413,7 @@ import sys, time
 import jax
 import numpy as np
 from vaco_jax import sweep
-from vaco_jax.config import Config
+from vaco_jax.core.config import Config
 
 root = sys.argv[1]
 devs = jax.devices()

@@ -25,9 +25,9 @@ import jax.numpy as jnp
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from vaco_jax.config import Config, make_traced, stack_traced  # noqa: E402
-from vaco_jax.sweep import grid_mesh, grid_program, grid_sharding  # noqa: E402
-from vaco_jax.train import make_train  # noqa: E402
+from vaco_jax.core.config import Config, make_traced, stack_traced  # noqa: E402
+from vaco_jax.driver.devices import grid_mesh, grid_program, grid_sharding  # noqa: E402
+from vaco_jax.core.train import make_train  # noqa: E402
 
 
 @dataclasses.dataclass
@@ -93,6 +93,6 @@ def main(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    from vaco_jax.cli import parse_args
+    from vaco_jax.driver.cli import parse_args
 
     main(parse_args(Args))

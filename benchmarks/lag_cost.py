@@ -42,8 +42,8 @@ import numpy as np
 
 from benchmarks.throughput import Args as ThroughputArgs
 from benchmarks.throughput import _machine, _versions, our_config
-from vaco_jax.config import make_traced
-from vaco_jax.train import make_train
+from vaco_jax.core.config import make_traced
+from vaco_jax.core.train import make_train
 
 
 @dataclasses.dataclass
@@ -69,8 +69,7 @@ def build(args: Args, lag_model: str | None = None, lag_depth: int | None = None
           envs_per_actor: int | None = None, tile_rows: int | None = None) -> dict:
     """One variant: compiled one-phase chunk, collect and learn, and its state after ``init``.
     ``tile_rows`` replaces ``rollout.TILE_ROWS`` while this variant is traced (1: a copy per env)."""
-    from vaco_jax import rollout
-
+    from vaco_jax.core import rollout
     kept = rollout.TILE_ROWS
     rollout.TILE_ROWS = tile_rows or kept
     try:
@@ -100,7 +99,7 @@ def _build(args, lag_model, lag_depth, envs_per_actor):
 
 
 def main(args: Args | None = None) -> dict:
-    from vaco_jax.cli import parse_args
+    from vaco_jax.driver.cli import parse_args
 
     args = args or parse_args(Args)
     if args.lag_depth < 2 or args.num_envs % 16 or args.rounds < 1:

@@ -27,9 +27,9 @@ import jax
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from vaco_jax.config import Config, make_traced  # noqa: E402
-from vaco_jax.methods import METHODS  # noqa: E402
-from vaco_jax.train import make_train  # noqa: E402
+from vaco_jax.core.config import Config, make_traced  # noqa: E402
+from vaco_jax.core.methods import METHODS  # noqa: E402
+from vaco_jax.core.train import make_train  # noqa: E402
 
 
 @dataclasses.dataclass
@@ -134,6 +134,6 @@ def main(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    from vaco_jax.cli import parse_args
+    from vaco_jax.driver.cli import parse_args
 
     main(parse_args(Args))

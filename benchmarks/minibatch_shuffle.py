@@ -24,9 +24,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from vaco_jax.config import Config, make_traced  # noqa: E402
-from vaco_jax.train import make_train  # noqa: E402
-from vaco_jax.update import permutation  # noqa: E402
+from vaco_jax.core.config import Config, make_traced  # noqa: E402
+from vaco_jax.core.train import make_train  # noqa: E402
+from vaco_jax.core.update import permutation  # noqa: E402
 
 
 @dataclasses.dataclass
@@ -102,6 +102,6 @@ def main(args: Args) -> None:
 
 
 if __name__ == "__main__":
-    from vaco_jax.cli import parse_args
+    from vaco_jax.driver.cli import parse_args
 
     main(parse_args(Args))

@@ -30,13 +30,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vaco_jax import results
-from vaco_jax.config import Config, ConfigError, make_traced
-from vaco_jax.sweep import last_fraction_train_return
-from vaco_jax.train import make_train
+from vaco_jax.analysis import results
+from vaco_jax.analysis.peer import CLEANRL, table
+from vaco_jax.core.config import Config, ConfigError, make_traced
+from vaco_jax.driver.runner import last_fraction_train_return
+from vaco_jax.core.train import make_train
 
-# CleanRL's ppo_continuous_action at 1M env steps (its documentation's table: mean +- std over seeds)
-CLEANRL = {"Hopper-v4": (2382.86, 271.74), "HalfCheetah-v4": (1442.64, 46.03), "Walker2d-v4": (2287.95, 571.78)}
 
 SETTINGS = {
     "cleanrl": dict(num_envs=1, unroll_length=2048, num_epochs=10, num_minibatches=32, learning_rate=3e-4,
@@ -133,26 +132,6 @@ def report(record: dict) -> str:
     return line + f"   {record['env_steps_per_second']:.0f} env steps/s ({record['seconds_total']:.0f} s)"
 
 
-def table(out: str) -> str:
-    """A markdown table of every record in ``out``: ours beside CleanRL's published figure."""
-    import glob
-
-    lines = ["| task | settings | ours: mean ± std (seeds) | per seed | CleanRL 1M | inside ± 2 std |",
-             "|---|---|---|---|---|---|"]
-    for path in sorted(glob.glob(os.path.join(out, "*.json"))):
-        r = results.read_json(path)
-        s = np.array([np.nan if v is None else v for v in r["scores"]], float)
-        ok = s[np.isfinite(s)]
-        mean, std = float(ok.mean()), float(ok.std(ddof=1))
-        ref = CLEANRL.get(r["task"])
-        inside = "—" if not ref else ("yes" if ref[0] - 2 * ref[1] <= mean <= ref[0] + 2 * ref[1] else
-                                      "**no**, " + ("above" if mean > ref[0] else "below"))
-        lines.append(f"| {r['task']} | {r['settings']} | {mean:.1f} ± {std:.1f} ({len(ok)}) | "
-                     f"{', '.join(f'{v:.0f}' for v in ok)} | "
-                     f"{'' if not ref else f'{ref[0]:.2f} ± {ref[1]:.2f}'} | {inside} |")
-    return "\n".join(lines)
-
-
 def main(args: Args) -> None:
     if args.table:
         print(table(args.out))
@@ -174,6 +153,6 @@ def main(args: Args) -> None:
 
 
 if __name__ == "__main__":
-    from vaco_jax.cli import parse_args
+    from vaco_jax.driver.cli import parse_args
 
     main(parse_args(Args))

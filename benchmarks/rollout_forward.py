@@ -23,8 +23,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vaco_jax.networks import GaussianPolicy, normalize, normalizer_init
-from vaco_jax.rollout import TILE_ROWS, apply_in_tiles, tile_layout
+from vaco_jax.core.networks import GaussianPolicy, normalize, normalizer_init
+from vaco_jax.core.rollout import TILE_ROWS, apply_in_tiles, tile_layout
 
 N, D, A, K, U, GROUP = 256, 11, 1, 32, 32, 16  # envs, obs size, action size, slots, steps, envs per actor
 

@@ -88,16 +88,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vaco_jax.config import Config, make_traced
+from vaco_jax.core.config import Config, make_traced
 from vaco_jax.envs import make_env
-from vaco_jax.train import make_train
+from vaco_jax.core.train import make_train
 
 
 @dataclasses.dataclass
 class Args:
     """Env steps/s of the raw env, our trainer (B = 1) and Brax's PPO trainer on one configuration."""
 
-    env: str = "inverted_double_pendulum"  # task (any of vaco_jax.config.TASKS, e.g. halfcheetah)
+    env: str = "inverted_double_pendulum"  # task (any of vaco_jax.envs.TASKS, e.g. halfcheetah)
     backend: str = "mjx"  # physics pipeline of the Brax env (every measurement uses it)
     num_envs: int = 256  # parallel envs
     unroll_length: int = 32  # env steps per env per phase (one update)
@@ -589,17 +589,14 @@ def bench_brax(args: Args, log: CompileLog, between_epochs: Callable[[int], None
 # ----------------------------------------------------------------------------- report
 
 def _versions() -> dict:
-    out = {}
-    for name in ("jax", "jaxlib", "brax", "mujoco", "mujoco-mjx", "flax", "optax"):
-        try:
-            out[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            out[name] = None
-    return out
+    from vaco_jax.driver.provenance import package_versions
+
+    return package_versions()
 
 
 def _machine() -> dict:
-    from vaco_jax.sweep import machine
+    """The driver's record of the machine (provenance.machine), plus what a timing depends on."""
+    from vaco_jax.driver.provenance import machine
 
     dev = jax.devices()[0]
     cpu_model = machine()["cpu"]
@@ -759,7 +756,7 @@ def report(args: Args, results: dict, meta: dict) -> str:
 
 
 def main(args: Args | None = None) -> dict:
-    from vaco_jax.cli import parse_args
+    from vaco_jax.driver.cli import parse_args
 
     args = args or parse_args(Args)
     if (args.synchronous or args.compare_lag_depths) and (args.cost_phases_per_call < 1 or args.cost_cycles < 1):

@@ -1,4 +1,4 @@
-"""The evidence issue's decision rule: a verdict per claim from a run directory's scores (vaco_jax/claims.py).
+"""The evidence issue's decision rule: a verdict per claim from a run directory's scores (vaco_jax/analysis/claims.py).
 
 Reads the score rows (and curves, for the per-phase cost) of one run directory or several (merged) and
 writes ``claims.csv``: one row per claim and per part of a claim, with its statistic, point estimate,
@@ -13,7 +13,7 @@ and why. No training, no jax.
 evaluation return (the secondary reading, for tasks whose final return saturates).
 
 ``--study DIR``: the study's run directories (one per design); each claim reads only the designs
-that hold its methods (``vaco_jax.claims.STUDY_SOURCES``).
+that hold its methods (``vaco_jax.analysis.claims.STUDY_SOURCES``).
 """
 
 from __future__ import annotations
@@ -26,8 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
-    from vaco_jax import claims
-
+    from vaco_jax.analysis import claims
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dirs", nargs="*", metavar="run_dir", help="run directory; several are merged")
     parser.add_argument("--study", default=None, help="the study's directory (experiments/study.py), instead")
@@ -37,7 +36,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--score", default=claims.SCORE, choices=claims.SCORES,
                         help="the per-run score the verdicts rest on (default: the final evaluation return)")
     args = parser.parse_args(argv)
-    from vaco_jax.results import run_dirs_problem
+    from vaco_jax.analysis.results import run_dirs_problem
 
     if args.bootstrap_reps < 1:
         parser.error("--bootstrap-reps must be >= 1")
@@ -67,7 +66,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
 
 if __name__ == "__main__":
-    from vaco_jax.results import EXIT_DAMAGED, ResultsError
+    from vaco_jax.analysis.results import EXIT_DAMAGED, ResultsError
 
     try:
         main()

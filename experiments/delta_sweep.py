@@ -20,9 +20,11 @@ from typing import Literal
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from vaco_jax import analysis, sweep  # noqa: E402
-from vaco_jax.cli import config_flags, with_config_flags  # noqa: E402
-from vaco_jax.config import Config, ConfigError  # noqa: E402
+from vaco_jax.analysis import tables
+
+from vaco_jax.driver import cli, grid, study  # noqa: E402
+from vaco_jax.driver.cli import config_flags, with_config_flags  # noqa: E402
+from vaco_jax.core.config import Config, ConfigError  # noqa: E402
 
 # variant name -> Config overrides
 VARIANTS = {
@@ -77,20 +79,20 @@ def main(args: Args) -> str:
     for v in spec["variants"]:
         if v not in VARIANTS:
             raise ConfigError(f"variants: {v!r} is not valid; allowed values: {', '.join(VARIANTS)}")
-    print(sweep.preset_text(args.preset, spec))
+    print(grid.preset_text(args.preset, spec))
     out = args.out or os.path.join("runs", f"delta_sweep_{args.preset}")
     configs = {v: Config(env=spec["task"], total_env_steps=spec["total_env_steps"], num_envs=spec["num_envs"],
                          unroll_length=spec["unroll_length"], num_evals=spec["num_evals"],
                          eval_episodes=spec["eval_episodes"], buffer_capacity=max(spec["lag_depths"]),
                          **VARIANTS[v]) for v in spec["variants"]}
-    cells = tuple(sweep.grid(spec["lag_depths"], spec["seeds"], tv_budget=list(spec["deltas"])))
-    groups = sweep.apply_sweep([sweep.Group(config, cells, os.path.join(spec["task"], variant), variant,
+    cells = tuple(grid.grid(spec["lag_depths"], spec["seeds"], tv_budget=list(spec["deltas"])))
+    groups = grid.apply_sweep([grid.Group(config, cells, os.path.join(spec["task"], variant), variant,
                                             (("variant", variant),)) for variant, config in configs.items()],
-                               sweep.parse_sweep(args.sweep), config_flags(args, StudyArgs, exclude=PER_GROUP))
-    if not sweep.run_study(out, groups, args, spec):
+                               grid.parse_sweep(args.sweep), config_flags(args, StudyArgs, exclude=PER_GROUP))
+    if not study.run_study(out, groups, args, spec):
         return out
-    table = analysis.summarise_by(out, ("variant", "tv_budget", "lag_depth"), filename="delta_sweep.csv")
-    filt = analysis.summarise_by(out, ("variant", "tv_budget", "lag_depth"), score="mean_filtered_fraction",
+    table = tables.summarise_by(out, ("variant", "tv_budget", "lag_depth"), filename="delta_sweep.csv")
+    filt = tables.summarise_by(out, ("variant", "tv_budget", "lag_depth"), score="mean_filtered_fraction",
                                  filename="delta_sweep_filtered.csv")
     print(f"VACO δ sweep on {spec['task']}: final eval return IQM [95% CI] | mean filtered fraction")
     for r, f in zip(table, filt):
@@ -102,6 +104,6 @@ def main(args: Args) -> str:
 
 
 if __name__ == "__main__":
-    from vaco_jax.cli import parse_args
+    from vaco_jax.driver.cli import parse_args
 
-    sweep.cli_main(main, parse_args(Args))
+    cli.cli_main(main, parse_args(Args))

@@ -20,9 +20,11 @@ from typing import Literal
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from vaco_jax import analysis, sweep  # noqa: E402
-from vaco_jax.cli import config_flags, with_config_flags  # noqa: E402
-from vaco_jax.config import Config  # noqa: E402
+from vaco_jax.analysis import tables
+
+from vaco_jax.driver import cli, grid, study  # noqa: E402
+from vaco_jax.driver.cli import config_flags, with_config_flags  # noqa: E402
+from vaco_jax.core.config import Config  # noqa: E402
 
 PRESETS = {
     "cpu": dict(task="inverted_double_pendulum", methods=("ppo_clip", "vaco"), epochs=(1, 4, 8),
@@ -69,7 +71,7 @@ def main(args: Args) -> str:
     for key in ("methods", "epochs", "minibatches", "seeds", "total_env_steps"):
         if getattr(args, key) is not None:
             spec[key] = getattr(args, key)
-    print(sweep.preset_text(args.preset, spec))
+    print(grid.preset_text(args.preset, spec))
     out = args.out or os.path.join("runs", f"forward_lag_{args.preset}")
     configs = {}
     for method in spec["methods"]:  # build (and validate) every config before compiling anything
@@ -80,27 +82,26 @@ def main(args: Args) -> str:
                     total_env_steps=spec["total_env_steps"], num_envs=spec["num_envs"],
                     unroll_length=spec["unroll_length"], num_evals=spec["num_evals"],
                     eval_episodes=spec["eval_episodes"], buffer_capacity=max(args.lag_depth, 1))
-    cells = tuple(sweep.grid([args.lag_depth], spec["seeds"]))
-    groups = sweep.apply_sweep(
-        [sweep.Group(config, cells, os.path.join(spec["task"], method, f"e{e}_m{m}"), f"{method} E={e} M={m}",
+    cells = tuple(grid.grid([args.lag_depth], spec["seeds"]))
+    groups = grid.apply_sweep(
+        [grid.Group(config, cells, os.path.join(spec["task"], method, f"e{e}_m{m}"), f"{method} E={e} M={m}",
                      (("num_epochs", e), ("num_minibatches", m))) for (method, e, m), config in configs.items()],
-        sweep.parse_sweep(args.sweep), config_flags(args, StudyArgs, exclude=PER_GROUP))
-    if not sweep.run_study(out, groups, args, spec):
+        grid.parse_sweep(args.sweep), config_flags(args, StudyArgs, exclude=PER_GROUP))
+    if not study.run_study(out, groups, args, spec):
         return out
-    table = analysis.summarise_by(out, ("method", "num_epochs", "num_minibatches"), filename="forward_lag.csv")
+    table = tables.summarise_by(out, ("method", "num_epochs", "num_minibatches"), filename="forward_lag.csv")
     print(f"forward lag at lag depth {args.lag_depth} ({spec['task']}): final eval return, IQM [95% CI]")
     for r in table:
         print(f"  {r['method']:<12} E={r['num_epochs']:<3} M={r['num_minibatches']:<3} "
               f"{r.get('iqm', float('nan')):9.1f} [{r.get('iqm_low', float('nan')):.1f}, "
               f"{r.get('iqm_high', float('nan')):.1f}]  runs={r['n_runs']} diverged={r['n_diverged']}")
     if args.figures:
-        from vaco_jax import plots
-
-        print("figure:", *plots.plot_forward_lag(out))
+        from vaco_jax.analysis import figures
+        print("figure:", *figures.plot_forward_lag(out))
     return out
 
 
 if __name__ == "__main__":
-    from vaco_jax.cli import parse_args
+    from vaco_jax.driver.cli import parse_args
 
-    sweep.cli_main(main, parse_args(Args))
+    cli.cli_main(main, parse_args(Args))

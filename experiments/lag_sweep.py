@@ -28,9 +28,10 @@ from typing import Literal
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from vaco_jax.cli import config_flags, with_config_flags  # noqa: E402
-from vaco_jax.config import Config, ConfigError  # noqa: E402
-from vaco_jax.methods import METHODS  # noqa: E402
+from vaco_jax.driver.cli import config_flags, with_config_flags  # noqa: E402
+from vaco_jax.core.config import Config, ConfigError  # noqa: E402
+from vaco_jax.core.methods import METHODS  # noqa: E402
+from vaco_jax.core.lag import LAG_MODELS  # noqa: E402
 
 PRESETS = {
     # ~10 minutes on 2 CPU cores (BENCHMARKS.md)
@@ -70,8 +71,7 @@ class StudyArgs:
     unroll_length: int | None = None  # None: the preset's steps per env per phase
     num_evals: int | None = None  # None: the preset's evaluations per run (learning-curve points)
     eval_episodes: int | None = None  # None: the preset's episodes per evaluation (stochastic: docs/evaluation.md)
-    # how each actor's lag is drawn (docs/lag.md); 'ages' takes --age-weights
-    lag_model: Literal["uniform", "fixed", "ages", "staggered", "partial", "synchronous"] = "uniform"
+    lag_model: Literal[tuple(LAG_MODELS)] = "uniform"  # how each actor's lag is drawn (docs/lag.md); 'ages' takes --age-weights
     learning_rate: float | None = None  # None: the Config default (3e-4)
     clip_epsilon: float | None = None  # None: each method's default; applied to the methods that read it
     tv_budget: float | None = None  # None: VACO's default (0.2)
@@ -129,35 +129,33 @@ def base_config(args: Args, spec: dict, task: str, method: str) -> Config:
 
 def plan(args: Args, spec: dict) -> list:
     """Every group (task x method x static sweep values) with its cells, validated, nothing compiled."""
-    from vaco_jax import sweep
-
+    from vaco_jax.driver import grid
     keys = [(t, m) for t in spec["tasks"] for m in spec["methods"]]
-    configs = sweep.with_knobs([base_config(args, spec, t, m) for t, m in keys],
+    configs = grid.with_knobs([base_config(args, spec, t, m) for t, m in keys],
                                dict(learning_rate=args.learning_rate, clip_epsilon=args.clip_epsilon,
                                     tv_budget=args.tv_budget))
-    cells = tuple(sweep.grid(spec["lag_depths"], spec["seeds"]))
-    groups = [sweep.Group(c, cells, os.path.join(t, m), f"{t}/{m}") for (t, m), c in zip(keys, configs)]
-    return sweep.apply_sweep(groups, sweep.parse_sweep(args.sweep), config_flags(args, StudyArgs, exclude=PER_GROUP))
+    cells = tuple(grid.grid(spec["lag_depths"], spec["seeds"]))
+    groups = [grid.Group(c, cells, os.path.join(t, m), f"{t}/{m}") for (t, m), c in zip(keys, configs)]
+    return grid.apply_sweep(groups, grid.parse_sweep(args.sweep), config_flags(args, StudyArgs, exclude=PER_GROUP))
 
 
 def main(args: Args) -> str:
-    from vaco_jax import analysis, sweep
-
+    from vaco_jax.analysis import tables
+    from vaco_jax.driver import grid, study
     spec = resolve(args)
     groups = plan(args, spec)
-    print(sweep.preset_text(args.preset, spec))
+    print(grid.preset_text(args.preset, spec))
     run_dir = spec["out"]
     t0 = time.perf_counter()
-    if not sweep.run_study(run_dir, groups, args, spec,
-                           prepare=lambda: sweep.random_scores(run_dir, spec["tasks"], groups[0].config)):
+    if not study.run_study(run_dir, groups, args, spec,
+                           prepare=lambda: study.random_scores(run_dir, spec["tasks"], groups[0].config)):
         return run_dir
-    summary, _ = analysis.summarise(run_dir, reps=args.bootstrap_reps)
+    summary, _ = tables.summarise(run_dir, reps=args.bootstrap_reps)
     print(f"\nlag sweep finished in {time.perf_counter() - t0:.0f} s -> {run_dir}")
     print_table(summary)
     if args.figures:
-        from vaco_jax import plots
-
-        paths = plots.make_all(run_dir)
+        from vaco_jax.analysis import figures
+        paths = figures.make_all(run_dir)
         print("figures:", *paths, sep="\n  ")
     return run_dir
 
@@ -193,7 +191,7 @@ def print_table(summary: list[dict]) -> None:
 
 
 if __name__ == "__main__":
-    from vaco_jax.cli import parse_args
-    from vaco_jax.sweep import cli_main
+    from vaco_jax.driver.cli import parse_args
+    from vaco_jax.driver.cli import cli_main
 
     cli_main(main, parse_args(Args))

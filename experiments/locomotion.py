@@ -44,7 +44,7 @@ from tyro.conf import Positional
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from vaco_jax.config import Config, ConfigError  # noqa: E402
+from vaco_jax.core.config import Config, ConfigError  # noqa: E402
 
 RESULTS = os.path.join("results", "locomotion")
 RUNS = os.path.join("runs", "locomotion")
@@ -74,7 +74,7 @@ class Args:
 class Unit:
     name: str
     stage: str  # tuning | study
-    group: object  # sweep.Group
+    group: object  # grid.Group
     runs: int
     minutes: float
 
@@ -88,7 +88,7 @@ def load_protocol(path: str) -> tuple[dict, str]:
 def check_protocol(p: dict) -> None:
     """Every name the protocol uses exists, before anything is planned."""
     from vaco_jax.envs import available_envs
-    from vaco_jax.methods import METHODS
+    from vaco_jax.core.methods import METHODS
 
     known = available_envs()
 
@@ -116,34 +116,31 @@ def _cost(p: dict, task: str, runs: int) -> float:
 
 
 def _unit(p: dict, name: str, stage: str, config: Config, cells: list, subdir: str, tags=()) -> Unit:
-    from vaco_jax import sweep
-
-    return Unit(name, stage, sweep.Group(config, tuple(cells), subdir, name, tags), len(cells),
+    from vaco_jax.driver import grid
+    return Unit(name, stage, grid.Group(config, tuple(cells), subdir, name, tags), len(cells),
                 _cost(p, config.env, len(cells)))
 
 
 def tuning_units(p: dict) -> list[Unit]:
-    from vaco_jax import sweep
-
+    from vaco_jax.driver import grid
     t = p["tuning"]
     out = []
     for m in p["methods"]:
         g = t["grids"][m]
-        cells = sweep.grid(t["lag_depths"], p["seeds"]["tuning"], **{g["knob"]: [float(v) for v in g["values"]]})
+        cells = grid.grid(t["lag_depths"], p["seeds"]["tuning"], **{g["knob"]: [float(v) for v in g["values"]]})
         out.append(_unit(p, f"tune/{m}", "tuning", base_config(p, t["task"], m), cells, os.path.join(t["task"], m)))
     return out
 
 
 def extension_units(p: dict, tuned: dict) -> list[Unit]:
     """One unit per (method, tuning lag depth) whose optimum sat at an edge of its grid."""
-    from vaco_jax import sweep
-
+    from vaco_jax.driver import grid
     t = p["tuning"]
     out = []
     for m, per_b in tuned.get("extend", {}).items():
         knob = t["grids"][m]["knob"]
         for b, value in per_b.items():
-            cells = sweep.grid([int(b)], p["seeds"]["tuning"], **{knob: [float(value)]})
+            cells = grid.grid([int(b)], p["seeds"]["tuning"], **{knob: [float(value)]})
             out.append(_unit(p, f"extend/{m}/B{b}", "tuning", base_config(p, t["task"], m), cells,
                              os.path.join(t["task"], m, f"extend_B{b}")))
     return out
@@ -155,8 +152,7 @@ def chosen(tuned: dict, method: str, b: int) -> float:
 
 def study_units(p: dict, tuned: dict | None) -> list[Unit]:
     """Study, lag-aware and ablation units; those that need the frozen tuning only once it exists."""
-    from vaco_jax import sweep
-
+    from vaco_jax.driver import grid
     seeds, grids = p["seeds"]["study"], p["tuning"]["grids"]
     b_low, b_high = (int(b) for b in p["tuning"]["lag_depths"])
     out = []
@@ -165,7 +161,7 @@ def study_units(p: dict, tuned: dict | None) -> list[Unit]:
             config = base_config(p, task, m)
             if tuned is not None:
                 config = config.replace(**{grids[m]["knob"]: chosen(tuned, m, b_low)})
-            out.append(_unit(p, f"study/{task}/{m}", "study", config, sweep.grid(p["lag_depths"], seeds),
+            out.append(_unit(p, f"study/{task}/{m}", "study", config, grid.grid(p["lag_depths"], seeds),
                              os.path.join(task, m)))
     if tuned is None:
         return out
@@ -175,7 +171,7 @@ def study_units(p: dict, tuned: dict | None) -> list[Unit]:
             if low != high:
                 config = base_config(p, task, m).replace(**{grids[m]["knob"]: high})
                 out.append(_unit(p, f"lag_aware/{task}/{m}", "study", config,
-                                 sweep.grid(p["lag_aware"]["lag_depths"], seeds),
+                                 grid.grid(p["lag_aware"]["lag_depths"], seeds),
                                  os.path.join(task, m, "variant=lag_aware"), (("variant", "lag_aware"),)))
     ab = p["ablations"]
     for task in ab["tasks"]:
@@ -183,7 +179,7 @@ def study_units(p: dict, tuned: dict | None) -> list[Unit]:
             config = base_config(p, task, m)
             if spec["inherits"]:
                 config = config.replace(**{grids[spec["inherits"]]["knob"]: chosen(tuned, spec["inherits"], b_low)})
-            out.append(_unit(p, f"ablation/{task}/{m}", "study", config, sweep.grid(ab["lag_depths"], seeds),
+            out.append(_unit(p, f"ablation/{task}/{m}", "study", config, grid.grid(ab["lag_depths"], seeds),
                              os.path.join(task, m)))
     return out
 
@@ -191,8 +187,7 @@ def study_units(p: dict, tuned: dict | None) -> list[Unit]:
 # ----------------------------------------------------------------------------- tuning: choose and freeze
 
 def _tuning_rows(tuning_dir: str, p: dict, method: str) -> list[dict]:
-    from vaco_jax import results
-
+    from vaco_jax.analysis import results
     rows = []
     base = os.path.join(tuning_dir, p["tuning"]["task"], method)
     for sub in [base] + sorted(os.path.join(base, d) for d in (os.listdir(base) if os.path.isdir(base) else [])
@@ -208,7 +203,7 @@ def choose(rows: list[dict], knob: str, b: int, score: str) -> dict:
     diverged run are never chosen. Returns the value and every point's numbers."""
     import numpy as np
 
-    from vaco_jax.analysis import is_diverged
+    from vaco_jax.analysis.tables import is_diverged
 
     points: dict[float, list] = {}
     for r in rows:
@@ -229,8 +224,7 @@ def choose(rows: list[dict], knob: str, b: int, score: str) -> dict:
 def freeze(p: dict, tuning_dir: str, path: str, digest: str) -> dict:
     """Choose every (method, tuning lag depth); an optimum at an edge asks for one extension first.
     The file is written once every choice is final and never changed afterwards."""
-    from vaco_jax import results
-
+    from vaco_jax.analysis import results
     t = p["tuning"]
     out = {"protocol_sha256": digest, "rule": t["rule"], "edge_rule": t["edge_rule"], "chosen": {}, "extend": {},
            "at_edge_after_extension": []}
@@ -255,16 +249,14 @@ def freeze(p: dict, tuning_dir: str, path: str, digest: str) -> dict:
 # ----------------------------------------------------------------------------- the record
 
 def _manifest(results_dir: str) -> list[dict]:
-    from vaco_jax import results
-
+    from vaco_jax.analysis import results
     path = os.path.join(results_dir, "manifest.csv")
     return results.read_table(path) if os.path.exists(path) else []
 
 
 def check_protocol_unchanged(results_dir: str, digest: str, deviation: str) -> None:
     """Units run under another protocol hash need a recorded deviation before more units run."""
-    from vaco_jax import results
-
+    from vaco_jax.analysis import results
     seen = {r["protocol_sha256"] for r in _manifest(results_dir)}
     dev_path = os.path.join(results_dir, "deviations.csv")
     recorded = {r["protocol_sha256"] for r in results.read_table(dev_path)} if os.path.exists(dev_path) else set()
@@ -281,8 +273,7 @@ def check_protocol_unchanged(results_dir: str, digest: str, deviation: str) -> N
 
 def collect(unit: Unit, run_dir: str, results_dir: str, digest: str, seconds: float) -> None:
     """Copy a finished unit's small tables under ``results_dir`` and add its manifest line."""
-    from vaco_jax import results
-
+    from vaco_jax.analysis import results
     src = os.path.join(run_dir, unit.group.subdir)
     dst = os.path.join(results_dir, unit.stage, unit.group.subdir)
     os.makedirs(dst, exist_ok=True)
@@ -309,7 +300,7 @@ def _sample(rows: list[dict], tasks: list[str], method: str, b: int, variant: st
     the first k seeds, k the smallest count of finite runs over the tasks. None when a task has none."""
     import numpy as np
 
-    from vaco_jax.analysis import is_diverged
+    from vaco_jax.analysis.tables import is_diverged
 
     cols = []
     for task in tasks:
@@ -327,8 +318,10 @@ def verdicts(p: dict, results_dir: str) -> list[dict]:
     comparisons, each row with its point, interval, verdict, and (primary) p-values and stability."""
     import numpy as np
 
-    from vaco_jax import results, rules
-    from vaco_jax.analysis import is_diverged
+    from vaco_jax.analysis import results
+
+    from vaco_jax.analysis import rules
+    from vaco_jax.analysis.tables import is_diverged
 
     study_dir = os.path.join(results_dir, "study")
     rows = results.load_scores(study_dir) if os.path.isdir(study_dir) else []
@@ -506,8 +499,7 @@ def verdicts(p: dict, results_dir: str) -> list[dict]:
 
 def report(p: dict, results_dir: str) -> str:
     """Write ``verdicts.csv`` under ``results_dir`` and return the table as text."""
-    from vaco_jax import results
-
+    from vaco_jax.analysis import results
     rows = verdicts(p, results_dir)
     results.write_table(os.path.join(results_dir, "verdicts.csv"), rows)
     lines = [f"{'family':<12}{'claim':<10}{'comparison':<46}{'tuning':<10}{'B':>3}  {'point':>7}  "
@@ -525,8 +517,7 @@ def report(p: dict, results_dir: str) -> str:
 
 def all_units(p: dict, args: Args) -> tuple[list[Unit], dict | None, str]:
     """(units in order, the frozen tuning or None, a line saying where tuning stands)."""
-    from vaco_jax import results
-
+    from vaco_jax.analysis import results
     tuned_path = os.path.join(args.results, "tuned.json")
     units = tuning_units(p)
     tuned = results.read_json(tuned_path) if os.path.exists(tuned_path) else None
@@ -545,10 +536,9 @@ def all_units(p: dict, args: Args) -> tuple[list[Unit], dict | None, str]:
 
 
 def _finished(args: Args, unit: Unit) -> bool:
-    from vaco_jax import sweep
-
+    from vaco_jax.driver import runner
     done = {r["unit"] for r in _manifest(args.results)}
-    return unit.name in done or sweep.group_finished(os.path.join(args.runs, unit.stage, unit.group.subdir))
+    return unit.name in done or runner.group_finished(os.path.join(args.runs, unit.stage, unit.group.subdir))
 
 
 def plan_text(p: dict, units: list[Unit], state: str, args: Args) -> str:
@@ -595,8 +585,8 @@ def select(units: list[Unit], args: Args, budget: float | None = None, first: bo
 
 
 def main(args: Args) -> list[str]:
-    from vaco_jax import analysis, sweep
-
+    from vaco_jax.analysis import tables
+    from vaco_jax.driver import runner, study
     p, digest = load_protocol(args.protocol)
     check_protocol(p)
     if args.stage == "report":
@@ -612,7 +602,7 @@ def main(args: Args) -> list[str]:
     check_protocol_unchanged(args.results, digest, args.deviation)
     listed = {r["unit"] for r in _manifest(args.results)}
     for u in units:  # finished in a run directory but stopped before its tables were copied
-        if u.name not in listed and sweep.group_finished(os.path.join(args.runs, u.stage, u.group.subdir)):
+        if u.name not in listed and runner.group_finished(os.path.join(args.runs, u.stage, u.group.subdir)):
             collect(u, os.path.join(args.runs, u.stage), args.results, digest, 0.0)
     start, done = time.perf_counter(), []
     while True:  # plan again after every round: finished tuning freezes and opens the study's units
@@ -632,22 +622,25 @@ def main(args: Args) -> list[str]:
             run_dir = os.path.join(args.runs, u.stage)
             spec = {"study": "locomotion", "unit": u.name, "protocol_sha256": digest}
             t0 = time.perf_counter()
-            if sweep.run_study(run_dir, [u.group], args, spec,
-                               prepare=lambda: sweep.random_scores(run_dir, [u.group.config.env], u.group.config)):
+            if study.run_study(run_dir, [u.group], args, spec,
+                               prepare=lambda: study.random_scores(run_dir, [u.group.config.env], u.group.config)):
                 collect(u, run_dir, args.results, digest, time.perf_counter() - t0)
                 done.append(u.name)
                 print(f"unit {u.name} finished in {time.perf_counter() - t0:.0f} s", flush=True)
         if any(u.stage == "study" for u in chosen_units) and done:
-            analysis.summarise(os.path.join(args.runs, "study"), reps=args.bootstrap_reps)
+            tables.summarise(os.path.join(args.runs, "study"), reps=args.bootstrap_reps)
         units, tuned, state = all_units(p, args)  # freezes the tuning when its last unit has just finished
         print(f"tuning: {state}", flush=True)
         if args.units or args.max_chunks is not None:
             break
+    if done:
+        print("FINDINGS.md's summary reads these results: run `python experiments/rebuild_docs.py` and commit "
+              f"{args.results} with it", flush=True)
     return done
 
 
 if __name__ == "__main__":
-    from vaco_jax.cli import parse_args
-    from vaco_jax.sweep import cli_main
+    from vaco_jax.driver.cli import parse_args
+    from vaco_jax.driver.cli import cli_main
 
     cli_main(main, parse_args(Args))

@@ -112,7 +112,7 @@ def main(argv: list[str]) -> None:
         lag_sweep = _load_lag_sweep()
         import tyro
 
-        from vaco_jax.sweep import cli_main
+        from vaco_jax.driver.cli import cli_main
 
         cli_main(lag_sweep.main, tyro.cli(lag_sweep.Args, args=command() + argv[1:]))
     elif argv[:1] == ["report"]:

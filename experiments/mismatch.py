@@ -24,9 +24,13 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from vaco_jax import analysis, sweep  # noqa: E402
-from vaco_jax.cli import config_flags, with_config_flags  # noqa: E402
-from vaco_jax.config import Config  # noqa: E402
+from vaco_jax.analysis import tables
+
+from vaco_jax.analysis import results
+
+from vaco_jax.driver import cli, grid, study  # noqa: E402
+from vaco_jax.driver.cli import config_flags, with_config_flags  # noqa: E402
+from vaco_jax.core.config import Config  # noqa: E402
 
 PRESETS = {
     "cpu": dict(task="inverted_double_pendulum", method="a3po", dtypes=("float32", "bfloat16"),
@@ -73,7 +77,7 @@ def main(args: Args) -> str:
     for key in ("method", "dtypes", "sources", "lag_depths", "seeds", "total_env_steps"):
         if getattr(args, key) is not None:
             spec[key] = getattr(args, key)
-    print(sweep.preset_text(args.preset, spec))
+    print(grid.preset_text(args.preset, spec))
     out = args.out or os.path.join("runs", f"mismatch_{args.preset}")
     common = dict(env=spec["task"], total_env_steps=spec["total_env_steps"], num_envs=spec["num_envs"],
                   unroll_length=spec["unroll_length"], num_evals=spec["num_evals"],
@@ -86,15 +90,15 @@ def main(args: Args) -> str:
         if args.include_ewma_revised:
             configs[("ppo_ewma_revised", dtype, "ewma_revised")] = Config(
                 method="ppo_ewma_revised", actor_dtype=dtype, old_logit_source="ewma_revised", **common)
-    cells = tuple(sweep.grid(spec["lag_depths"], spec["seeds"]))
-    groups = sweep.apply_sweep(
-        [sweep.Group(config, cells, os.path.join(spec["task"], method, f"{dtype}_{source}"),
+    cells = tuple(grid.grid(spec["lag_depths"], spec["seeds"]))
+    groups = grid.apply_sweep(
+        [grid.Group(config, cells, os.path.join(spec["task"], method, f"{dtype}_{source}"),
                      f"{method} {dtype} {source}", (("actor_dtype", dtype), ("old_logit_source", source)))
-         for (method, dtype, source), config in configs.items()], sweep.parse_sweep(args.sweep), config_flags(args, StudyArgs, exclude=PER_GROUP))
-    if not sweep.run_study(out, groups, args, spec):
+         for (method, dtype, source), config in configs.items()], grid.parse_sweep(args.sweep), config_flags(args, StudyArgs, exclude=PER_GROUP))
+    if not study.run_study(out, groups, args, spec):
         return out
     keys = ("method", "actor_dtype", "old_logit_source", "lag_depth")
-    table = analysis.summarise_by(out, keys, filename="mismatch.csv")
+    table = tables.summarise_by(out, keys, filename="mismatch.csv")
     cost = _seconds_per_chunk(out)
     print(f"mismatch study on {spec['task']}: final eval return IQM [95% CI], seconds per chunk (steady state)")
     for r in table:
@@ -108,7 +112,7 @@ def main(args: Args) -> str:
 def _seconds_per_chunk(run_dir: str) -> dict:
     """Median seconds per chunk per group, excluding the first chunk (which includes compilation)."""
     out: dict = {}
-    for row in sweep.load_curves(run_dir):
+    for row in results.load_curves(run_dir):
         if row["chunk"] == 0:
             continue
         out.setdefault((row["method"], row["actor_dtype"], row["old_logit_source"]), []).append(row["seconds"])
@@ -116,6 +120,6 @@ def _seconds_per_chunk(run_dir: str) -> dict:
 
 
 if __name__ == "__main__":
-    from vaco_jax.cli import parse_args
+    from vaco_jax.driver.cli import parse_args
 
-    sweep.cli_main(main, parse_args(Args))
+    cli.cli_main(main, parse_args(Args))

@@ -1,6 +1,6 @@
 """Regenerate every figure of a run directory from the files on disk (docs/evaluation.md).
 
-Re-runs ``analysis.summarise`` (so summary.csv / diagnostics.csv include every finished group),
+Re-runs ``tables.summarise`` (so summary.csv / diagnostics.csv include every finished group),
 then draws each figure whose data exists into RUN_DIR/figures/ (PNG and PDF) and prints the paths.
 Several run directories are merged (docs/scale.md: the shards of a sweep written into separate
 directories); the tables and figures go into the first one, or ``--out``. The shards of a sweep
@@ -28,11 +28,11 @@ def main(argv: list[str] | None = None) -> list[str]:
     parser.add_argument("--out", default=None,
                         help="where summary.csv, diagnostics.csv and figures/ go (default: the first run_dir)")
     parser.add_argument("--no-summarise", dest="summarise", action="store_false",
-                        help="do not re-run analysis.summarise; draw from the existing summary.csv")
+                        help="do not re-run tables.summarise; draw from the existing summary.csv")
     parser.add_argument("--bootstrap-reps", type=int, default=None,
                         help="bootstrap replicates for the CIs (default: the run's own setting, else 2000)")
     args = parser.parse_args(argv)
-    from vaco_jax.results import run_dirs_problem
+    from vaco_jax.analysis.results import run_dirs_problem
 
     problem = run_dirs_problem(args.run_dirs)
     if problem:
@@ -41,17 +41,16 @@ def main(argv: list[str] | None = None) -> list[str]:
         parser.error("--no-summarise draws from one existing summary.csv: give one run_dir and no --out")
     out = args.out or args.run_dirs[0]
 
-    from vaco_jax import plots
-
-    paths = plots.make_all(args.run_dirs, summarise=args.summarise, reps=args.bootstrap_reps, out=out)
-    print(f"{len(paths)} figure files in {os.path.join(out, plots.FIGURES)}:")
+    from vaco_jax.analysis import figures
+    paths = figures.make_all(args.run_dirs, summarise=args.summarise, reps=args.bootstrap_reps, out=out)
+    print(f"{len(paths)} figure files in {os.path.join(out, figures.FIGURES)}:")
     for p in paths:
         print(f"  {p}")
     return paths
 
 
 if __name__ == "__main__":
-    from vaco_jax.results import EXIT_DAMAGED, ResultsError
+    from vaco_jax.analysis.results import EXIT_DAMAGED, ResultsError
 
     try:
         main()

@@ -2,13 +2,13 @@
 
 Reads only ``results/`` (no training, no jax) and writes:
 
-- ``results/claims.csv``: ``vaco_jax.claims.evaluate_study`` on ``results/study/`` (when a design has run),
+- ``results/claims.csv``: ``vaco_jax.analysis.claims.evaluate_study`` on ``results/study/`` (when a design has run),
   and ``results/claims_auc.csv``: the same verdicts on the area under the evaluation curve (the
   secondary score, for tasks whose final return saturates);
 - FINDINGS.md's generated tables: each block between the marker lines
   ``<!-- generated: NAME (python experiments/rebuild_docs.py) -->`` and ``<!-- end generated: NAME -->``
   is replaced by ``BLOCKS[NAME]``'s text; every byte outside the blocks is kept;
-- ``docs/figures/study_*.png``: the figures of ``FIGURES`` drawn by ``vaco_jax.plots`` from
+- ``docs/figures/study_*.png``: the figures of ``FIGURES`` drawn by ``vaco_jax.analysis.figures`` from
   ``results/study/`` (when it exists; a figure whose data are absent is skipped with a note).
 
     python experiments/rebuild_docs.py            # rewrite them
@@ -39,7 +39,7 @@ from typing import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from vaco_jax import results  # noqa: E402
+from vaco_jax.analysis import results  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMAND = "python experiments/rebuild_docs.py"
@@ -53,7 +53,7 @@ CLAIMS = os.path.join("results", "claims.csv")
 CLAIMS_AUC = os.path.join("results", "claims_auc.csv")  # the same rule on auc_eval_return
 FIGURE_DIR = os.path.join("docs", "figures")
 FIGURE_PREFIX = "study_"
-# docs/figures/study_<name>.png  <-  vaco_jax.plots.<function>(results/study, *args)
+# docs/figures/study_<name>.png  <-  vaco_jax.analysis.figures.<function>(results/study, *args)
 FIGURES = (  # paper width (<= 7 in, FIGURE_MAX_INCHES); one-task figures drop their redundant panels
     ("interval_estimates", "plot_interval_estimates", ("final_eval_return", "normalized")),
     ("interval_estimates_own_b1", "plot_interval_estimates", ("final_eval_return", "own_b1")),
@@ -105,8 +105,7 @@ class Build:
         return os.path.exists(os.path.join(self.study, "run.json"))
 
     def has_any_design(self) -> bool:
-        from vaco_jax import claims
-
+        from vaco_jax.analysis import claims
         return any(os.path.exists(self.src(STUDY, d, "run.json")) for d in claims.study_designs())
 
 
@@ -224,16 +223,15 @@ def tuned_table(build: Build, tuned: str = TUNED) -> str:
     path = build.src(tuned)
     if not os.path.exists(path):
         return f"_Not built: `{tuned}` does not exist yet._\n"
-    from vaco_jax import plots
-
+    from vaco_jax.analysis import figures
     chosen = results.read_json(path)["chosen"]
     rows = []
     for task in sorted(chosen):
-        for method in plots.sort_methods(chosen[task]):
+        for method in figures.sort_methods(chosen[task]):
             pick = chosen[task][method]
             best = next(g for g in pick["grid"] if all(g[k] == v for k, v in pick["chosen"].items()))
             knobs = ", ".join(f"{k} = {v:.3g}" for k, v in pick["chosen"].items())
-            rows.append([task, plots.method_label(method), knobs, _num(best["mean_auc"], ",.1f"),
+            rows.append([task, figures.method_label(method), knobs, _num(best["mean_auc"], ",.1f"),
                          _num(best["mean_final"], ",.1f"), str(len(pick["grid"]))])
     return _table(["task", "method", "chosen", "mean AUC", "mean final", "pairs tried"], rows)
 
@@ -241,8 +239,7 @@ def tuned_table(build: Build, tuned: str = TUNED) -> str:
 def machine_table(build: Build) -> str:
     """Where each of the study's run directories ran (its ``run.json``): exact numbers differ across
     CPU types, the conclusions are what the CIs support."""
-    from vaco_jax import claims
-
+    from vaco_jax.analysis import claims
     designs = ["tuning"] + claims.study_designs()
     rows = []
     for design in designs:
@@ -271,19 +268,18 @@ def _iqm_text(row: dict | None, spec: str) -> str:
 
 
 def _iqm_rows(label: str, summary: list[dict]) -> list[list[str]]:
-    """Table rows (one per method x lag depth) of ``analysis.summary_rows`` output for one task or all."""
-    from vaco_jax import plots
-
+    """Table rows (one per method x lag depth) of ``tables.summary_rows`` output for one task or all."""
+    from vaco_jax.analysis import figures
     def pick(method, lag, norm):
         return next((r for r in summary if (r["method"], r["lag_depth"], r["normalization"]) == (method, lag, norm)
                      and r["aggregate"] in ("iqm", "all_diverged", "all_missing", "none_left")), None)
 
     out = []
-    for method in plots.sort_methods({r["method"] for r in summary}):
+    for method in figures.sort_methods({r["method"] for r in summary}):
         for lag in sorted({r["lag_depth"] for r in summary if r["method"] == method}):
             raw = pick(method, lag, "raw")
             runs = str(raw["n_runs"]) + (f" ({raw['n_missing']} no score)" if raw["n_missing"] else "")
-            out.append([label, plots.method_label(method), str(lag), _iqm_text(raw, ",.1f"),
+            out.append([label, figures.method_label(method), str(lag), _iqm_text(raw, ",.1f"),
                         _iqm_text(pick(method, lag, "normalized"), ".2f"), runs, str(raw["n_diverged"])])
     return out
 
@@ -291,23 +287,23 @@ def _iqm_rows(label: str, summary: list[dict]) -> list[list[str]]:
 def study_iqm_table(build: Build) -> str:
     """IQM of the final evaluation return per task x method x lag depth, raw and normalised to the
     task's synchronous PPO-Clip, then pooled over the complete tasks (the study's own ``summary.csv``
-    rows), computed with ``analysis.summary_rows`` at the study's bootstrap replicates."""
+    rows), computed with ``tables.summary_rows`` at the study's bootstrap replicates."""
     if not build.has_study():
         return NO_STUDY
-    from vaco_jax import analysis, plots
-
+    from vaco_jax.analysis import tables
+    from vaco_jax.analysis import figures
     scores = results.load_scores(build.study)
     random = results.load_random_scores(build.study)
-    reps = plots.bootstrap_reps(build.study) or 2000
+    reps = figures.bootstrap_reps(build.study) or 2000
     tasks = sorted({r["env"] for r in scores})
-    complete, left_out = analysis.complete_tasks(scores)  # what summary_rows pools
+    complete, left_out = tables.complete_tasks(scores)  # what summary_rows pools
     pooled = len({r["env"] for r in complete})
     label = (f"all {pooled} tasks" if not left_out else
              f"{pooled} tasks pooled (not {', '.join(sorted(left_out))}: unfinished)")
     parts = [(t, [r for r in scores if r["env"] == t]) for t in tasks] + [(label, scores)]
     rows = []
     for label, subset in parts:
-        rows += _iqm_rows(label, analysis.summary_rows(subset, random, reps=reps, scores=("final_eval_return",)))
+        rows += _iqm_rows(label, tables.summary_rows(subset, random, reps=reps, scores=("final_eval_return",)))
     return _table(["task", "method", "B", "IQM, raw [95% CI]", "IQM, normalised [95% CI]", "runs", "diverged"],
                   rows)
 
@@ -318,13 +314,13 @@ def wide_iqm_table(build: Build) -> str:
     run = build.src(WIDE_LAG)
     if not os.path.exists(os.path.join(run, "run.json")):
         return f"_Not built: `{WIDE_LAG}/run.json` does not exist yet._\n"
-    from vaco_jax import analysis, plots
-
+    from vaco_jax.analysis import tables
+    from vaco_jax.analysis import figures
     scores, random = results.load_scores(run), results.load_random_scores(run)
-    reps = plots.bootstrap_reps(run) or 2000
+    reps = figures.bootstrap_reps(run) or 2000
     rows = []
     for score, label in (("final_eval_return", "final return"), ("auc_eval_return", "area under the curve")):
-        rows += _iqm_rows(label, analysis.summary_rows(scores, random, reps=reps, scores=(score,)))
+        rows += _iqm_rows(label, tables.summary_rows(scores, random, reps=reps, scores=(score,)))
     return _table(["score", "method", "B", "IQM, raw [95% CI]", "IQM, normalised [95% CI]", "runs", "diverged"],
                   rows)
 
@@ -333,8 +329,8 @@ def cost_table(build: Build) -> str:
     """Claim 3b's learner cost (``results/study/proximal/learner_cost.csv``, ``experiments/study.py
     cost``): per task, each method's mean learner milliseconds per phase over the interleaved rounds,
     the ratio A-3PO / decoupled and where and when it was measured."""
-    from vaco_jax import claims, plots
-
+    from vaco_jax.analysis import claims
+    from vaco_jax.analysis import figures
     path = build.src(STUDY, "proximal", claims.COST_FILE)
     if not os.path.exists(path):
         return f"_Not built: `{STUDY}/proximal/{claims.COST_FILE}` does not exist yet._\n"
@@ -350,13 +346,85 @@ def cost_table(build: Build) -> str:
         rows.append([task, str(len(ms["a3po"])), _num(a, ".2f"), _num(d, ".2f"), _num(a / d, ".3f"),
                      f"{where.get('cpu', '—')}, {where.get('cpu_count', '—')} cores, jax {where.get('jax', '—')}",
                      str(where.get("date", "—"))])
-    return _table(["task", "rounds", f"{plots.method_label('a3po')} ms", f"{plots.method_label('decoupled_recompute')} ms",
+    return _table(["task", "rounds", f"{figures.method_label('a3po')} ms", f"{figures.method_label('decoupled_recompute')} ms",
                    "ratio of means", "machine", "measured"], rows)
 
 
 def screens_folder_table(build: Build, folder: str) -> str:
     """One row per screen run directory under ``results/FOLDER/`` (each its own budget and step size)."""
     return screens_table(*sorted(glob.glob(build.src("results", folder, "*", "screens.csv"))), steps=True, lr=True)
+
+
+LOCOMOTION = os.path.join("results", "locomotion")
+PEER = os.path.join("results", "peer_check")
+
+
+def _claim_verdicts(path: str) -> str:
+    """``1 holds, 2 holds, ...``: the verdict of each whole claim (not its parts) in a claims table."""
+    rows = results.read_table(path)
+    whole = [r for r in rows if re.fullmatch(r"\d+( \[\w+\])?", str(r["claim"]))]
+    return ", ".join(f"{r['claim']} {r['verdict']}" for r in whole)
+
+
+def summary_block(build: Build) -> str:
+    """FINDINGS.md's first screen: where each study stands, read from ``results/`` alone."""
+    from vaco_jax.analysis import figures, peer
+
+    out = ["Where each study stands, read from `results/` by `python experiments/rebuild_docs.py` (the dated "
+           "record follows below).", ""]
+    loco = build.src(LOCOMOTION)
+    if os.path.exists(os.path.join(loco, "protocol.json")):
+        import json
+
+        with open(os.path.join(loco, "protocol.json")) as f:  # written by hand, fixed by its sha256 in the manifest
+            protocol = json.load(f)
+        units = [r["unit"] for r in results.read_table(os.path.join(loco, "manifest.csv"))] \
+            if os.path.exists(os.path.join(loco, "manifest.csv")) else []
+        stages = {}
+        for u in units:
+            stages.setdefault(u.split("/")[0], []).append(u)
+        done = "; ".join(f"{stage} {len(us)} ({', '.join(u.split('/', 1)[1] for u in us)})" for stage, us in stages.items())
+        verdicts = os.path.join(loco, "verdicts.csv")
+        out.append(f"- **The locomotion study** (`results/locomotion/`, protocol `protocol.md`; "
+                   f"{', '.join(protocol['tasks'])}; {', '.join(figures.method_label(m) for m in protocol['methods'])}): "
+                   f"{len(units)} units finished — {done or 'none'}. "
+                   + ("Verdicts: `results/locomotion/verdicts.csv`." if os.path.exists(verdicts) else
+                      "No verdict yet: `python experiments/locomotion.py report` applies the protocol's rules once "
+                      "the study units are done; `plan` lists what is left."))
+        out.append("")
+        tuned_path = os.path.join(loco, "tuned.json")
+        if os.path.exists(tuned_path):
+            chosen = results.read_json(tuned_path)["chosen"]
+            depths = sorted({b for by in chosen.values() for b in by}, key=int)
+            rows = []
+            for method in figures.sort_methods(chosen):
+                by = chosen[method]
+                first = next(iter(by.values()))
+                rows.append([figures.method_label(method), first["knob"]]
+                            + [f"{by[b]['value']:g} (AUC {_num(max(g['mean'] for g in by[b]['grid']), ',.0f')})"
+                               if b in by else "—" for b in depths])
+            out += ["  Step knobs frozen by the tuning (Hopper-v4, tuning seeds; mean AUC of the choice):", "",
+                    _table(["method", "knob"] + [f"tuned at B = {b}" for b in depths], rows)]
+    if os.path.isdir(build.src(PEER)):
+        recs = peer.records(build.src(PEER))
+        parts = []
+        for r in recs:
+            if r["inside"] is None:
+                continue
+            where = "inside" if r["inside"] else ("above" if r["mean"] > r["cleanrl"][0] else "below")
+            parts.append(f"{r['task']} {r['settings']}: {r['mean']:,.0f} ± {r['std']:,.0f}, {where}")
+        out += ["- **The peer check** against CleanRL's PPO table at 1M steps (`results/peer_check/`, "
+                "`python -m benchmarks.peer_check --table`; inside means CleanRL's mean ± 2 std): "
+                + "; ".join(parts) + ".", ""]
+    if os.path.exists(build.dst(CLAIMS)):
+        out += [f"- **The pendulum-suite study** (`results/study/`, four tasks: the pendulums, reacher, FingerSpin; "
+                f"`results/claims.csv`): claims {_claim_verdicts(build.dst(CLAIMS))} on the final return"
+                + (f"; on the AUC {_claim_verdicts(build.dst(CLAIMS_AUC))}" if os.path.exists(build.dst(CLAIMS_AUC))
+                   else "") + ". Two of its tasks sit at their ceiling (below), so these verdicts cannot tell "
+                "VACO from a tuned PPO-Clip; the locomotion study is the test.", ""]
+    out += ["- **Figures**: `docs/figures/study_*.png` (the pendulum-suite study: `python experiments/rebuild_docs.py`); "
+            "the README's figure (`make demo`)."]
+    return "\n".join(out).rstrip("\n") + "\n"
 
 
 # name -> markdown text of FINDINGS.md's block <!-- generated: name (...) -->; add a block by adding an entry
@@ -377,6 +445,7 @@ BLOCKS: dict[str, Callable[[Build], str]] = {
     "study_claims_auc": lambda b: claims_table(b, CLAIMS_AUC),
     "study_iqm": study_iqm_table,
     "study_cost": cost_table,
+    "summary": summary_block,
 }
 
 
@@ -437,8 +506,7 @@ def write_claims(build: Build) -> list[str]:
     if not build.has_any_design():
         print(f"[rebuild_docs] no design of the study under {STUDY}: {CLAIMS} not built")
         return []
-    from vaco_jax import claims
-
+    from vaco_jax.analysis import claims
     claims.evaluate_study(build.src(STUDY), out=build.dst(CLAIMS))
     claims.evaluate_study(build.src(STUDY), out=build.dst(CLAIMS_AUC), score="auc_eval_return")
     return [CLAIMS, CLAIMS_AUC]
@@ -460,15 +528,14 @@ def write_figures(build: Build) -> list[str]:
         return []
     from matplotlib import style
 
-    from vaco_jax import plots
-
+    from vaco_jax.analysis import figures
     written = []
     os.makedirs(build.dst(FIGURE_DIR), exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp, style.context("default"):  # no local matplotlibrc
         for name, function, args in FIGURES:
             try:
-                paths = getattr(plots, function)(build.study, *args, figures_dir=tmp)
-            except plots.NoData as e:
+                paths = getattr(figures, function)(build.study, *args, figures_dir=tmp)
+            except figures.NoData as e:
                 print(f"[rebuild_docs] skipped {FIGURE_PREFIX}{name}.png: {e}")
                 continue
             with open(next(p for p in paths if p.endswith(".png")), "rb") as f:

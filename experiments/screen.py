@@ -64,8 +64,7 @@ class Args:
 
 
 def screen_rows(run_dir: str, tasks) -> list[dict]:
-    from vaco_jax import results
-
+    from vaco_jax.analysis import results
     scores = results.load_scores(run_dir)
     curves = results.load_curves(run_dir)
     random = results.load_random_scores(run_dir) or {}
@@ -97,8 +96,7 @@ def screen_rows(run_dir: str, tasks) -> list[dict]:
 
 def write_table(run_dir: str, tasks) -> list[dict]:
     """``screens.csv`` from a finished screen run, printed."""
-    from vaco_jax import results
-
+    from vaco_jax.analysis import results
     rows = screen_rows(run_dir, tasks)
     results.atomic_write_text(os.path.join(run_dir, "screens.csv"), results.rows_to_csv(rows))
     print(f"\n{'task':<26}{'B=1':>9}{'learned':>9}{'half/fin':>9}{'B=16':>9}{'lag loss':>9}  learnable  sensitive")
@@ -109,7 +107,7 @@ def write_table(run_dir: str, tasks) -> list[dict]:
 
 
 def main(args: Args) -> list[dict]:
-    from vaco_jax.knobs import ConfigError
+    from vaco_jax.core.knobs import ConfigError
 
     unknown = [t for t in args.tasks if t not in REACHABLE]
     if unknown:
@@ -136,7 +134,7 @@ def sweep_settings(args: Args) -> dict:
 
 
 if __name__ == "__main__":
-    from vaco_jax.cli import parse_args
-    from vaco_jax.sweep import cli_main
+    from vaco_jax.driver.cli import parse_args
+    from vaco_jax.driver.cli import cli_main
 
     cli_main(main, parse_args(Args))

@@ -49,7 +49,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from vaco_jax.config import Config, ConfigError  # noqa: E402
+from vaco_jax.core.config import Config, ConfigError  # noqa: E402
+from vaco_jax.core.presets import METHODS  # noqa: E402
 
 # The tasks the screens chose (FINDINGS "Screens"; results/screens*/): env steps per run.
 TASKS = {
@@ -66,12 +67,11 @@ STUDY_SEEDS = tuple(range(10))
 TUNING_SEEDS = (1000, 1001)
 LEARNING_RATES = (1e-4, 3e-4, 1e-3)
 KNOB_FACTORS = (0.5, 1.0, 2.0)
-# Each method's step-size knob besides the learning rate (None: the learning rate alone).
-STEP_KNOB = {
-    "ppo_clip": "clip_epsilon", "ppo_kl": "kl_coef", "spo": "clip_epsilon", "vaco": "tv_budget",
-    "a3po": "clip_epsilon", "decoupled_recompute": "clip_epsilon", "ppo_ewma": "clip_epsilon",
-    "ppo_ewma_revised": "clip_epsilon", "vaco_realign_only": None, "vaco_filter_only": "tv_budget",
-}
+# The methods the study tunes, each with its step-size knob besides the learning rate (the registry's
+# ``step_knob``; None: the learning rate alone).
+STUDY_METHODS = ("ppo_clip", "ppo_kl", "spo", "vaco", "a3po", "decoupled_recompute", "ppo_ewma", "ppo_ewma_revised",
+                 "vaco_realign_only", "vaco_filter_only")
+STEP_KNOB = {m: METHODS[m].step_knob for m in STUDY_METHODS}
 # minibatch_shuffle='sort': the study's committed results were drawn with it, so re-running, resuming or
 # extending the study keeps one protocol (docs/estimators.md)
 COMMON = dict(num_envs=64, unroll_length=32, num_evals=10, eval_episodes=8, buffer_capacity=16,
@@ -208,8 +208,7 @@ def tuning_methods(designs, tasks) -> dict[str, list[str]]:
 
 def tuning_groups(designs, tasks, learning_rates=None, only=None) -> list:
     """One tuning group per (task, method) of the designs; ``only``: just these methods."""
-    from vaco_jax import sweep
-
+    from vaco_jax.driver import grid
     learning_rates = learning_rates or LEARNING_RATES
     groups = []
     for task, methods in tuning_methods(designs, tasks).items():
@@ -221,15 +220,15 @@ def tuning_groups(designs, tasks, learning_rates=None, only=None) -> list:
             knob = STEP_KNOB[method]
             if knob:
                 traced[knob] = [float(np.float32(f * knob_default(config, knob))) for f in KNOB_FACTORS]
-            cells = tuple(sweep.grid((1,), TUNING_SEEDS, **traced))
-            groups.append(sweep.Group(config, cells, os.path.join(task, method), f"tune {task}/{method}"))
+            cells = tuple(grid.grid((1,), TUNING_SEEDS, **traced))
+            groups.append(grid.Group(config, cells, os.path.join(task, method), f"tune {task}/{method}"))
     return groups
 
 
 def choose(rows: list[dict], knob: str | None) -> dict:
     """The tuned pair from one (task, method)'s tuning rows: highest mean AUC over the tuning seeds,
     pairs with a diverged run excluded. Returns the choice and every pair's numbers."""
-    from vaco_jax.analysis import is_diverged
+    from vaco_jax.analysis.tables import is_diverged
 
     keys = ["learning_rate"] + ([knob] if knob else [])
     pairs: dict[tuple, list[dict]] = {}
@@ -264,13 +263,13 @@ def tuned_path(out: str) -> str:
 def freeze(out: str, groups, learning_rates=None) -> dict:
     """Choose and freeze every tuned (task, method) of ``groups`` in ``OUT/tuned.json``; a frozen
     choice is never changed (a different choice from the same rows is an error: the rows changed)."""
-    from vaco_jax import results, sweep
-
+    from vaco_jax.analysis import results
+    from vaco_jax.driver import provenance
     learning_rates = learning_rates or LEARNING_RATES
     path = tuned_path(out)
     os.makedirs(out, exist_ok=True)
     # processes tuning other --methods may freeze at the same moment: one read-modify-write at a time
-    with sweep.directory_lock(out):
+    with provenance.directory_lock(out):
         frozen = results.read_json(path) if os.path.exists(path) else {
             "criterion": "max mean auc_eval_return over the tuning seeds, no diverged run",
             "tuning_seeds": list(TUNING_SEEDS), "learning_rates": [float(x) for x in learning_rates],
@@ -291,8 +290,7 @@ def freeze(out: str, groups, learning_rates=None) -> dict:
 
 
 def tuned(out: str, task: str, method: str) -> dict:
-    from vaco_jax import results
-
+    from vaco_jax.analysis import results
     path = tuned_path(out)
     chosen = results.read_json(path)["chosen"] if os.path.exists(path) else {}
     if method not in chosen.get(task, {}):
@@ -309,8 +307,7 @@ def _lookup(pairs: tuple, key, default=()):
 
 def design_groups(out: str, name: str, tasks, only=None) -> list:
     """The groups of one design, each method at its frozen step size; ``only``: just these methods."""
-    from vaco_jax import sweep
-
+    from vaco_jax.driver import grid
     d = DESIGNS[name]
     groups = []
     for task in design_tasks(d, tasks):
@@ -323,12 +320,12 @@ def design_groups(out: str, name: str, tasks, only=None) -> list:
             knob = STEP_KNOB[method]
             if knob and factor != 1.0:
                 chosen[knob] = float(np.float32(factor * chosen[knob]))
-            config = sweep.with_knobs([config], {**chosen, **dict(d.knobs)})[0]
+            config = grid.with_knobs([config], {**chosen, **dict(d.knobs)})[0]
             traced = {k: list(v) for k, v in _lookup(d.traced, method)}
-            cells = tuple(sweep.grid(d.lag_depths, STUDY_SEEDS, **traced))
+            cells = tuple(grid.grid(d.lag_depths, STUDY_SEEDS, **traced))
             subdir = os.path.join(task, method) if variant is None else os.path.join(task, method, f"variant={variant}")
             tags = () if variant is None else (("variant", variant),)
-            groups.append(sweep.Group(config, cells, subdir, f"{name} {subdir}", tags))
+            groups.append(grid.Group(config, cells, subdir, f"{name} {subdir}", tags))
     return groups
 
 
@@ -372,8 +369,9 @@ def measure_cost(out: str, tasks, rounds: int, per_round: int) -> str | None:
     import jax
 
     from benchmarks.method_cost import learner_call
-    from vaco_jax import results, sweep
-    from vaco_jax.config import make_traced
+    from vaco_jax.analysis import results
+    from vaco_jax.driver import provenance
+    from vaco_jax.core.config import make_traced
 
     path = os.path.join(out, COST_DESIGN, COST_FILE)
     meta_path = path[:-len(".csv")] + ".json"
@@ -409,7 +407,7 @@ def measure_cost(out: str, tasks, rounds: int, per_round: int) -> str | None:
     t0 = time.time()
     rows = [{**r, "lag_depth": lag_depth} for r in interleaved_costs(calls, rounds, per_round)]
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    where = sweep.machine()
+    where = provenance.machine()
     meta["measurements"].append({
         "tasks": sorted({r["env"] for r in rows}), "lag_depth": lag_depth, "rounds": rounds,
         "calls_per_round": per_round, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0)),
@@ -425,8 +423,8 @@ def measure_cost(out: str, tasks, rounds: int, per_round: int) -> str | None:
 
 
 def main(args: Args) -> list[str]:
-    from vaco_jax import analysis, sweep
-
+    from vaco_jax.analysis import tables
+    from vaco_jax.driver import study
     check_args(args)
     done = []
     if args.stage == "cost":
@@ -440,14 +438,13 @@ def main(args: Args) -> list[str]:
                   "nothing to tune")
             return done
         if os.path.exists(tuned_path(args.out)):  # before anything runs
-            from vaco_jax import results
-
+            from vaco_jax.analysis import results
             check_grid(tuned_path(args.out), results.read_json(tuned_path(args.out)),
                        args.learning_rates or LEARNING_RATES)
         run_dir = os.path.join(args.out, "tuning")
         spec = {"stage": "tune", "tasks": sorted({g.config.env for g in groups})}
-        if sweep.run_study(run_dir, groups, args, spec,
-                           prepare=lambda: sweep.random_scores(run_dir, spec["tasks"], groups[0].config)):
+        if study.run_study(run_dir, groups, args, spec,
+                           prepare=lambda: study.random_scores(run_dir, spec["tasks"], groups[0].config)):
             frozen = freeze(args.out, groups, args.learning_rates)
             for task, methods in frozen["chosen"].items():
                 for method, pick in methods.items():
@@ -463,15 +460,15 @@ def main(args: Args) -> list[str]:
         spec = {"stage": "run", "design": name, "claims": DESIGNS[name].claims,
                 "tasks": sorted({g.config.env for g in groups})}
         print(f"\n== design {name!r} (claims {DESIGNS[name].claims}) -> {run_dir}")
-        if sweep.run_study(run_dir, groups, args, spec,
-                           prepare=lambda: sweep.random_scores(run_dir, spec["tasks"], groups[0].config)):
-            analysis.summarise(run_dir, reps=args.bootstrap_reps)
+        if study.run_study(run_dir, groups, args, spec,
+                           prepare=lambda: study.random_scores(run_dir, spec["tasks"], groups[0].config)):
+            tables.summarise(run_dir, reps=args.bootstrap_reps)
             done.append(run_dir)
     return done
 
 
 if __name__ == "__main__":
-    from vaco_jax.cli import parse_args
-    from vaco_jax.sweep import cli_main
+    from vaco_jax.driver.cli import parse_args
+    from vaco_jax.driver.cli import cli_main
 
     cli_main(main, parse_args(Args))

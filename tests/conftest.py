@@ -50,7 +50,7 @@ def load_script(name: str, fresh: bool = False):
 
 
 def tiny_config(**overrides):
-    from vaco_jax.config import Config
+    from vaco_jax.core.config import Config
 
     return Config(**{**TINY, **overrides})
 

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vaco_jax.advantages import VTraceOutput, gae, vtrace, vtrace_outputs
+from vaco_jax.core.advantages import VTraceOutput, gae, vtrace, vtrace_outputs
 
 T = 13
 SHAPES = [(T,), (T, 4)]

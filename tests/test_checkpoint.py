@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from conftest import tiny_config
-from vaco_jax.checkpoint import (COMMIT_FILE, TMP_SUFFIX, latest_checkpoint, restore_checkpoint,
+from vaco_jax.driver.checkpoint import (COMMIT_FILE, TMP_SUFFIX, latest_checkpoint, restore_checkpoint,
                                  save_checkpoint)
 
 
@@ -124,7 +124,7 @@ def _array_files(step_dir):
 
 @pytest.mark.parametrize("damage", ["flip", "truncate"])
 def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, damage):
-    from vaco_jax.checkpoint import CheckpointDamaged
+    from vaco_jax.driver.checkpoint import CheckpointDamaged
 
     d = str(tmp_path)
     save_checkpoint(d, _carry(1), 1, extra={"n": 1})
@@ -226,7 +226,7 @@ LAG_DEPTH = 3
 
 @pytest.fixture(scope="module")
 def resume_setup():
-    from vaco_jax.train import make_train
+    from vaco_jax.core.train import make_train
 
     # 8 phases in 4 chunks of 2; the revised EWMA proximal policy carries state across phases
     config = tiny_config(num_evals=4, total_env_steps=8 * 16 * 8, method="ppo_ewma_revised")
@@ -270,7 +270,7 @@ def _resume_matches_uninterrupted(tmp_path, trainer, init, chunk_fn, keys, trace
 
 @pytest.mark.slow
 def test_resume_is_bit_for_bit_single_cell(tmp_path, resume_setup):
-    from vaco_jax.config import make_traced
+    from vaco_jax.core.config import make_traced
 
     config, trainer = resume_setup
     traced = make_traced(config, LAG_DEPTH)
@@ -282,7 +282,7 @@ def test_resume_is_bit_for_bit_single_cell(tmp_path, resume_setup):
 
 @pytest.mark.slow
 def test_resume_is_bit_for_bit_vmapped_grid(tmp_path, resume_setup):
-    from vaco_jax.config import make_traced, stack_traced
+    from vaco_jax.core.config import make_traced, stack_traced
 
     config, trainer = resume_setup
     traced = stack_traced([make_traced(config, LAG_DEPTH), make_traced(config, 1)])

@@ -22,12 +22,12 @@ BENCHMARKS = sorted(p.stem for p in (_ROOT / "benchmarks").glob("*.py") if "clas
 
 def option_help(args_class, monkeypatch) -> dict[str, str]:
     """option -> its help text as ``--help`` prints it (defaults removed), on one wide terminal."""
-    import tyro
+    from vaco_jax.driver.cli import parse_args
 
-    monkeypatch.setenv("COLUMNS", "300")  # one option per line: no wrapped signatures to untangle
+    monkeypatch.setenv("COLUMNS", "120")  # one column of groups (wider terminals get two side by side)
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf), pytest.raises(SystemExit):
-        tyro.cli(args_class, args=["--help"])
+        parse_args(args_class, ["--help"])  # as a script prints it: options in groups
     helps, name = {}, None
     for line in buf.getvalue().splitlines():
         raw = line.rstrip().rstrip("│").rstrip().lstrip("│")  # a terminal draws a panel; a pipe does not
@@ -70,3 +70,25 @@ def test_a_script_field_keeps_its_comment_as_help(monkeypatch):
     helps = option_help(load_script("lag_sweep").Args, monkeypatch)
     assert "stop every group after this many chunks" in helps["--max-chunks"]
     assert helps["--gamma"], "a Config field added by with_config_flags keeps its help"
+
+
+def test_help_is_grouped_and_every_config_field_has_its_group(monkeypatch, capsys):
+    """--help shows the options in groups (run, env, lag, method, optimiser, output) under their own
+    flag names; every Config field is placed in a group by name, not by a fallback; a preset's field
+    shows the values each preset sets."""
+    import dataclasses
+
+    from vaco_jax.core.config import Config
+    from vaco_jax.driver.cli import HELP_GROUPS, help_group, parse_args
+
+    assert not [f.name for f in dataclasses.fields(Config) if help_group(f.name, default=None) is None]
+    monkeypatch.setenv("COLUMNS", "120")
+    with pytest.raises(SystemExit):
+        parse_args(load_script("lag_sweep").Args, ["--help"])
+    out = capsys.readouterr().out
+    for g in HELP_GROUPS:
+        assert f"{g} options" in out, g
+    assert out.index("lag options") < out.index("--lag-depths") < out.index("method options")
+    assert "presets: cpu: 0 1 2;" in out and "tiny: point_mass" in out
+    args = parse_args(load_script("lag_sweep").Args, ["--lag-depths", "1", "2", "--gamma", "0.9", "--no-progress"])
+    assert args.lag_depths == (1, 2) and args.gamma == 0.9 and args.progress is False

@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 
 from conftest import tiny_config
-from vaco_jax import pieces as P
-from vaco_jax.config import STATIC_FIELDS, TRACED_FIELDS, ConfigError, make_traced, stack_traced
-from vaco_jax.knobs import KNOBS
-from vaco_jax.methods import METHODS, compose, make_method
-from vaco_jax.proximal import ewma_init
-from vaco_jax.train import annealed_fraction
-from vaco_jax.update import Aligned, LearnerState, Networks, UpdateShape, make_optimizer, policy_loss, update_phase
+from vaco_jax.core import pieces as P
+from vaco_jax.core.config import STATIC_FIELDS, TRACED_FIELDS, ConfigError, make_traced, stack_traced
+from vaco_jax.core.knobs import KNOBS
+from vaco_jax.core.methods import METHODS, compose, make_method
+from vaco_jax.core.proximal import ewma_init
+from vaco_jax.core.train import annealed_fraction
+from vaco_jax.core.update import Aligned, LearnerState, Networks, UpdateShape, make_optimizer, policy_loss, update_phase
 
 N, A = 48, 3
 LOG_2PI = math.log(2 * math.pi)
@@ -448,8 +448,8 @@ def test_every_registered_method_builds_and_names_its_pieces():
 # ----------------------------------------------------------------------------- align and IMPALA wiring
 
 def _trajectory(seed=0, U=6, n=4):
-    from vaco_jax.networks import normalizer_init
-    from vaco_jax.rollout import Transition
+    from vaco_jax.core.networks import normalizer_init
+    from vaco_jax.core.rollout import Transition
 
     rng = np.random.default_rng(seed)
     f = lambda x: jnp.asarray(x, jnp.float32)  # noqa: E731
@@ -470,8 +470,8 @@ def _trajectory(seed=0, U=6, n=4):
 @pytest.mark.parametrize("name, source", [("ppo_clip", None), ("vaco", None), ("decoupled_recompute", "recompute"),
                                           ("a3po", "infer")])
 def test_align_feeds_the_estimator_pi_T_over_beta_and_the_requested_old_logits(name, source):
-    from vaco_jax import advantages as adv_lib
-    from vaco_jax.update import align
+    from vaco_jax.core import advantages as adv_lib
+    from vaco_jax.core.update import align
 
     traj, policy, value, norm, n = _trajectory()
     method = make_method(name, **({"old_logit_source": source} if source else {}))
@@ -495,8 +495,8 @@ def test_align_feeds_the_estimator_pi_T_over_beta_and_the_requested_old_logits(n
 
 
 def test_impala_loss_recomputes_vtrace_with_the_current_policy_and_critic():
-    from vaco_jax import advantages as adv_lib
-    from vaco_jax.update import align, every_step_loss
+    from vaco_jax.core import advantages as adv_lib
+    from vaco_jax.core.update import align, every_step_loss
 
     traj, policy, value, norm, n = _trajectory(seed=1)
     method = make_method("impala", rho_bar_pg=0.8)

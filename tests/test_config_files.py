@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from conftest import load_script
-from vaco_jax import results
-from vaco_jax.cli import parse_args
+from vaco_jax.analysis import results
+from vaco_jax.driver.cli import parse_args
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -69,8 +69,8 @@ def test_a_flag_the_script_would_not_read_is_refused():
 
 
 def test_train_has_no_sweep_only_flag_and_still_builds_its_config():
-    from vaco_jax.cli import config_from_args
-    from vaco_jax.train import train_args_class
+    from vaco_jax.driver.cli import config_from_args
+    from vaco_jax.driver.train import train_args_class
 
     cls = train_args_class()
     assert "grid_batch" not in {f.name for f in dataclasses.fields(cls)}

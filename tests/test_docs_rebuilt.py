@@ -9,8 +9,10 @@ from conftest import load_script
 import numpy as np
 import pytest
 
-from vaco_jax import analysis, results
-from vaco_jax.results import rows_to_csv
+from vaco_jax.analysis import tables
+
+from vaco_jax.analysis import results
+from vaco_jax.analysis.results import rows_to_csv
 
 from test_plots import RANDOM, TASKS, _write_group
 
@@ -175,7 +177,7 @@ def _study(run_dir: str, reps: int = 200) -> None:
     for task in TASKS:
         for method in ("ppo_clip", "vaco"):
             _write_group(os.path.join(run_dir, task, method), task, method, (1, 4, 16), (0, 1, 2), {}, rng, 1.0)
-    analysis.summarise(run_dir, reps=reps)
+    tables.summarise(run_dir, reps=reps)
 
 
 @pytest.fixture(scope="module")
@@ -258,3 +260,31 @@ def test_the_cost_block_reads_the_learner_cost_table(tmp_path):
         {"tasks": ["hopper"], "cpu": "AMD EPYC", "cpu_count": 2, "jax": "0.10.2", "date": "2026-11-30 19:00 UTC"}]})
     assert "| hopper | 2 | 9.50 | 11.50 | 0.826 | AMD EPYC, 2 cores, jax 0.10.2 | 2026-11-30 19:00 UTC |" \
         in rd.cost_table(build)
+
+
+def test_the_summary_follows_the_locomotion_study_and_the_peer_check(tmp_path):
+    """FINDINGS.md's first screen is rebuilt from results/: a unit that finishes, a frozen tuning and a
+    peer-check record change it; nothing in it is written by hand."""
+    import json
+
+    rd = _rebuild_docs()
+    root = _tree(tmp_path, HEAD + BEGIN.format("summary") + "stale\n" + END.format("summary") + TAIL)
+    loco = root / "results" / "locomotion"
+    os.makedirs(loco)
+    (loco / "protocol.json").write_text(json.dumps({"tasks": ["Hopper-v4"], "methods": ["ppo_clip", "vaco"]}))
+    results.write_table(str(loco / "manifest.csv"), [{"unit": "tune/ppo_clip", "runs": 18}])
+    grid = [{"value": 0.2, "mean": 2047.0, "runs": 3, "diverged": 0}, {"value": 0.6, "mean": 941.0, "runs": 3,
+                                                                         "diverged": 0}]
+    results.write_json(str(loco / "tuned.json"), {"chosen": {"ppo_clip": {"1": {"knob": "clip_epsilon", "value": 0.2,
+                                                                                "grid": grid}}}})
+    os.makedirs(root / "results" / "peer_check")
+    results.write_json(str(root / "results" / "peer_check" / "Hopper-v4_cleanrl.json"),
+                       {"task": "Hopper-v4", "settings": "cleanrl", "scores": [2300.0, 2500.0], "diverged": [False, False]})
+    assert rd.main(["--root", str(root)]) == 0
+    text = (root / "FINDINGS.md").read_text()
+    assert "stale" not in text and "1 units finished — tune 1 (ppo_clip)" in text
+    assert "| PPO-Clip | clip_epsilon | 0.2 (AUC 2,047) |" in text
+    assert "Hopper-v4 cleanrl: 2,400 ± 141, inside" in text and "No verdict yet" in text
+    results.write_table(str(loco / "manifest.csv"), [{"unit": "tune/ppo_clip", "runs": 18},
+                                                     {"unit": "tune/vaco", "runs": 18}])
+    assert rd.main(["--root", str(root), "--check"]) == 1  # a finished unit: the summary is out of date

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vaco_jax.config import ConfigError
+from vaco_jax.core.config import ConfigError
 from vaco_jax.envs import make_env, reset_batch
 
 

@@ -11,8 +11,14 @@ from conftest import load_script
 import numpy as np
 import pytest
 
-from vaco_jax import analysis, claims, plots, results
-from vaco_jax.results import atomic_write_text, read_csv, rows_to_csv
+from vaco_jax.analysis import tables
+
+from vaco_jax.analysis import claims
+
+from vaco_jax.analysis import figures
+
+from vaco_jax.analysis import results
+from vaco_jax.analysis.results import atomic_write_text, read_csv, rows_to_csv
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCALE = {"a": 100.0, "b": 1000.0}
@@ -81,7 +87,7 @@ def test_missing_score_is_not_diverged(tmp_path):
     results.write_json(os.path.join(run, "random_scores.json"), RANDOM)
     write_group(run, "a", "ppo_clip", {1: 1.0, 4: 0.8}, nan_seeds={(4, 0), (4, 1)}, diverged_seeds={(4, 2)})
     write_group(run, "a", "vaco", {1: 1.0}, nan_seeds={(1, s) for s in SEEDS})
-    summary, _ = analysis.summarise(run, reps=100)
+    summary, _ = tables.summarise(run, reps=100)
     pick = lambda score, m, b, norm="raw": [r for r in summary if (r["score"], r["method"], r["lag_depth"],  # noqa
                                                                      r["normalization"]) == (score, m, b, norm)]
     last5 = pick("train_return_last5pct", "ppo_clip", 4)
@@ -91,20 +97,20 @@ def test_missing_score_is_not_diverged(tmp_path):
     assert [r["aggregate"] for r in pick("train_return_last5pct", "vaco", 1)] == ["all_missing"]
     on_disk = read_csv(os.path.join(run, "summary.csv"))
     assert "n_missing" in on_disk[0]
-    by = analysis.summarise_by(run, ("method", "lag_depth"), score="train_return_last5pct", reps=50)
+    by = tables.summarise_by(run, ("method", "lag_depth"), score="train_return_last5pct", reps=50)
     row = [r for r in by if r["method"] == "ppo_clip" and r["lag_depth"] == 4][0]
     assert (row["n_missing"], row["n_diverged"], row["n_runs"]) == (2, 1, 7)
-    values, div = analysis.cell_matrices(analysis.load_scores(run), "ppo_clip", 4, ["a"], "train_return_last5pct")
-    kept, n_div, n_miss = analysis.split_runs(values, div)
+    values, div = tables.cell_matrices(tables.load_scores(run), "ppo_clip", 4, ["a"], "train_return_last5pct")
+    kept, n_div, n_miss = tables.split_runs(values, div)
     assert (kept.shape, n_div, n_miss) == ((7, 1), 1, 2)
 
 
 def test_plots_say_no_score_not_diverged(tmp_path):
     run = str(tmp_path)
     write_group(run, "a", "vaco", {1: 1.0, 2: 1.0}, nan_seeds={(b, s) for b in (1, 2) for s in SEEDS})
-    analysis.summarise(run, reps=50)
-    with pytest.raises(plots.NoData, match="no score") as err:
-        plots.plot_aggregate_vs_lag(run, score="train_return_last5pct")
+    tables.summarise(run, reps=50)
+    with pytest.raises(figures.NoData, match="no score") as err:
+        figures.plot_aggregate_vs_lag(run, score="train_return_last5pct")
     assert "diverged" not in str(err.value)
 
 
@@ -118,18 +124,18 @@ def test_reference_uses_the_aggregates_runs(tmp_path):
         write_group(run, t, "ppo_clip", {1: 1.0, 4: 0.7}, rng=rng, noise=0.2, diverged_seeds={(1, 3)} if t == "a"
                     else set())
         write_group(run, t, "vaco", {1: 1.4, 4: 1.3}, rng=rng, noise=0.2)
-    summary, _ = analysis.summarise(run, reps=100)
+    summary, _ = tables.summarise(run, reps=100)
     ref = [r for r in summary if r["score"] == "final_eval_return" and r["method"] == "ppo_clip"
            and r["lag_depth"] == 1 and r["normalization"] == "normalized"]
     mean = [r for r in ref if r["aggregate"] == "mean"][0]
     assert mean["n_diverged"] == 1 and mean["n_runs"] == 9
     assert mean["point"] == pytest.approx(1.0, abs=1e-12)
     # per task: the normalised kept runs average exactly 1
-    rows = analysis.load_scores(run)
-    kept, _, _ = analysis.clean_cell(rows, "ppo_clip", 1, ["a", "b"], "final_eval_return")
-    rnd, ref_mean = analysis.reference_scores(rows, ["a", "b"], "final_eval_return", {"a": 10.0, "b": -5.0})
+    rows = tables.load_scores(run)
+    kept, _, _ = tables.clean_cell(rows, "ppo_clip", 1, ["a", "b"], "final_eval_return")
+    rnd, ref_mean = tables.reference_scores(rows, ["a", "b"], "final_eval_return", {"a": 10.0, "b": -5.0})
     np.testing.assert_allclose(ref_mean, kept.mean(axis=0))
-    np.testing.assert_allclose(analysis.stats.normalize_scores(kept, rnd, ref_mean).mean(axis=0), 1.0, atol=1e-12)
+    np.testing.assert_allclose(tables.stats.normalize_scores(kept, rnd, ref_mean).mean(axis=0), 1.0, atol=1e-12)
     # own_b1: every method's own B=1 cell is 1 on average
     for m in ("ppo_clip", "vaco"):
         own = [r for r in summary if (r["score"], r["method"], r["lag_depth"], r["normalization"], r["aggregate"])
@@ -143,8 +149,7 @@ def test_reference_uses_the_aggregates_runs(tmp_path):
 
 
 def test_contrast_ci():
-    from vaco_jax import stats
-
+    from vaco_jax.analysis import stats
     x = np.array([[2.0], [2.0], [2.0]])
     y = np.array([[1.0], [1.0]])
     assert stats.contrast_ci(x, y, "iqm", "difference", reps=50) == (1.0, 1.0, 1.0)
@@ -212,8 +217,7 @@ def test_contrast_ci_matches_a_slow_reference_loop(op):
     percentiles."""
     rng0 = np.random.default_rng(5)
     x, y = rng0.normal(2.0, 1.0, (7, 3)), rng0.normal(1.0, 1.0, (5, 3))
-    from vaco_jax import stats
-
+    from vaco_jax.analysis import stats
     reps = 300
     point, lo, hi = stats.contrast_ci(x, y, "iqm", op, reps=reps, seed=11)
     rng = np.random.default_rng(11)
@@ -387,7 +391,7 @@ def test_claim_1_names_a_task_the_pooled_iqm_trims(tmp_path, monkeypatch):
         write_group(run, t, "vaco", {1: 1.0, 16: 0.8 if t == "c" else 1.0}, rng=rng)
     table = {r["claim"]: r for r in claims.evaluate(run, reps=200)}
     assert table["1a"]["verdict"] == "holds"
-    rows = analysis.load_scores(run)
+    rows = tables.load_scores(run)
 
     def iqm_slow(v):  # int(n / 4) of the lowest and of the highest cut, the rest averaged
         v, cut = sorted(v), int(0.25 * len(v))
@@ -414,11 +418,11 @@ def test_complete_tasks_names_what_an_unfinished_task_lacks():
     rows += [{"env": "c", "method": "ppo_clip", "lag_depth": b} for b in (1, 16)]  # spo not run on c yet
     rows += [{"env": "d", "method": m, "lag_depth": 1} for m in ("ppo_clip", "spo")] + [
         {"env": "d", "method": "ppo_clip", "lag_depth": 16}]  # spo at B=1 only
-    kept, left_out = analysis.complete_tasks(rows)
+    kept, left_out = tables.complete_tasks(rows)
     assert {r["env"] for r in kept} == {"a", "b"} and len(kept) == 8
     assert left_out == {"c": ["spo"], "d": ["spo B=16"]}
-    assert analysis.left_out_text(left_out) == "c (no spo); d (no spo B=16)"
-    assert analysis.complete_tasks(kept) == (kept, {})
+    assert tables.left_out_text(left_out) == "c (no spo); d (no spo B=16)"
+    assert tables.complete_tasks(kept) == (kept, {})
 
 
 def test_a_task_part_way_through_the_study_is_left_out_of_every_pooled_reading(tmp_path, monkeypatch):
@@ -460,10 +464,10 @@ def test_a_task_part_way_through_the_study_is_left_out_of_every_pooled_reading(t
     five = {r["claim"]: r for r in claims.evaluate_study(full, reps=100)}["5b"]
     assert five["verdict"] == "holds" and "left out" not in five["rests_on"], five["rests_on"]
     # summary.csv pools the same two tasks; c alone still has its own rows
-    pooled = analysis.summary_rows(results.load_scores(lag), {"a": 0.0, "b": 0.0, "c": 0.0}, reps=50)
-    assert pooled == analysis.summary_rows(results.load_scores(os.path.join(without, "lag")),
+    pooled = tables.summary_rows(results.load_scores(lag), {"a": 0.0, "b": 0.0, "c": 0.0}, reps=50)
+    assert pooled == tables.summary_rows(results.load_scores(os.path.join(without, "lag")),
                                            {"a": 0.0, "b": 0.0}, reps=50)
     assert {r["n_tasks"] for r in pooled} == {2} and "spo" in {r["method"] for r in pooled}
-    alone = analysis.summary_rows([r for r in results.load_scores(lag) if r["env"] == "c"], {"c": 0.0}, reps=50)
+    alone = tables.summary_rows([r for r in results.load_scores(lag) if r["env"] == "c"], {"c": 0.0}, reps=50)
     assert {r["method"] for r in alone} == {"ppo_clip", "ppo_kl", "vaco"}
-    assert {r["env"] for r in plots._score_rows(lag)} == {"a", "b"}
+    assert {r["env"] for r in figures._score_rows(lag)} == {"a", "b"}

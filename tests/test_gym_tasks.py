@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from vaco_jax.config import ConfigError
+from vaco_jax.core.config import ConfigError
 from vaco_jax.envs import make_env, reset_batch
 from vaco_jax.envs import cengine
 from vaco_jax.envs.gymnasium_tasks import GYM_TASKS
@@ -166,12 +166,12 @@ def test_a_grid_is_bit_identical_for_any_thread_count(tmp_path):
 def test_a_c_engine_group_stays_on_one_device_and_others_use_every_device():
     """The C engine's step is a host callback on XLA's CPU pool: a group split over as many devices as
     cores can leave no pool thread free to hand a callback its arguments (docs/scale.md)."""
-    from vaco_jax import sweep
-    from vaco_jax.config import Config
+    from vaco_jax.driver import devices
+    from vaco_jax.core.config import Config
 
-    assert sweep.devices_for(Config(env="Hopper-v4")) == 1
-    assert sweep.devices_for(Config(env="Hopper-v4", backend="mjx")) == len(jax.local_devices())
-    assert sweep.devices_for(Config(env="point_mass")) == len(jax.local_devices())
+    assert devices.devices_for(Config(env="Hopper-v4")) == 1
+    assert devices.devices_for(Config(env="Hopper-v4", backend="mjx")) == len(jax.local_devices())
+    assert devices.devices_for(Config(env="point_mass")) == len(jax.local_devices())
 
 
 def test_bad_input_is_one_line():
@@ -221,9 +221,9 @@ def test_mjx_loads_and_steps_the_same_definition():
 def test_training_resumed_from_a_checkpoint_equals_uninterrupted(tmp_path):
     """PPO-Clip on Hopper-v4 (C engine) with lag, 4 chunks against 2, a checkpoint, 2 more: bit for bit,
     evaluations included (they step the engine too)."""
-    from vaco_jax.checkpoint import restore_checkpoint, save_checkpoint
-    from vaco_jax.config import Config, make_traced
-    from vaco_jax.train import make_train
+    from vaco_jax.driver.checkpoint import restore_checkpoint, save_checkpoint
+    from vaco_jax.core.config import Config, make_traced
+    from vaco_jax.core.train import make_train
 
     config = Config(env="Hopper-v4", num_envs=8, unroll_length=16, total_env_steps=8 * 16 * 4, num_evals=4,
                     eval_episodes=2, episode_length=50, num_epochs=2, num_minibatches=2, buffer_capacity=4,
@@ -253,8 +253,8 @@ def test_training_resumed_from_a_checkpoint_equals_uninterrupted(tmp_path):
 def test_a_runs_record_names_engine_and_model_and_refuses_another_model(tmp_path):
     import hashlib
 
-    from vaco_jax import sweep
-    from vaco_jax.config import Config
+    from vaco_jax.driver import provenance
+    from vaco_jax.core.config import Config
     from vaco_jax.envs.gymnasium_tasks import model_path
 
     config = Config(env="Hopper-v4")
@@ -262,10 +262,10 @@ def test_a_runs_record_names_engine_and_model_and_refuses_another_model(tmp_path
     with open(model_path(GYM_TASKS["Hopper-v4"]), "rb") as f:
         assert record["model_sha256"] == hashlib.sha256(f.read()).hexdigest()
     assert record["backend"] == "mujoco" and Config(env="hopper").as_record()["backend"] == "mjx"
-    assert "gymnasium" in sweep.package_versions() and "mujoco" in sweep.package_versions()
+    assert "gymnasium" in provenance.package_versions() and "mujoco" in provenance.package_versions()
     old = {"Hopper-v4/ppo_clip": {**record, "model_sha256": "0" * 64}}
     with pytest.raises(ConfigError, match="model_sha256"):
-        sweep._compare_identity(str(tmp_path), old, {"Hopper-v4/ppo_clip": record})
+        provenance._compare_identity(str(tmp_path), old, {"Hopper-v4/ppo_clip": record})
 
 
 def test_mujocos_batch_and_our_thread_pool_step_alike(monkeypatch):
@@ -284,9 +284,9 @@ def test_mujocos_batch_and_our_thread_pool_step_alike(monkeypatch):
 
 def test_task_defaults_fill_only_the_settings_left_unset(monkeypatch):
     from conftest import load_script
-    from vaco_jax import config as config_mod
-    from vaco_jax.config import Config
-    from vaco_jax.train import train_args_class, with_task_defaults
+    from vaco_jax.core import config as config_mod
+    from vaco_jax.core.config import Config
+    from vaco_jax.driver.train import train_args_class, with_task_defaults
 
     monkeypatch.setitem(config_mod.TASK_DEFAULTS, "Hopper-v4", {"num_envs": 16, "unroll_length": 128})
     assert Config.for_task("Hopper-v4").num_envs == 16
@@ -294,7 +294,7 @@ def test_task_defaults_fill_only_the_settings_left_unset(monkeypatch):
     assert Config.for_task("hopper").num_envs == Config().num_envs
     # the train command line: a value left at the shown default takes the task's, a given one stays
     args = train_args_class()(env="Hopper-v4", num_envs=32)
-    from vaco_jax.cli import config_from_args
+    from vaco_jax.driver.cli import config_from_args
     config = with_task_defaults(config_from_args(args), True)
     assert (config.num_envs, config.unroll_length) == (32, 128)
     assert with_task_defaults(config_from_args(args), False).unroll_length == Config().unroll_length
@@ -311,10 +311,10 @@ def test_task_defaults_are_the_settings_the_peer_check_ran():
     import json
     import pathlib
 
-    from vaco_jax.config import TASK_DEFAULTS, Config
+    from vaco_jax.core.config import TASK_DEFAULTS, Config
 
     root = pathlib.Path(__file__).resolve().parent.parent
-    from vaco_jax.sweep import UNRECORDED_SETTINGS
+    from vaco_jax.driver.provenance import UNRECORDED_SETTINGS
 
     record = json.loads((root / "results" / "peer_check" / "Hopper-v4_vmapped16.json").read_text())["config"]
     record = {**UNRECORDED_SETTINGS, **record}  # a setting added after the record: its value then

@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 
 from conftest import FAST_COMPILE, tiny_config, load_script
-from vaco_jax import results, sweep
-from vaco_jax.config import ConfigError
-from vaco_jax.results import ResultsError
+from vaco_jax.analysis import results
+from vaco_jax.driver import grid, provenance, runner
+from vaco_jax.core.config import ConfigError
+from vaco_jax.analysis.results import ResultsError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROWS = [{"env": "point_mass", "lag_depth": 1, "seed": 0, "x": 0.5, "ok": True, "name": "a"},
@@ -97,7 +98,8 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary_file(tmp_path, monk
 
 
 def test_reading_results_imports_no_jax():
-    code = ("import sys, vaco_jax, vaco_jax.results, vaco_jax.stats, vaco_jax.analysis, vaco_jax.plots;"
+    code = ("import sys, vaco_jax, vaco_jax.analysis.results, vaco_jax.analysis.stats, vaco_jax.analysis.tables, "
+            "vaco_jax.analysis.figures, vaco_jax.analysis.rules, vaco_jax.analysis.claims, vaco_jax.core.presets;"
             "print(sorted(m for m in ('jax', 'flax', 'optax', 'brax') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -113,13 +115,13 @@ CONFIG = dict(num_evals=3, total_env_steps=8 * 16 * 6)
 def straight(tmp_path_factory):
     """An uninterrupted group: the reference every damaged-and-resumed run must reproduce exactly."""
     d = str(tmp_path_factory.mktemp("straight") / "g")
-    rows = sweep.run_group(tiny_config(**CONFIG), sweep.grid([1, 4], [0]), d, progress=False)
+    rows = runner.run_group(tiny_config(**CONFIG), grid.grid([1, 4], [0]), d, progress=False)
     return rows
 
 
 def _interrupted(tmp_path, chunks=2):
     d = str(tmp_path / "g")
-    assert sweep.run_group(tiny_config(**CONFIG), sweep.grid([1, 4], [0]), d, progress=False,
+    assert runner.run_group(tiny_config(**CONFIG), grid.grid([1, 4], [0]), d, progress=False,
                            max_chunks=chunks) is None
     return d
 
@@ -174,7 +176,7 @@ def test_damage_to_any_file_is_detected_and_the_numbers_come_out_the_same(tmp_pa
     elif damage == "truncate_checkpoint":
         f = _largest_array_file(os.path.join(ckpt, "2"))
         open(f, "r+b").truncate(os.path.getsize(f) // 2)
-    resumed = sweep.run_group(tiny_config(**CONFIG), sweep.grid([1, 4], [0]), d, progress=False)
+    resumed = runner.run_group(tiny_config(**CONFIG), grid.grid([1, 4], [0]), d, progress=False)
     _same(resumed, straight)
     err = capsys.readouterr().err
     if damage != "flip_checkpoint" and damage != "truncate_checkpoint":
@@ -188,23 +190,23 @@ def test_a_damaged_finished_table_is_an_error_never_a_smaller_sample(tmp_path):
     text = open(os.path.join(d, "scores.csv")).read().splitlines(keepends=True)
     open(os.path.join(d, "scores.csv"), "w").write("".join(text[:-2]) + text[-1])  # one row fewer
     with pytest.raises(ResultsError, match="scores.csv"):
-        sweep.run_group(tiny_config(**CONFIG), sweep.grid([1, 4], [0]), d, progress=False)
+        runner.run_group(tiny_config(**CONFIG), grid.grid([1, 4], [0]), d, progress=False)
     with pytest.raises(ResultsError, match="scores.csv"):
         results.load_scores(str(tmp_path / "g"))
 
 
 def _finished(tmp_path):
     d = str(tmp_path / "finished")
-    sweep.run_group(tiny_config(**CONFIG), sweep.grid([1, 4], [0]), d, progress=False)
+    runner.run_group(tiny_config(**CONFIG), grid.grid([1, 4], [0]), d, progress=False)
     return d
 
 
 def test_duplicate_or_no_cells_are_refused_before_anything_is_written(tmp_path):
     d = str(tmp_path / "g")
     with pytest.raises(ConfigError, match="appears twice"):
-        sweep.run_group(tiny_config(), sweep.grid([1], [0, 0]), d, progress=False)
+        runner.run_group(tiny_config(), grid.grid([1], [0, 0]), d, progress=False)
     with pytest.raises(ConfigError, match="no cells"):
-        sweep.run_group(tiny_config(), [], d, progress=False)
+        runner.run_group(tiny_config(), [], d, progress=False)
     assert not os.path.exists(d)
 
 
@@ -212,17 +214,17 @@ def test_duplicate_or_no_cells_are_refused_before_anything_is_written(tmp_path):
 
 def test_run_identity_ignores_display_settings_and_names_a_real_difference(tmp_path):
     run = str(tmp_path)
-    groups = [sweep.Group(tiny_config(), (), "t/ppo_clip")]
-    sweep.write_run_metadata(run, groups, {"progress": True, "bootstrap_reps": 2000})
-    sweep.write_run_metadata(run, groups, {"progress": False, "bootstrap_reps": 10})  # display only: fine
+    groups = [grid.Group(tiny_config(), (), "t/ppo_clip")]
+    provenance.write_run_metadata(run, groups, {"progress": True, "bootstrap_reps": 2000})
+    provenance.write_run_metadata(run, groups, {"progress": False, "bootstrap_reps": 10})  # display only: fine
     moved = str(tmp_path / "moved")
     shutil.copytree(run, moved)
-    sweep.write_run_metadata(moved, groups, {})  # a moved directory resumes
-    more = groups + [sweep.Group(tiny_config(method="vaco"), (), "t/vaco")]
-    sweep.write_run_metadata(run, more, {})  # a new group extends the identity
+    provenance.write_run_metadata(moved, groups, {})  # a moved directory resumes
+    more = groups + [grid.Group(tiny_config(method="vaco"), (), "t/vaco")]
+    provenance.write_run_metadata(run, more, {})  # a new group extends the identity
     assert set(results.read_json(os.path.join(run, "run.json"))["identity"]) == {"t/ppo_clip", "t/vaco"}
     with pytest.raises(ConfigError, match="t/ppo_clip with other settings.*gamma"):
-        sweep.write_run_metadata(run, [sweep.Group(tiny_config(gamma=0.9), (), "t/ppo_clip")], {})
+        provenance.write_run_metadata(run, [grid.Group(tiny_config(gamma=0.9), (), "t/ppo_clip")], {})
 
 
 def test_a_run_recorded_before_minibatch_shuffle_existed_resumes_only_with_the_old_shuffle(tmp_path):
@@ -230,14 +232,14 @@ def test_a_run_recorded_before_minibatch_shuffle_existed_resumes_only_with_the_o
     ``jax.random.permutation`` ('sort'): resuming it under the new default is refused, naming the
     setting; with ``minibatch_shuffle='sort'`` it resumes."""
     run = str(tmp_path)
-    sweep.write_run_metadata(run, [sweep.Group(tiny_config(minibatch_shuffle="sort"), (), "t/ppo_clip")], {})
+    provenance.write_run_metadata(run, [grid.Group(tiny_config(minibatch_shuffle="sort"), (), "t/ppo_clip")], {})
     path = os.path.join(run, "run.json")
     meta = results.read_json(path)
     del meta["identity"]["t/ppo_clip"]["minibatch_shuffle"]  # as recorded before the field existed
     results.write_json(path, meta)
     with pytest.raises(ConfigError, match="minibatch_shuffle: 'sort' there, 'rank' now"):
-        sweep.write_run_metadata(run, [sweep.Group(tiny_config(), (), "t/ppo_clip")], {})
-    sweep.write_run_metadata(run, [sweep.Group(tiny_config(minibatch_shuffle="sort"), (), "t/ppo_clip")], {})
+        provenance.write_run_metadata(run, [grid.Group(tiny_config(), (), "t/ppo_clip")], {})
+    provenance.write_run_metadata(run, [grid.Group(tiny_config(minibatch_shuffle="sort"), (), "t/ppo_clip")], {})
 
 
 def test_two_processes_starting_at_once_both_enter_run_json(tmp_path, monkeypatch):
@@ -261,7 +263,7 @@ def test_two_processes_starting_at_once_both_enter_run_json(tmp_path, monkeypatc
     def record(method):
         try:
             start.wait()
-            sweep.write_run_metadata(run, [sweep.Group(tiny_config(method=method), (), f"t/{method}")], {})
+            provenance.write_run_metadata(run, [grid.Group(tiny_config(method=method), (), f"t/{method}")], {})
         except Exception as e:  # surfaced below
             errors.append(e)
 
@@ -301,8 +303,7 @@ def test_the_lag_sweep_checks_every_setting_before_writing_anything(tmp_path, fl
 
 
 def test_a_summary_where_every_run_of_a_cell_diverged_says_so(tmp_path, capsys):
-    from vaco_jax import analysis
-
+    from vaco_jax.analysis import tables
     rows = [{"env": "point_mass", "method": m, "lag_depth": b, "seed": s, "final_eval_return": 10.0 + s,
              "auc_eval_return": 5.0, "train_return_last5pct": 1.0, "diverged": m == "vaco" and b == 4}
             for m in ("ppo_clip", "vaco") for b in (1, 4) for s in range(3)]
@@ -313,7 +314,7 @@ def test_a_summary_where_every_run_of_a_cell_diverged_says_so(tmp_path, capsys):
     g.mkdir()
     results.write_table(str(g / "scores.csv"), rows)
     results.write_cells(str(g), [{"i": i} for i in range(len(rows))])
-    summary, _ = analysis.summarise(str(tmp_path), reps=50)
+    summary, _ = tables.summarise(str(tmp_path), reps=50)
     _lag_sweep().print_table(summary)
     out = capsys.readouterr().out
     assert "every run diverged" in out and "vaco B=4 (3)" in out
@@ -322,7 +323,7 @@ def test_a_summary_where_every_run_of_a_cell_diverged_says_so(tmp_path, capsys):
 def test_train_cli_checks_its_output_path_first_and_exits_4_on_divergence(tmp_path):
     afile = tmp_path / "file"
     afile.write_text("x")
-    base = [sys.executable, "-m", "vaco_jax.train", "--env", "point_mass", "--num-envs", "8", "--unroll-length",
+    base = [sys.executable, "-m", "vaco_jax", "train", "--env", "point_mass", "--num-envs", "8", "--unroll-length",
             "16", "--total-env-steps", "256", "--num-evals", "2", "--eval-episodes", "0", "--episode-length", "30",
             "--num-minibatches", "2", "--num-epochs", "1", "--no-progress"]
     res = subprocess.run(base + ["--out", str(afile)], capture_output=True, text=True, cwd=ROOT, timeout=300)
@@ -331,23 +332,20 @@ def test_train_cli_checks_its_output_path_first_and_exits_4_on_divergence(tmp_pa
     res = subprocess.run(base + ["--out", str(out), "--learning-rate", "1e30", "--max-grad-norm", "inf"],
                          capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert res.returncode == 4, (res.returncode, res.stdout[-500:], res.stderr[-2000:])
-    saved = [f for f in os.listdir(out) if f.endswith(".json")]
-    assert len(saved) == 1 and not any(f.endswith(".ckpt") for f in os.listdir(out))
-    data = json.load(open(out / saved[0]))  # strict JSON: no NaN tokens
-    assert data["diverged"] is True
+    (run_dir,) = os.listdir(out)  # a single run is a one-cell group in its own run directory
+    (group,) = (out / run_dir / "point_mass").iterdir()
+    assert (out / run_dir / "run.json").exists() and not (group / "checkpoint").exists()
+    (row,) = results.read_table(str(group / "scores.csv"))
+    assert row["diverged"] is True
+    assert "DIVERGED" in res.stdout
 
 
 def test_train_run_resumes_from_its_checkpoint_bit_for_bit(tmp_path, monkeypatch):
-    import jax
+    from vaco_jax.driver import checkpoint as ckpt
+    from vaco_jax.driver.train import run
 
-    from vaco_jax import checkpoint as ckpt
-    from vaco_jax.config import make_traced
-    from vaco_jax.train import run
-
-    config = tiny_config(**CONFIG)
-    traced = make_traced(config, 2)
-    _, straight_history = run(config, traced, seed=3, progress=False)
-    d = str(tmp_path / "ck")
+    config = tiny_config(**CONFIG).replace(lag_depth=2)
+    straight = run(config, seed=3, out=str(tmp_path / "a"), progress=False)
     real = ckpt.save_checkpoint
     calls = []
 
@@ -359,27 +357,30 @@ def test_train_run_resumes_from_its_checkpoint_bit_for_bit(tmp_path, monkeypatch
 
     monkeypatch.setattr(ckpt, "save_checkpoint", save_then_die)
     with pytest.raises(KeyboardInterrupt):
-        run(config, traced, seed=3, progress=False, checkpoint_dir=d)
-    state, history = run(config, traced, seed=3, progress=False, checkpoint_dir=d)
-    assert len(history) == len(straight_history) == 3 and calls == [1, 2, 3]
-    for a, b in zip(history, straight_history):
-        assert a["train_return"] == b["train_return"] or (np.isnan(a["train_return"]) and np.isnan(b["train_return"]))
-        assert a["policy_loss"] == b["policy_loss"]
-    del jax
+        run(config, seed=3, out=str(tmp_path / "b"), progress=False)
+    resumed = run(config, seed=3, out=str(tmp_path / "b"), progress=False)
+    assert calls == [1, 2, 3] and len(resumed.curves) == len(straight.curves) == 3
+    assert os.path.basename(resumed.run_dir) == os.path.basename(straight.run_dir)
+    for a, b in zip(resumed.curves, straight.curves):
+        for k in ("train_return", "policy_loss", "eval_return"):
+            assert a[k] == b[k] or (np.isnan(a[k]) and np.isnan(b[k])), k
+    assert resumed.scores.keys() == straight.scores.keys()
+    for k, v in straight.scores.items():
+        assert resumed.scores[k] == v or (isinstance(v, float) and np.isnan(v) and np.isnan(resumed.scores[k])), k
 
 
 def test_adding_seeds_later_extends_a_group_and_reruns_nothing(tmp_path):
     d = str(tmp_path / "run" / "g")
     config = tiny_config()
-    first = sweep.run_group(config, sweep.grid([1], [0]), d, progress=False)
+    first = runner.run_group(config, grid.grid([1], [0]), d, progress=False)
     mtime = os.path.getmtime(os.path.join(d, "scores.csv"))
-    both = sweep.run_group(config, sweep.grid([1], [0, 1]), d, progress=False)
+    both = runner.run_group(config, grid.grid([1], [0, 1]), d, progress=False)
     assert [r["seed"] for r in both] == [0, 1] and both[0]["final_eval_return"] == first[0]["final_eval_return"] \
         or np.isnan(first[0]["final_eval_return"])
     assert os.path.getmtime(os.path.join(d, "scores.csv")) == mtime  # the old cells were not rerun
     assert sorted(r["seed"] for r in results.load_scores(str(tmp_path / "run"))) == [0, 1]
     with pytest.raises(ValueError, match="different grid"):
-        sweep.run_group(config, sweep.grid([1], [1]), d, progress=False)  # drops a cell it holds
+        runner.run_group(config, grid.grid([1], [1]), d, progress=False)  # drops a cell it holds
 
 
 def _mount_tmpfs(path, size):
@@ -419,10 +420,10 @@ def test_a_full_disk_is_one_line_leaves_no_temporary_file_and_the_rerun_is_ident
 
 _RESUME_SCRIPT = """
 import json, sys
-from vaco_jax import sweep
-from vaco_jax.config import Config
+from vaco_jax.driver import grid, provenance, runner
+from vaco_jax.core.config import Config
 config = Config(**json.loads(sys.argv[3]))
-rows = sweep.run_group(config, sweep.grid([1, 4, 2], [0]), sys.argv[1], progress=False,
+rows = runner.run_group(config, grid.grid([1, 4, 2], [0]), sys.argv[1], progress=False,
                        max_chunks=int(sys.argv[2]) or None)
 print(json.dumps(rows, default=float))
 """
@@ -448,13 +449,13 @@ def test_a_group_stopped_on_one_device_count_resumes_on_another(tmp_path):
     import jax
 
     config = tiny_config(**CONFIG)
-    cells = sweep.grid([1, 4, 2], [0])
+    cells = grid.grid([1, 4, 2], [0])
     assert len(jax.local_devices()) == 1  # this process is the 1-device machine
-    straight = sweep.run_group(config, cells, str(tmp_path / "straight"), progress=False)
+    straight = runner.run_group(config, cells, str(tmp_path / "straight"), progress=False)
     a, b = str(tmp_path / "a"), str(tmp_path / "b")
     assert _on_devices(2, a, 1, config) is None
-    resumed_on_1 = sweep.run_group(config, cells, a, progress=False)
-    assert sweep.run_group(config, cells, b, progress=False, max_chunks=1) is None
+    resumed_on_1 = runner.run_group(config, cells, a, progress=False)
+    assert runner.run_group(config, cells, b, progress=False, max_chunks=1) is None
     resumed_on_4 = _on_devices(4, b, 0, config)
     for rows in (resumed_on_1, resumed_on_4):
         for r1, r2 in zip(rows, straight):
@@ -466,7 +467,7 @@ def test_every_cells_trained_policy_is_kept_and_loads_as_a_jitted_act_function(t
     import jax
 
     from vaco_jax.envs import make_env
-    from vaco_jax.policies import load_policy
+    from vaco_jax.driver.policies import load_policy
 
     d = _finished(tmp_path)
     assert not os.path.exists(os.path.join(d, "checkpoint"))  # the checkpoint goes, the policies stay
@@ -498,8 +499,8 @@ def test_a_swept_setting_is_summarised_on_its_own_never_pooled_as_more_seeds(tmp
     summary.csv and diagnostics.csv hold each on its own (a ``setting`` column, three runs per cell,
     not six), the printed table has one block per setting, and the figures one line per method and
     setting. A method that does not read the swept knob (no gamma column) is a setting of its own."""
-    from vaco_jax import analysis, plots
-
+    from vaco_jax.analysis import tables
+    from vaco_jax.analysis import figures
     rows = []
     for m in ("ppo_clip", "vaco"):
         for g in ((0.99, 0.995) if m == "ppo_clip" else (None,)):
@@ -512,13 +513,13 @@ def test_a_swept_setting_is_summarised_on_its_own_never_pooled_as_more_seeds(tmp
                     if g is not None:
                         r["gamma"] = g
                     rows.append(r)
-    assert analysis.setting_axes(rows) == ["gamma"]
-    assert analysis.setting_axes([r for r in rows if r.get("gamma") != 0.995]) == []  # one setting: as before
+    assert tables.setting_axes(rows) == ["gamma"]
+    assert tables.setting_axes([r for r in rows if r.get("gamma") != 0.995]) == []  # one setting: as before
     # a table read back from a CSV that mixes the groups holds NaN where a group has no gamma: the same settings
     nan_rows = [r if "gamma" in r else {**r, "gamma": float("nan")} for r in rows]
-    assert analysis.setting_axes(nan_rows) == ["gamma"]
-    assert [(s, len(g)) for s, g in analysis.by_setting(nan_rows)] == [(s, len(g)) for s, g in analysis.by_setting(rows)]
-    assert analysis.setting_of(nan_rows[-1], ["gamma"]) == ""
+    assert tables.setting_axes(nan_rows) == ["gamma"]
+    assert [(s, len(g)) for s, g in tables.by_setting(nan_rows)] == [(s, len(g)) for s, g in tables.by_setting(rows)]
+    assert tables.setting_of(nan_rows[-1], ["gamma"]) == ""
     for method in ("ppo_clip", "vaco"):
         g = tmp_path / "run" / "point_mass" / method
         g.mkdir(parents=True)
@@ -526,7 +527,7 @@ def test_a_swept_setting_is_summarised_on_its_own_never_pooled_as_more_seeds(tmp
         results.write_table(str(g / "scores.csv"), mine)
         results.write_cells(str(g), [{"i": i} for i in range(len(mine))])
     run = str(tmp_path / "run")
-    summary, diag = analysis.summarise(run, reps=50)
+    summary, diag = tables.summarise(run, reps=50)
     means = {(r["setting"], r["method"], r["lag_depth"]): r for r in summary
              if r["aggregate"] == "mean" and r["normalization"] == "raw" and r["score"] == "final_eval_return"}
     assert set(means) == {("gamma=0.99", "ppo_clip", 1), ("gamma=0.99", "ppo_clip", 4),
@@ -546,13 +547,13 @@ def test_a_swept_setting_is_summarised_on_its_own_never_pooled_as_more_seeds(tmp
     assert "gamma=0.99: IQM of final eval return" in out and "gamma=0.995: IQM of final eval return" in out
     assert "methods that do not read the swept values: IQM" in out
     # the figures: one series per method and setting
-    folded = plots.read_summary(run)
+    folded = figures.read_summary(run)
     assert {r["method"] for r in folded} == {"ppo_clip | gamma=0.99", "ppo_clip | gamma=0.995", "vaco"}
-    assert plots.method_label("ppo_clip | gamma=0.99") == "PPO-Clip (gamma=0.99)"
-    assert plots.plot_aggregate_vs_lag(run, normalization="raw")
+    assert figures.method_label("ppo_clip | gamma=0.99") == "PPO-Clip (gamma=0.99)"
+    assert figures.plot_aggregate_vs_lag(run, normalization="raw")
     # figures that compare methods over their pooled runs refuse, naming the axis
-    for figure in (plots.plot_probability_of_improvement, plots.plot_performance_profiles):
-        with pytest.raises(plots.NoData, match=r"several settings \(gamma\)"):
+    for figure in (figures.plot_probability_of_improvement, figures.plot_performance_profiles):
+        with pytest.raises(figures.NoData, match=r"several settings \(gamma\)"):
             figure(run)
 
 
@@ -563,33 +564,33 @@ def test_a_finished_group_never_reports_less_or_other_than_it_holds(tmp_path, ca
     import shutil
 
     d = _finished(tmp_path)
-    cells, config = sweep.grid([1, 4], [0]), tiny_config(**CONFIG)
+    cells, config = grid.grid([1, 4], [0]), tiny_config(**CONFIG)
     before = results.read_table(os.path.join(d, "scores.csv"))
     os.remove(os.path.join(d, "cells.json"))
     with pytest.raises(ResultsError, match="cells.json: missing beside scores.csv"):
         results.group_dirs(str(tmp_path))
-    _same(sweep.run_group(config, cells, d, progress=False), before)  # rebuilt, nothing re-run
+    _same(runner.run_group(config, cells, d, progress=False), before)  # rebuilt, nothing re-run
     assert "rebuilt from the plan" in capsys.readouterr().err
     assert results.group_dirs(str(tmp_path)) == [d]
     os.remove(os.path.join(d, "cells.json"))
     with pytest.raises(ResultsError, match="does not hold the planned cells"):
-        sweep.run_group(config, sweep.grid([1, 8], [0]), d, progress=False)
-    sweep.run_group(config, cells, d, progress=False)
+        runner.run_group(config, grid.grid([1, 8], [0]), d, progress=False)
+    runner.run_group(config, cells, d, progress=False)
 
     with pytest.raises(ConfigError, match=r"learning_rate: 0.0003 there, 0.001 now"):
-        sweep.run_group(config.replace(learning_rate=1e-3), cells, d, progress=False)
+        runner.run_group(config.replace(learning_rate=1e-3), cells, d, progress=False)
     saved = open(os.path.join(d, "config.json")).read()
     with open(os.path.join(d, "config.json"), "w") as f:
         f.write("{")
     with pytest.raises(ResultsError, match="config.json: not valid JSON"):
-        sweep.run_group(config, cells, d, progress=False)
+        runner.run_group(config, cells, d, progress=False)
     os.remove(os.path.join(d, "config.json"))
     with pytest.raises(ResultsError, match="config.json: missing in a finished group"):
-        sweep.run_group(config, cells, d, progress=False)
+        runner.run_group(config, cells, d, progress=False)
     with open(os.path.join(d, "config.json"), "w") as f:
         f.write(saved)
     shutil.move(os.path.join(d, "policies.npz"), str(tmp_path / "p.npz"))
     with pytest.raises(ResultsError, match="policies.npz: missing in a finished group"):
-        sweep.run_group(config, cells, d, progress=False)
+        runner.run_group(config, cells, d, progress=False)
     shutil.move(str(tmp_path / "p.npz"), os.path.join(d, "policies.npz"))
-    _same(sweep.run_group(config, cells, d, progress=False), before)
+    _same(runner.run_group(config, cells, d, progress=False), before)

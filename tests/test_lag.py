@@ -5,9 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vaco_jax import lag
-
-
+from vaco_jax.core import lag
+from vaco_jax.errors import ConfigError
 def _ages(model, phase, depth, n=4000, seed=0):
     piece = lag.make_lag(model, depth, capacity=max(depth, 8))
     return np.asarray(piece.start_ages(jax.random.PRNGKey(seed), n, phase))
@@ -130,3 +129,26 @@ def test_lag_stream_is_independent_of_action_stream():
     a = lag.lag_key(run_key, 3)
     b = lag.lag_key(run_key, 4)
     assert not np.array_equal(jax.random.key_data(a), jax.random.key_data(b))
+
+
+def test_a_registered_lag_model_is_a_config_choice_and_trains(monkeypatch):
+    """Adding a lag model is one registry entry: Config, make_traced and the trainer read it."""
+    import jax
+
+    from conftest import tiny_config
+    from vaco_jax.core import lag as lag_lib
+    from vaco_jax.core.config import make_traced
+    from vaco_jax.core.train import make_train
+    from vaco_jax.driver.cli import field_choices
+
+    spec = lag_lib.LagSpec("oldest", lambda b, k, r, w: lag_lib.Staggered(lag_depth=jax.numpy.asarray(b)),
+                           "test: staggered under another name")
+    monkeypatch.setitem(lag_lib.LAG_MODELS, "oldest", spec)
+    assert "oldest" in field_choices(skip={"env"})["lag_model"]
+    config = tiny_config(lag_model="oldest", lag_depth=4)
+    traced = make_traced(config)
+    assert int(traced.lag_depth) == 4
+    state = make_train(config).init(jax.random.PRNGKey(0), traced)
+    assert state is not None
+    with pytest.raises(ConfigError, match="lag_model='nope' is not valid; allowed values: .*oldest"):
+        tiny_config(lag_model="nope")

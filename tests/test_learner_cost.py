@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from conftest import tiny_config
-from vaco_jax.config import make_traced
-from vaco_jax import pieces
-from vaco_jax.methods import METHODS, make_method
-from vaco_jax.train import make_train
-from vaco_jax.update import reads_learner_logp
+from vaco_jax.core.config import make_traced
+from vaco_jax.core import pieces
+from vaco_jax.core.methods import METHODS, make_method
+from vaco_jax.core.train import make_train
+from vaco_jax.core.update import reads_learner_logp
 
 # which presets read log π_T themselves (V-trace's ratio, decoupled PPO's proximal policy)
 READS_PI_T = {"vaco", "vaco_realign_only", "impala", "decoupled_recompute"}

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from conftest import tiny_config, load_script
-from vaco_jax import results, sweep
-from vaco_jax.live import cell_run_name, tag_for
+from vaco_jax.analysis import results
+from vaco_jax.driver import grid, runner
+from vaco_jax.driver.live import cell_run_name, tag_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = dict(num_evals=3, total_env_steps=8 * 16 * 6)  # as tests/test_integrity.py: shared compiled programs
@@ -129,12 +130,12 @@ def test_a_study_with_tensorboard_writes_each_cells_rows_and_histograms(tmp_path
 def test_a_resumed_group_continues_its_staleness_file_and_event_files(tmp_path):
     d = str(tmp_path / "g")
     tb = str(tmp_path / "tb")
-    cells = sweep.grid([1, 4], [0])
+    cells = grid.grid([1, 4], [0])
     config = tiny_config(**CONFIG)
-    assert sweep.run_group(config, cells, d, progress=False, max_chunks=1, tensorboard_dir=tb) is None
+    assert runner.run_group(config, cells, d, progress=False, max_chunks=1, tensorboard_dir=tb) is None
     assert results.load_npz(os.path.join(d, "staleness.npz"))["counts"].shape == (1, 2, 8)
-    sweep.run_group(config, cells, d, progress=False, max_chunks=1, tensorboard_dir=tb)
-    sweep.run_group(config, cells, d, progress=False, tensorboard_dir=tb)
+    runner.run_group(config, cells, d, progress=False, max_chunks=1, tensorboard_dir=tb)
+    runner.run_group(config, cells, d, progress=False, tensorboard_dir=tb)
     curves = results.read_table(os.path.join(d, "curves.csv"))
     counts = results.load_staleness(str(tmp_path))["g"]["counts"]
     assert counts.shape == (3, 2, 8)
@@ -148,15 +149,15 @@ def test_a_resumed_group_continues_its_staleness_file_and_event_files(tmp_path):
 @pytest.mark.parametrize("damage", ["delete", "short"])
 def test_a_damaged_or_short_staleness_file_restarts_the_group(tmp_path, damage, capsys):
     d = str(tmp_path / "g")
-    cells = sweep.grid([1, 4], [0])
+    cells = grid.grid([1, 4], [0])
     config = tiny_config(**CONFIG)
-    sweep.run_group(config, cells, d, progress=False, max_chunks=2)
+    runner.run_group(config, cells, d, progress=False, max_chunks=2)
     path = os.path.join(d, "staleness.npz")
     if damage == "delete":
         os.remove(path)
     else:  # one chunk fewer than the checkpoint has done
         results.save_npz(path, counts=results.load_npz(path)["counts"][:1])
-    sweep.run_group(config, cells, d, progress=False)
+    runner.run_group(config, cells, d, progress=False)
     err = capsys.readouterr().err
     assert "staleness.npz" in err and "restarting" in err
     counts = results.load_staleness(str(tmp_path))["g"]["counts"]
@@ -164,7 +165,7 @@ def test_a_damaged_or_short_staleness_file_restarts_the_group(tmp_path, damage, 
 
 
 def test_train_cli_with_tensorboard_writes_its_history(tmp_path):
-    from vaco_jax.train import main, train_args_class
+    from vaco_jax.driver.train import main, train_args_class
 
     config = tiny_config(**CONFIG)
     out = str(tmp_path / "out")
@@ -173,17 +174,16 @@ def test_train_cli_with_tensorboard_writes_its_history(tmp_path):
     args = cls(**{**{k: v for k, v in dataclasses.asdict(config).items() if k in flags}, "seed": 3, "out": out,
                   "progress": False, "tensorboard": True})
     assert main(args) == 0
-    (saved,) = [f for f in os.listdir(out) if f.endswith(".json")]
-    history = results.read_json(os.path.join(out, saved))["history"]
-    (logdir,) = glob.glob(os.path.join(out, "tensorboard", "*"))
-    assert os.path.basename(logdir) == saved[: -len(".json")]
+    (run_dir,) = os.listdir(out)  # a single run is a one-cell group: the sweep's layout
+    history = results.read_table(os.path.join(out, run_dir, "point_mass", config.method, "curves.csv"))
+    (logdir,) = glob.glob(os.path.join(out, run_dir, "tensorboard", "point_mass", config.method, "*"))
+    assert os.path.basename(logdir).startswith("cell-0_") and os.path.basename(logdir).endswith("_s3")
     scalars, hists, n_files = read_run(logdir)
     assert n_files == 1 and sorted(scalars) == [int(h["env_steps"]) for h in history]
     for h in history:
         got = scalars[int(h["env_steps"])]
-        for k in ("eval_return", "train_return", "policy_loss", "clip_fraction", "mean_staleness",
-                  "steps_per_second"):
-            if h[k] is not None:  # NaN is null in the JSON
+        for k in ("eval_return", "train_return", "policy_loss", "clip_fraction", "mean_staleness"):
+            if np.isfinite(h[k]):
                 np.testing.assert_array_equal(np.float32(got[tag_for(k)]), np.float32(h[k]), err_msg=k)
         (hist,) = hists[int(h["env_steps"])]
         assert hist.num == 2 * 8 * 16

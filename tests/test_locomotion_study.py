@@ -9,8 +9,8 @@ import os
 import pytest
 
 from conftest import load_script
-from vaco_jax import results
-from vaco_jax.config import ConfigError
+from vaco_jax.analysis import results
+from vaco_jax.core.config import ConfigError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

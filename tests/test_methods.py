@@ -8,9 +8,9 @@ import pytest
 
 import vaco_jax
 from conftest import tiny_config
-from vaco_jax.config import ConfigError, make_traced, stack_traced
-from vaco_jax.methods import METHODS
-from vaco_jax.train import make_train
+from vaco_jax.core.config import ConfigError, make_traced, stack_traced
+from vaco_jax.core.methods import METHODS, make_method, method_knobs
+from vaco_jax.core.train import make_train
 
 CELLS = [(seed, depth) for seed in (0, 1) for depth in (1, 8)]
 # point_mass learns slowly at 3e-4: a larger step makes successive versions differ, so lag matters
@@ -58,9 +58,9 @@ def test_method_trains_at_lag_1_and_8_without_nan(method):
                          state.learner.policy_params, init.learner.policy_params)
     assert np.all(np.max(np.stack(jax.tree.leaves(moved)), axis=0) > 1e-4), method
     preset = METHODS[method]
-    if preset.sample_filter.name == "tv":
+    if preset.piece_names()["sample_filter"] == "tv":
         assert np.all((diag["filtered_fraction"] >= 0) & (diag["filtered_fraction"] <= 1))
-    if preset.proximal_source.name == "ewma_revised":
+    if preset.piece_names()["proximal_source"] == "ewma_revised":
         assert np.all((diag["ewma_kept_fraction"] >= 0) & (diag["ewma_kept_fraction"] <= 1))
         assert "ewma_resets" in diag
 
@@ -104,3 +104,28 @@ def test_r_d_is_measured_against_the_float32_snapshot_for_a_method_that_reads_no
         _, metrics = jax.jit(make_train(config).train)(jax.random.PRNGKey(0), make_traced(config, 4))
         r_d_max = float(np.max(metrics.phases.diagnostics["mismatch_ratio_max"]))
         assert (abs(r_d_max - 1.0) > 1e-4) == moved, (dtype, r_d_max)
+
+
+def test_the_registry_is_the_one_source_of_what_shows_a_method():
+    """Label, colour, marker and step knob come from the method's registry entry; figures and the
+    study read them there, and a registered method is drawn with its own style."""
+    from vaco_jax.analysis import figures
+    from vaco_jax.core.methods import register_method
+    from vaco_jax.core.presets import METHODS as REGISTRY
+
+    assert METHODS is REGISTRY
+    for name, preset in METHODS.items():
+        assert figures.method_label(name) == preset.label and figures.method_style(name) == (preset.colour,
+                                                                                             preset.marker)
+        if preset.step_knob is not None:  # the step knob is read by the method's pieces
+            assert preset.step_knob in method_knobs(make_method(name)), name
+    assert len({p.colour for p in METHODS.values()}) == len(METHODS)
+    try:
+        register_method("my_ppo", "gae", "behavior", "ppo_clip", "none", "test", label="My PPO", colour="#123456",
+                        marker="s", step_knob="clip_epsilon")
+        assert figures.method_label("my_ppo") == "My PPO" and figures.method_style("my_ppo") == ("#123456", "s")
+        assert figures.sort_methods({"my_ppo", "vaco", "ppo_clip"}) == ["ppo_clip", "vaco", "my_ppo"]
+        with pytest.raises(ConfigError, match="surrogate='nope' is not valid"):
+            register_method("bad", "gae", "behavior", "nope", "none")
+    finally:
+        METHODS.pop("my_ppo", None)

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from conftest import tiny_config
-from vaco_jax.config import ConfigError, make_traced
-from vaco_jax.networks import gaussian_logp
-from vaco_jax.rollout import rollout
-from vaco_jax.train import make_train
+from vaco_jax.core.config import ConfigError, make_traced
+from vaco_jax.core.networks import gaussian_logp
+from vaco_jax.core.rollout import rollout
+from vaco_jax.core.train import make_train
 
 
 def _traj(strength, num_envs=512):
@@ -51,7 +51,6 @@ def test_the_actor_samples_from_a_mean_shifted_by_strength_standard_deviations()
 def test_the_knob_is_checked_and_sweepable():
     with pytest.raises(ConfigError, match="mismatch_strength"):
         tiny_config(mismatch_strength=-1.0)
-    from vaco_jax import sweep
-
-    assert sweep.parse_sweep(["mismatch_strength=0,0.5"]) == {"mismatch_strength": [0.0, 0.5]}
+    from vaco_jax.driver import grid
+    assert grid.parse_sweep(["mismatch_strength=0,0.5"]) == {"mismatch_strength": [0.0, 0.5]}
     assert float(make_traced(tiny_config(), 1, mismatch_strength=0.25).mismatch_strength) == 0.25

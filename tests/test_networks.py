@@ -3,7 +3,7 @@
 import jax.numpy as jnp
 import numpy as np
 
-from vaco_jax.networks import normalizer_init, normalizer_update, reward_scaler_init, reward_scaler_update
+from vaco_jax.core.networks import normalizer_init, normalizer_update, reward_scaler_init, reward_scaler_update
 
 
 def test_reward_scaler_matches_a_numpy_loop():
@@ -53,7 +53,7 @@ def test_orthogonal_init_matches_flax_and_is_orthogonal():
     import flax.linen as nn
     import jax
 
-    from vaco_jax.networks import orthogonal
+    from vaco_jax.core.networks import orthogonal
 
     key = jax.random.PRNGKey(3)
     for shape in [(17, 64), (64, 64), (64, 3), (5, 7)]:
@@ -77,7 +77,7 @@ def test_vmapped_network_init_makes_only_unbatched_lapack_calls():
 
     import jax
 
-    from vaco_jax.networks import GaussianPolicy, ValueNet
+    from vaco_jax.core.networks import GaussianPolicy, ValueNet
 
     policy, critic = GaussianPolicy((64, 64), 3), ValueNet((64, 64))
     obs = jnp.zeros((1, 11))

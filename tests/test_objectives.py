@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from vaco_jax.objectives import (
+from vaco_jax.core.objectives import (
     decoupled_ppo_loss,
     impala_pg_loss,
     is_pg_loss,
@@ -24,7 +24,7 @@ from vaco_jax.objectives import (
     tv_filtered_pg_loss,
     value_loss,
 )
-from vaco_jax.proximal import loglinear_proximal_logp
+from vaco_jax.core.proximal import loglinear_proximal_logp
 
 N = 64
 TOL = dict(rtol=2e-5, atol=1e-6)
@@ -439,7 +439,7 @@ def test_tv_and_ratio_means_stay_finite_when_a_ratio_overflows_and_keep_their_bi
     """A log-ratio of 90 overflows exp in float32; the diagnostic is then the same mean computed in log
     space (never inf, which would poison every mean over it); ordinary inputs give the direct formula's
     bits."""
-    import vaco_jax.objectives as obj
+    import vaco_jax.core.objectives as obj
 
     big = jnp.asarray([90.0, 0.0, -1.0, 2.0], jnp.float32)  # e^90 overflows float32; its mean over 4 does not
     want = np.mean(np.abs(np.exp(np.float64(big)) - 1.0))
@@ -459,7 +459,7 @@ def test_a_joint_clip_with_two_adams_is_one_optimiser_over_both_networks():
     (whose clip then does nothing): the same steps as one clip + Adam over the joined tree (CleanRL)."""
     import optax
 
-    from vaco_jax.update import apply_updates, joint_clip, make_optimizer
+    from vaco_jax.core.update import apply_updates, joint_clip, make_optimizer
 
     rng = np.random.default_rng(0)
     params = {"policy": jnp.asarray(rng.normal(size=(3, 2)), jnp.float32),
@@ -484,8 +484,8 @@ def test_a_joint_clip_with_two_adams_is_one_optimiser_over_both_networks():
 
 def test_grad_clip_is_a_checked_setting_and_joint_clipping_changes_training():
     from conftest import tiny_config
-    from vaco_jax.config import ConfigError, make_traced
-    from vaco_jax.train import make_train
+    from vaco_jax.core.config import ConfigError, make_traced
+    from vaco_jax.core.train import make_train
 
     with pytest.raises(ConfigError, match="grad_clip='both' is not valid; allowed values: per_network, joint"):
         tiny_config(grad_clip="both")

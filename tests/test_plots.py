@@ -1,5 +1,5 @@
 """Figures from synthetic run directories in the exact on-disk formats of sweep.run_group and
-analysis.summarise (fast: no training, no compilation)."""
+tables.summarise (fast: no training, no compilation)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,11 @@ import sys
 import numpy as np
 import pytest
 
-from vaco_jax import analysis, plots
-from vaco_jax import results
-from vaco_jax.results import atomic_write_text, read_csv, rows_to_csv
+from vaco_jax.analysis import tables
+
+from vaco_jax.analysis import figures
+from vaco_jax.analysis import results
+from vaco_jax.analysis.results import atomic_write_text, read_csv, rows_to_csv
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TASKS = ("hopper", "inverted_double_pendulum")
@@ -127,7 +129,7 @@ def _assert_figures(paths):
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     path = make_synthetic_run(str(tmp_path_factory.mktemp("lag") / "run"))
-    analysis.summarise(path, reps=300)
+    tables.summarise(path, reps=300)
     return path
 
 
@@ -143,31 +145,31 @@ def test_synthetic_run_matches_the_documented_formats(run_dir):
 
 @pytest.mark.parametrize("normalization", [None, "raw", "normalized"])
 def test_aggregate_vs_lag(run_dir, normalization):
-    paths = plots.plot_aggregate_vs_lag(run_dir, normalization=normalization)
+    paths = figures.plot_aggregate_vs_lag(run_dir, normalization=normalization)
     _assert_figures(paths)
     expected = normalization or "normalized"
     assert paths[0].endswith(f"aggregate_vs_lag_final_eval_return_{expected}.png")
 
 
 def test_aggregate_vs_lag_other_scores_and_missing(run_dir):
-    _assert_figures(plots.plot_aggregate_vs_lag(run_dir, score="auc_eval_return"))
-    with pytest.raises(plots.NoData):
-        plots.plot_aggregate_vs_lag(run_dir, score="no_such_score")
+    _assert_figures(figures.plot_aggregate_vs_lag(run_dir, score="auc_eval_return"))
+    with pytest.raises(figures.NoData):
+        figures.plot_aggregate_vs_lag(run_dir, score="no_such_score")
 
 
 def test_learning_curves(run_dir):
-    paths = plots.plot_learning_curves(run_dir)
+    paths = figures.plot_learning_curves(run_dir)
     _assert_figures(paths)
     assert len(paths) == 2 * len(TASKS)
-    one = plots.plot_learning_curves(run_dir, task="hopper")
+    one = figures.plot_learning_curves(run_dir, task="hopper")
     assert [os.path.basename(p) for p in one] == ["learning_curves_hopper.png", "learning_curves_hopper.pdf"]
 
 
 def test_curve_series_excludes_and_counts_diverged(run_dir):
-    from vaco_jax.sweep import load_curves
+    from vaco_jax.analysis.results import load_curves
 
     rows = [r for r in load_curves(run_dir) if r["env"] == "hopper"]
-    series = plots._curve_series(rows, "eval_return", [])
+    series = figures._curve_series(rows, "eval_return", [])
     x, mean, se, n, n_div = series[("vaco", ())][4]
     assert (n, n_div) == (2, 1)
     assert len(x) == CHUNKS and np.all(np.isfinite(mean)) and np.all(se >= 0)
@@ -175,18 +177,18 @@ def test_curve_series_excludes_and_counts_diverged(run_dir):
 
 
 def test_filtering_and_tv(run_dir):
-    _assert_figures(plots.plot_filtering_vs_lag(run_dir))
-    _assert_figures(plots.plot_tv_vs_lag(run_dir))
+    _assert_figures(figures.plot_filtering_vs_lag(run_dir))
+    _assert_figures(figures.plot_tv_vs_lag(run_dir))
 
 
 def test_forward_lag_absent_in_lag_sweep(run_dir):
-    with pytest.raises(plots.NoData):
-        plots.plot_forward_lag(run_dir)
+    with pytest.raises(figures.NoData):
+        figures.plot_forward_lag(run_dir)
 
 
 def test_make_all(tmp_path, capsys):
     path = make_synthetic_run(str(tmp_path / "run"))
-    paths = plots.make_all(path)  # no summary.csv yet: make_all runs analysis.summarise
+    paths = figures.make_all(path)  # no summary.csv yet: make_all runs tables.summarise
     assert os.path.exists(os.path.join(path, "summary.csv"))
     _assert_figures(paths)
     names = {os.path.basename(p) for p in paths}
@@ -196,18 +198,18 @@ def test_make_all(tmp_path, capsys):
 
 
 def test_make_all_on_an_empty_directory(tmp_path, capsys):
-    assert plots.make_all(str(tmp_path)) == []
+    assert figures.make_all(str(tmp_path)) == []
     assert "skipped" in capsys.readouterr().out
 
 
 def test_forward_lag_heatmap_and_lines(tmp_path):
     heat = make_forward_run(str(tmp_path / "heat"))
-    paths = plots.plot_forward_lag(heat)
+    paths = figures.plot_forward_lag(heat)
     _assert_figures(paths)
     assert os.path.basename(paths[0]) == "forward_lag_final_eval_return_inverted_double_pendulum.png"
     lines = make_forward_run(str(tmp_path / "lines"), epochs=(1, 2, 4, 8), minibatches=(4,))
-    _assert_figures(plots.plot_forward_lag(lines, score="auc_eval_return"))
-    all_paths = plots.make_all(heat)
+    _assert_figures(figures.plot_forward_lag(lines, score="auc_eval_return"))
+    all_paths = figures.make_all(heat)
     _assert_figures(all_paths)
     assert any(os.path.basename(p).startswith("forward_lag") for p in all_paths)
 
@@ -215,7 +217,7 @@ def test_forward_lag_heatmap_and_lines(tmp_path):
 def test_variant_keys():
     rows = [{"env": "a", "method": "m", "lag_depth": 1, "seed": s, "num_epochs": e, "num_minibatches": 4,
              "learning_rate": 3e-4, "mean_clip_fraction": 0.1} for s in (0, 1) for e in (1, 2)]
-    assert plots.variant_keys(rows) == ["num_epochs"]
+    assert figures.variant_keys(rows) == ["num_epochs"]
 
 
 def test_plot_script(tmp_path):
@@ -252,9 +254,9 @@ def _write_staleness(run_dir: str, capacity: int = 4) -> None:
 def test_reviewer_figures(run_dir, name):
     if name == "staleness":
         _write_staleness(run_dir)
-    fn = {"interval": plots.plot_interval_estimates, "poi": plots.plot_probability_of_improvement,
-          "profiles": plots.plot_performance_profiles, "iqm_curves": plots.plot_iqm_curves,
-          "staleness": plots.plot_staleness}[name]
+    fn = {"interval": figures.plot_interval_estimates, "poi": figures.plot_probability_of_improvement,
+          "profiles": figures.plot_performance_profiles, "iqm_curves": figures.plot_iqm_curves,
+          "staleness": figures.plot_staleness}[name]
     paths = fn(run_dir)
     _assert_figures(paths)
     for p in paths:
@@ -270,16 +272,18 @@ def test_reviewer_figures_one_task_and_make_all(tmp_path):
     for method in METHODS:
         _write_group(os.path.join(run, "hopper", method), "hopper", method, LAGS, SEEDS, {}, rng, quality=1.0)
     _write_staleness(run)
-    paths = plots.make_all(run, reps=100)
+    paths = figures.make_all(run, reps=100)
     names = {os.path.basename(p) for p in paths}
     assert {"interval_estimates_final_eval_return_normalized.png", "probability_of_improvement_final_eval_return.png",
             "performance_profiles_final_eval_return.png", "iqm_sample_efficiency.png",
             "staleness_histograms.png"} <= names
     assert "aggregate_vs_lag_final_eval_return_own_b1.png" in names
     for p in paths:
-        if os.path.basename(p).startswith(("interval", "probability", "performance", "iqm", "staleness")) \
-                and p.endswith(".png"):
+        if os.path.basename(p).startswith(("interval", "probability", "performance", "iqm", "staleness",
+                                           "aggregate_vs_lag")) and p.endswith(".png"):
             assert _png_width_inches(p) <= 7.0 + 1e-6, p
+    # one task: the median and mean of its mean repeat the IQM or the mean, the gap is 1 minus it
+    assert any(r["aggregate"] == "median" for r in figures.read_summary(run))  # the table keeps every aggregate
 
 
 def test_reviewer_figures_without_data(tmp_path):
@@ -288,11 +292,11 @@ def test_reviewer_figures_without_data(tmp_path):
     os.makedirs(run)
     for task in TASKS:  # two tasks, no random_scores.json: nothing to pool across tasks
         _write_group(os.path.join(run, task, "a3po"), task, "a3po", LAGS, SEEDS, {}, rng, quality=1.0)
-    with pytest.raises(plots.NoData):
-        plots.plot_probability_of_improvement(run)
-    with pytest.raises(plots.NoData):
-        plots.plot_performance_profiles(run)
-    with pytest.raises(plots.NoData):
-        plots.plot_iqm_curves(run)
-    with pytest.raises(plots.NoData):
-        plots.plot_staleness(run)
+    with pytest.raises(figures.NoData):
+        figures.plot_probability_of_improvement(run)
+    with pytest.raises(figures.NoData):
+        figures.plot_performance_profiles(run)
+    with pytest.raises(figures.NoData):
+        figures.plot_iqm_curves(run)
+    with pytest.raises(figures.NoData):
+        figures.plot_staleness(run)

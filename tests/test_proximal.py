@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vaco_jax.proximal import (
+from vaco_jax.core.proximal import (
     EwmaState,
     default_ewma_age,
     ewma_decay_for_age,

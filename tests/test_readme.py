@@ -32,6 +32,8 @@ def _argv(line: str, tmp_path) -> list[str]:
     words = shlex.split(line)
     if words[0] == ".venv/bin/python":
         words[0] = sys.executable
+    elif words[0].startswith(".venv/bin/vaco-"):  # an installed command = python -m vaco_jax COMMAND
+        words[:1] = [sys.executable, "-m", "vaco_jax", words[0][len(".venv/bin/vaco-"):]]
     return [str(tmp_path / "first") if w == "runs/first" else w for w in words]
 
 
@@ -48,7 +50,7 @@ def test_every_readme_command_runs_or_at_least_parses(tmp_path):
             out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=900)
             assert out.returncode == 0, (line, out.stderr[-2000:])
         else:  # too long for a test: the script or module exists and its --help works
-            head = argv[:3] if argv[1] == "-m" else argv[:2]
+            head = (argv[:4] if argv[2] == "vaco_jax" else argv[:3]) if argv[1] == "-m" else argv[:2]
             out = subprocess.run(head + ["--help"], cwd=ROOT, capture_output=True, text=True, timeout=300)
             assert out.returncode == 0, (line, out.stderr[-2000:])
     assert (tmp_path / "first" / "summary.csv").exists()

@@ -5,7 +5,6 @@ Every registry path trains one short phase. The Brax and user paths use tiny pur
 compile); the MuJoCo Playground path compiles a DM Control task and is marked slow.
 """
 
-import json
 import os
 import subprocess
 import sys
@@ -17,12 +16,13 @@ import numpy as np
 import pytest
 
 from conftest import tiny_config
-from vaco_jax.config import ConfigError, make_traced
+from vaco_jax.analysis import results
+from vaco_jax.core.config import ConfigError, make_traced
 from vaco_jax.envs import PointMass, available_envs, make_env, playground_tasks, register_env
-from vaco_jax.lag import LAG_MODELS
-from vaco_jax.methods import METHODS
-from vaco_jax.networks import NETWORKS, register_network
-from vaco_jax.train import make_train
+from vaco_jax.core.lag import LAG_MODELS
+from vaco_jax.core.methods import METHODS
+from vaco_jax.core.networks import NETWORKS, register_network
+from vaco_jax.core.train import make_train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ONE_PHASE = dict(num_evals=1, total_env_steps=8 * 16, eval_episodes=2, episode_length=30)
@@ -143,7 +143,7 @@ def test_a_user_policy_without_log_std_is_an_error_naming_the_parameter():
 
 
 def _cli(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "vaco_jax.train", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "vaco_jax", "train", *args], capture_output=True, text=True,
                           cwd=ROOT, timeout=timeout)
 
 
@@ -164,11 +164,11 @@ def test_cli_runs_keep_apart_and_bad_input_is_one_line_with_exit_code_2(tmp_path
     for gamma in ("0.99", "0.95"):
         res = _cli(*common, "--gamma", gamma)
         assert res.returncode == 0, res.stderr[-2000:]
-    files = sorted(f for f in os.listdir(tmp_path) if f.endswith(".json"))
-    assert len(files) == 2  # two runs differing only in gamma: two files
-    assert len([f for f in os.listdir(tmp_path) if f.endswith(".policy")]) == 2  # and two kept policies
-    saved = [json.load(open(os.path.join(tmp_path, f))) for f in files]
-    assert {s["config"]["gamma"] for s in saved} == {0.99, 0.95}
+    runs = sorted(os.listdir(tmp_path))
+    assert len(runs) == 2  # two runs differing only in gamma: two run directories
+    configs = [results.read_json(os.path.join(tmp_path, r, "point_mass", "ppo_clip", "config.json")) for r in runs]
+    assert {c["gamma"] for c in configs} == {0.99, 0.95}  # each with its settings and its kept policy
+    assert all(os.path.exists(os.path.join(tmp_path, r, "point_mass", "ppo_clip", "policies.npz")) for r in runs)
     bad = _cli(*common, "--method", "vaco", "--clip-epsilon", "0.3")
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines()[-1].startswith("error: clip_epsilon=0.3 is not read by method='vaco'")

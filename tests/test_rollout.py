@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from conftest import tiny_config
-from vaco_jax import lag as lag_lib
-from vaco_jax import rollout as rollout_lib
-from vaco_jax.config import make_traced
-from vaco_jax.train import make_train
+from vaco_jax.core import lag as lag_lib
+from vaco_jax.core import rollout as rollout_lib
+from vaco_jax.core.config import make_traced
+from vaco_jax.core.train import make_train
 
 
 @pytest.mark.parametrize("n,capacity,rows", [(256, 32, 8), (8, 8, 8), (37, 5, 4), (16, 64, 3), (5, 1, 8)])

@@ -1,11 +1,10 @@
-"""The decision rules (vaco_jax/rules.py) on synthetic scores: a case clearly on each side of every
+"""The decision rules (vaco_jax/analysis/rules.py) on synthetic scores: a case clearly on each side of every
 threshold, one whose interval straddles it, and the bootstrap against a slow per-task loop."""
 
 import numpy as np
 import pytest
 
-from vaco_jax import rules
-
+from vaco_jax.analysis import rules
 RNG = np.random.default_rng(0)
 
 

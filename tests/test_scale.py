@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 
 from conftest import FAST_COMPILE, tiny_config, load_script
-from vaco_jax import memory, results, sweep
-from vaco_jax.config import ConfigError, make_traced, stack_traced
-from vaco_jax.train import make_train
+from vaco_jax.analysis import results
+from vaco_jax.driver import devices, grid, memory, runner
+from vaco_jax.core.config import ConfigError, make_traced, stack_traced
+from vaco_jax.core.train import make_train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Programs of another size batch their matmuls differently (see tests/test_shard.py).
@@ -81,7 +82,7 @@ def test_a_group_too_large_for_the_device_is_refused_naming_the_flag_that_fits(t
     per_cell = memory.cell_bytes(tiny_config())["total"]
     # Room for one cell: 80% of the device memory holds 1.25 cells.
     monkeypatch.setattr(memory, "device_bytes", lambda: (int(per_cell * 1.25 / memory.USABLE_FRACTION), "test"))
-    sweep._CELL_BYTES.clear()
+    memory._CELL_BYTES.clear()
     out = str(tmp_path / "run")
     with pytest.raises(ConfigError, match=r"2 cells per program need .* allowed: --max-cells-per-program 1 or less"):
         _run(out)
@@ -101,7 +102,7 @@ def test_a_group_runs_as_parts_of_at_most_max_cells_and_gives_the_same_scores(tm
     _run(out, max_cells_per_program=1)
     group = os.path.join(out, "point_mass", "ppo_clip")
     assert sorted(os.listdir(group)) == ["part-0-of-2", "part-1-of-2"]
-    assert sweep.group_finished(group)
+    assert runner.group_finished(group)
     assert os.path.exists(os.path.join(out, "summary.csv"))
     _assert_same_scores(whole, out)
     with pytest.raises(ConfigError, match=r"holds a split into 2 part\(s\), this command gives 1"):
@@ -115,12 +116,12 @@ def test_a_group_runs_as_parts_of_at_most_max_cells_and_gives_the_same_scores(tm
 def test_splitting_is_nearly_even_and_keeps_the_plan_order():
     assert memory.split_sizes(10, 4) == [4, 3, 3]
     assert memory.split_sizes(3, 5) == [3]
-    g = sweep.Group(tiny_config(), tuple(sweep.grid([1, 2, 4], range(3))), "t/m", "t/m")
-    parts = sweep.split_group(g, 4)
+    g = grid.Group(tiny_config(), tuple(grid.grid([1, 2, 4], range(3))), "t/m", "t/m")
+    parts = grid.split_group(g, 4)
     assert [len(p.cells) for p in parts] == [3, 3, 3]
     assert [c for p in parts for c in p.cells] == list(g.cells)
     assert parts[2].subdir == os.path.join("t/m", "part-2-of-3")
-    assert sweep.split_group(g, None) == [g] and sweep.split_group(g, 9) == [g]
+    assert grid.split_group(g, None) == [g] and grid.split_group(g, 9) == [g]
 
 
 # ----------------------------------------------------------------------------- grid_batch
@@ -142,32 +143,31 @@ def test_grid_program_maps_over_batches_and_pads_nothing_itself():
 
     x = {"a": jnp.arange(12.0).reshape(6, 2), "empty": jnp.zeros((6, 0))}
     t = jnp.arange(6.0)
-    whole = jax.jit(sweep.grid_program(fn))(x, t)
+    whole = jax.jit(devices.grid_program(fn))(x, t)
     for batch in (1, 2, 3, 6):
-        out = jax.jit(sweep.grid_program(fn, batch))(x, t)
+        out = jax.jit(devices.grid_program(fn, batch))(x, t)
         np.testing.assert_array_equal(out["y"], whole["y"])
         assert out["empty"].shape == (6, 0)
     with pytest.raises(ValueError, match="6 cells are not a multiple of grid_batch=4"):
-        sweep.grid_program(fn, 4)(x, t)
+        devices.grid_program(fn, 4)(x, t)
 
 
 def test_grid_layout_uses_as_few_cells_per_device_then_as_few_devices_as_it_can():
-    assert sweep.grid_layout(16, None, 1) == (1, 16)
-    assert sweep.grid_layout(16, None, 2) == (2, 8)
-    assert sweep.grid_layout(12, None, 8) == (6, 2)  # not 8 x 2 with 4 copies: the same time, no padding
-    assert sweep.grid_layout(60, None, 8) == (8, 8)  # 4 copies
-    assert sweep.grid_layout(3, None, 4) == (3, 1)
-    assert sweep.grid_layout(3, None, 2) == (2, 2)
-    assert sweep.grid_layout(5, 2, 1) == (1, 6)  # grid_batch: a multiple of the batch per device
-    assert sweep.grid_layout(16, 3, 2) == (2, 9)
-    assert sweep.grid_layout(6, 4, 2) == (2, 4)
+    assert devices.grid_layout(16, None, 1) == (1, 16)
+    assert devices.grid_layout(16, None, 2) == (2, 8)
+    assert devices.grid_layout(12, None, 8) == (6, 2)  # not 8 x 2 with 4 copies: the same time, no padding
+    assert devices.grid_layout(60, None, 8) == (8, 8)  # 4 copies
+    assert devices.grid_layout(3, None, 4) == (3, 1)
+    assert devices.grid_layout(3, None, 2) == (2, 2)
+    assert devices.grid_layout(5, 2, 1) == (1, 6)  # grid_batch: a multiple of the batch per device
+    assert devices.grid_layout(16, 3, 2) == (2, 9)
+    assert devices.grid_layout(6, 4, 2) == (2, 4)
 
 
 _SHARD_MAP_SCRIPT = """
 import json
 import jax, jax.numpy as jnp, numpy as np
-from vaco_jax import sweep
-
+from vaco_jax.driver import devices, grid, memory, runner
 def fn(x, t):  # a while_loop whose trip count depends on the cell, like MJX's constraint solver
     def body(c):
         i, v = c
@@ -176,25 +176,25 @@ def fn(x, t):  # a while_loop whose trip count depends on the cell, like MJX's c
 
 x = jnp.arange(8) % 5
 t = jnp.linspace(0.0, 1.0, 8)
-mesh = sweep.grid_mesh(2)
-sh = sweep.grid_sharding(mesh)
+mesh = devices.grid_mesh(2)
+sh = devices.grid_sharding(mesh)
 xs, ts = jax.device_put((x, t), sh)
-plain = jax.jit(sweep.grid_program(fn))(x, t)
+plain = jax.jit(devices.grid_program(fn))(x, t)
 out = {"devices": len(jax.local_devices())}
 for batch in (None, 2):
-    prog = jax.jit(sweep.grid_program(fn, batch, mesh))
+    prog = jax.jit(devices.grid_program(fn, batch, mesh))
     got = prog(xs, ts)
     out[f"equal_{batch}"] = bool(np.array_equal(np.asarray(got), np.asarray(plain)))
     out[f"spread_{batch}"] = len(got.sharding.device_set)
     out[f"collectives_{batch}"] = "all-reduce" in prog.lower(xs, ts).compile().as_text()
     prog(xs, prog(xs, got))  # a chunk's output is the next chunk's input: the same program
     out[f"compiles_{batch}"] = prog._cache_size()
-spmd = jax.jit(sweep.grid_program(fn), in_shardings=sh, out_shardings=sh)
+spmd = jax.jit(devices.grid_program(fn), in_shardings=sh, out_shardings=sh)
 out["collectives_spmd"] = "all-reduce" in spmd.lower(xs, ts).compile().as_text()
 # a state restored from a checkpoint (grid_put) is laid out as the program's own output, zero-size
 # leaves included (MJX keeps empty arrays), so the resumed chunk is the same compiled program
-with_empty = jax.jit(sweep.grid_program(lambda a, e: (a + 1.0, e * 2.0), None, mesh))
-restored = sweep.grid_put((t, jnp.zeros((8, 0))), mesh)
+with_empty = jax.jit(devices.grid_program(lambda a, e: (a + 1.0, e * 2.0), None, mesh))
+restored = devices.grid_put((t, jnp.zeros((8, 0))), mesh)
 own = with_empty(*restored)
 out["restored_layout"] = [str(a.sharding.spec) for a in restored] == [str(a.sharding.spec) for a in own]
 with_empty(*own)
@@ -259,11 +259,11 @@ def test_distributed_settings_are_checked(monkeypatch):
     monkeypatch.delenv("VACO_JAX_NUM_PROCESSES", raising=False)
     monkeypatch.delenv("VACO_JAX_PROCESS_ID", raising=False)
     with pytest.raises(ConfigError, match="set all of VACO_JAX_COORDINATOR, VACO_JAX_NUM_PROCESSES"):
-        sweep.init_distributed()
+        devices.init_distributed()
     monkeypatch.setenv("VACO_JAX_NUM_PROCESSES", "2")
     monkeypatch.setenv("VACO_JAX_PROCESS_ID", "2")
     with pytest.raises(ConfigError, match="must be in 0..1"):
-        sweep.init_distributed()
+        devices.init_distributed()
 
 
 # ----------------------------------------------------------------------------- compile time
@@ -271,7 +271,7 @@ def test_distributed_settings_are_checked(monkeypatch):
 def test_groups_of_one_task_share_one_compiled_evaluation():
     """The chunk's evaluation reads no method, lag or knob: the groups of a task compile it once."""
     from vaco_jax.envs import make_env
-    from vaco_jax.train import evaluation_program
+    from vaco_jax.core.train import evaluation_program
 
     evaluating = dict(eval_episodes=2)
     clip, vaco = make_train(tiny_config(method="ppo_clip", **evaluating)), make_train(tiny_config(method="vaco", **evaluating))
@@ -297,7 +297,7 @@ def test_groups_of_one_task_share_one_compiled_evaluation():
 def test_a_chunk_then_its_evaluation_program_is_run_chunk():
     """The host drivers' two programs (train_chunk, then the shared evaluation) give run_chunk's state
     and numbers; the evaluation reads the state the chunk ends in."""
-    from vaco_jax.train import evaluated, evaluation_program
+    from vaco_jax.core.train import evaluated, evaluation_program
 
     config = tiny_config(method="vaco", eval_episodes=2)
     trainer = make_train(config)
@@ -315,22 +315,22 @@ def test_a_chunk_then_its_evaluation_program_is_run_chunk():
 
 
 def test_the_compiled_program_cache_goes_where_asked_and_can_be_turned_off(monkeypatch, tmp_path):
-    monkeypatch.delenv(sweep.CACHE_ENV, raising=False)
+    monkeypatch.delenv(devices.CACHE_ENV, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    default = sweep.compilation_cache_dir()
+    default = devices.compilation_cache_dir()
     assert os.path.dirname(default) == os.path.join(str(tmp_path), "vaco_jax", "xla")
-    assert os.path.basename(default) == sweep._machine_tag()  # one folder per kind of processor
+    assert os.path.basename(default) == devices._machine_tag()  # one folder per kind of processor
     for off in ("off", "0", "", "none"):
-        monkeypatch.setenv(sweep.CACHE_ENV, off)
-        assert sweep.compilation_cache_dir() is None
-    monkeypatch.setenv(sweep.CACHE_ENV, str(tmp_path / "mine"))
-    assert sweep.compilation_cache_dir() == str(tmp_path / "mine")
+        monkeypatch.setenv(devices.CACHE_ENV, off)
+        assert devices.compilation_cache_dir() is None
+    monkeypatch.setenv(devices.CACHE_ENV, str(tmp_path / "mine"))
+    assert devices.compilation_cache_dir() == str(tmp_path / "mine")
 
 
 _CACHE_SCRIPT = """
 import os, sys, jax, jax.numpy as jnp
-from vaco_jax import sweep
-path = sweep.use_compilation_cache()
+from vaco_jax.driver import devices, grid, memory, runner
+path = devices.use_compilation_cache()
 print("DIR", path)
 jax.jit(lambda x: jnp.sin(x) * 2)(jnp.ones(3)).block_until_ready()
 print("FILES", sorted(f for f in os.listdir(path) if f.endswith("-cache")) if path else [])
@@ -344,7 +344,7 @@ def test_scripts_keep_compiled_programs_unless_the_user_chose_a_cache_or_turned_
         env = {**os.environ, "PYTHONPATH": ROOT, "XDG_CACHE_HOME": str(tmp_path / "xdg"),
                "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0", **env_vars}
         env.pop("JAX_COMPILATION_CACHE_DIR", None)
-        env.pop(sweep.CACHE_ENV, None)
+        env.pop(devices.CACHE_ENV, None)
         env.update(env_vars)
         out = subprocess.run([sys.executable, "-c", _CACHE_SCRIPT], capture_output=True, text=True, env=env,
                              timeout=300)
@@ -356,8 +356,8 @@ def test_scripts_keep_compiled_programs_unless_the_user_chose_a_cache_or_turned_
     assert path.startswith(str(tmp_path / "xdg" / "vaco_jax" / "xla")) and "jit__lambda" in files
     path, files, _ = run(JAX_COMPILATION_CACHE_DIR=str(tmp_path / "users"))
     assert path == str(tmp_path / "users") and "jit__lambda" in files
-    path, files, _ = run(**{sweep.CACHE_ENV: "off"})
+    path, files, _ = run(**{devices.CACHE_ENV: "off"})
     assert path == "None" and files == "[]"
     (tmp_path / "a_file").write_text("")
-    path, files, err = run(**{sweep.CACHE_ENV: str(tmp_path / "a_file" / "cache")})  # cannot be made
-    assert path == "None" and "warning: compiled programs are not kept" in err and sweep.CACHE_ENV in err
+    path, files, err = run(**{devices.CACHE_ENV: str(tmp_path / "a_file" / "cache")})  # cannot be made
+    assert path == "None" and "warning: compiled programs are not kept" in err and devices.CACHE_ENV in err

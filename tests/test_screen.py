@@ -21,8 +21,7 @@ def _screen():
 ])
 def test_learnable_and_lag_sensitive_verdicts(monkeypatch, b1, half, b16, learnable, sensitive):
     screen = _screen()
-    from vaco_jax import results
-
+    from vaco_jax.analysis import results
     scores = [{"env": "CartpoleSwingup", "lag_depth": b, "seed": s, "final_eval_return": v, "diverged": False}
               for b, v in ((1, b1), (16, b16)) for s in (100, 101)]
     curves = [{"env": "CartpoleSwingup", "lag_depth": 1, "seed": s, "chunk": c,
@@ -39,7 +38,7 @@ def test_learnable_and_lag_sensitive_verdicts(monkeypatch, b1, half, b16, learna
 
 def test_a_task_without_a_reachable_score_is_refused_before_running():
     screen = _screen()
-    from vaco_jax.knobs import ConfigError
+    from vaco_jax.core.knobs import ConfigError
 
     with pytest.raises(ConfigError, match="no reachable score"):
         screen.main(screen.Args(tasks=("hopper",), out="/nonexistent/never-written"))

@@ -9,9 +9,12 @@ import numpy as np
 import pytest
 
 from conftest import tiny_config, load_script
-from vaco_jax import analysis, plots, results, sweep
-from vaco_jax.config import ConfigError
-from vaco_jax.results import ResultsError
+from vaco_jax.analysis import tables
+from vaco_jax.analysis import figures
+from vaco_jax.analysis import results
+from vaco_jax.driver import grid, study
+from vaco_jax.core.config import ConfigError
+from vaco_jax.analysis.results import ResultsError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = ("lag_sweep", "delta_sweep", "forward_lag", "mismatch")
@@ -22,8 +25,8 @@ def _script(name):
 
 
 def _groups(n_groups=2, n_cells=6):
-    cells = tuple(sweep.grid([1, 2, 4], range(n_cells // 3)))
-    return [sweep.Group(tiny_config(method=m), cells, f"point_mass/{m}", m)
+    cells = tuple(grid.grid([1, 2, 4], range(n_cells // 3)))
+    return [grid.Group(tiny_config(method=m), cells, f"point_mass/{m}", m)
             for m in ("ppo_clip", "vaco")[:n_groups]]
 
 
@@ -31,40 +34,40 @@ def _groups(n_groups=2, n_cells=6):
 
 def test_shards_are_disjoint_even_and_keep_a_groups_cells_in_one_program():
     groups = _groups()
-    parts = [sweep.shard_groups(groups, i, 4) for i in range(4)]
+    parts = [grid.shard_groups(groups, i, 4) for i in range(4)]
     assert [sum(len(g.cells) for g in p) for p in parts] == [3, 3, 3, 3]
     assert [len(p) for p in parts] == [1, 1, 1, 1]  # 3 cells of one group: one compiled program each
     assert parts[1][0].subdir == "point_mass/ppo_clip/shard-1-of-4"
     flat = [(g.subdir.rsplit("/", 1)[0], c) for p in parts for g in p for c in g.cells]
     assert flat == [(g.subdir, c) for g in groups for c in g.cells]  # every cell once, in plan order
-    sizes = [sum(len(g.cells) for g in sweep.shard_groups(groups, i, 5)) for i in range(5)]
+    sizes = [sum(len(g.cells) for g in grid.shard_groups(groups, i, 5)) for i in range(5)]
     assert sum(sizes) == 12 and max(sizes) - min(sizes) <= 1
-    assert len(sweep.shard_groups(groups, 2, 5)) == 2  # a shard across the groups' border: two programs
-    assert sweep.shard_groups(groups, 0, 1) == [
+    assert len(grid.shard_groups(groups, 2, 5)) == 2  # a shard across the groups' border: two programs
+    assert grid.shard_groups(groups, 0, 1) == [
         type(g)(g.config, g.cells, g.subdir + "/shard-0-of-1", f"{g.label} [shard 0/1]") for g in groups]
 
 
 @pytest.mark.parametrize("text", ["2/2", "-1/2", "1/0", "0/-3", "x", "1", "1/2/3", "a/b", "", "1.5/2"])
 def test_a_malformed_or_out_of_range_shard_names_shard_and_the_allowed_values(text):
     with pytest.raises(ConfigError, match=r"shard=.*allowed values are I/N with N >= 1 and 0 <= I < N"):
-        sweep.parse_shard(text)
-    assert sweep.parse_shard(" 3/4 ") == (3, 4)
+        grid.parse_shard(text)
+    assert grid.parse_shard(" 3/4 ") == (3, 4)
 
 
 def test_more_shards_than_cells_is_refused():
     with pytest.raises(ConfigError, match=r"shard=0/13: the study has 12 cell\(s\), so N must be 1..12"):
-        sweep.shard_groups(_groups(), 0, 13)
+        grid.shard_groups(_groups(), 0, 13)
 
 
 def test_a_cell_is_chosen_by_its_plan_number_or_by_group_and_index(capsys):
     groups = _groups()
-    assert "#0-5" in sweep.plan_text(groups) and "#6-11" in sweep.plan_text(groups)
-    g, j, k = sweep.select_cell(groups, "7")
+    assert "#0-5" in grid.plan_text(groups) and "#6-11" in grid.plan_text(groups)
+    g, j, k = grid.select_cell(groups, "7")
     assert (g.subdir, j, k) == ("point_mass/vaco", 1, 7)
-    assert sweep.select_cell(groups, "point_mass/vaco:1")[1:] == (1, 7)
+    assert grid.select_cell(groups, "point_mass/vaco:1")[1:] == (1, 7)
     for bad in ("12", "-1", "x", "point_mass/vaco:6", "nogroup:0"):
         with pytest.raises(ConfigError, match=r"cell=.*allowed values are K in 0..11 or GROUP:J"):
-            sweep.select_cell(groups, bad)
+            grid.select_cell(groups, bad)
     listing = capsys.readouterr().out
     assert "     11  point_mass/vaco:5" in listing and "lag_depth=4 seed=1" in listing
 
@@ -108,20 +111,20 @@ def test_several_run_directories_merge_into_one_summary_and_a_cell_twice_is_an_e
     shutil.rmtree(os.path.join(part_a, "hopper"))  # each part holds what the other lacks
     shutil.rmtree(os.path.join(part_b, "inverted_double_pendulum"))
     os.remove(os.path.join(part_b, "random_scores.json"))
-    expected, expected_diag = analysis.summarise(whole, reps=100)
+    expected, expected_diag = tables.summarise(whole, reps=100)
     merged_dir = str(tmp_path / "merged")
-    summary, diag = analysis.summarise([part_a, part_b], reps=100, out=merged_dir)
+    summary, diag = tables.summarise([part_a, part_b], reps=100, out=merged_dir)
     assert summary == expected and diag == expected_diag
     assert results.read_table(os.path.join(merged_dir, "summary.csv")) == results.read_table(
         os.path.join(whole, "summary.csv"))
     assert not os.path.exists(os.path.join(part_b, "summary.csv"))
-    by = analysis.summarise_by([part_a, part_b], ("method", "lag_depth"), reps=100, filename="by.csv",
+    by = tables.summarise_by([part_a, part_b], ("method", "lag_depth"), reps=100, filename="by.csv",
                                out=merged_dir)
-    assert by == analysis.summarise_by(whole, ("method", "lag_depth"), reps=100)
+    assert by == tables.summarise_by(whole, ("method", "lag_depth"), reps=100)
     drawn = []  # which figures go where (rendering them is test_plots' job, and slow)
-    monkeypatch.setattr(plots, "save_figure",
+    monkeypatch.setattr(figures, "save_figure",
                         lambda fig, run_dir, name, figures_dir=None: drawn.append((run_dir, name)) or [name])
-    paths = plots.make_all([part_a, part_b], out=merged_dir, reps=100)
+    paths = figures.make_all([part_a, part_b], out=merged_dir, reps=100)
     assert {"learning_curves_hopper", "learning_curves_inverted_double_pendulum", "tv_vs_lag",
             "aggregate_vs_lag_final_eval_return_normalized"} <= set(paths)
     assert {d for d, _ in drawn} == {merged_dir}
@@ -202,7 +205,7 @@ def test_two_shards_merge_to_the_unsharded_sweep(whole_and_shards, capsys):
         for k, v in ra.items():
             if isinstance(v, float):
                 np.testing.assert_allclose(rb[k], v, rtol=SCORE_RTOL, atol=SCORE_ATOL, err_msg=k)
-                worst = max(worst, sweep._relative_difference(v, rb[k]))
+                worst = max(worst, study._relative_difference(v, rb[k]))
             else:
                 assert rb[k] == v, k
     assert worst > 0  # not bit-identical (if this fails, the grids became bit-identical: tighten the tolerance)
@@ -225,9 +228,9 @@ def test_two_shards_merge_to_the_unsharded_sweep(whole_and_shards, capsys):
         shutil.copytree(os.path.join(b, "point_mass", "ppo_clip", f"shard-{i}-of-2"),
                         os.path.join(part, "point_mass", "ppo_clip", f"shard-{i}-of-2"))
     shutil.copy(os.path.join(b, "random_scores.json"), os.path.join(os.path.dirname(a), "part0"))
-    summary_parts, _ = analysis.summarise([os.path.join(os.path.dirname(a), f"part{i}") for i in range(2)],
+    summary_parts, _ = tables.summarise([os.path.join(os.path.dirname(a), f"part{i}") for i in range(2)],
                                           reps=50, out=merged)
-    assert summary_parts == analysis.summarise(b, reps=50)[0]
+    assert summary_parts == tables.summarise(b, reps=50)[0]
 
 
 def test_a_shard_refuses_a_directory_that_holds_the_whole_sweep_or_another_split(whole_and_shards):
@@ -255,14 +258,14 @@ def test_one_cell_rerun_alone_is_compared_with_the_sweep_and_touches_none_of_its
     assert (row["lag_depth"], row["seed"]) == (4, 0)
     swept = [r for r in results.load_scores(a) if (r["lag_depth"], r["seed"]) == (4, 0)][0]
     assert len(results.load_scores(a)) == 2  # the re-run is not a third run of the sweep
-    table, worst = sweep.compare_rows(row, swept)
+    table, worst = study.compare_rows(row, swept)
     assert worst < SCORE_RTOL and any(name == "final_eval_return" for name, *_ in table)
     assert f"largest relative difference: {worst:.3e}" in out
     # in a sweep split into shards, the cell's row is found in its shard's directory
     ls = _script("lag_sweep")
     args = ls.Args(preset="tiny", seeds=(0,), episode_length=30)
     (group,) = ls.plan(args, ls.resolve(args))
-    in_shard = sweep.sweep_row(b, group, group.cells[1])
+    in_shard = study.sweep_row(b, group, group.cells[1])
     assert (in_shard["lag_depth"], in_shard["seed"]) == (4, 0)
     assert in_shard["final_eval_return"] == pytest.approx(swept["final_eval_return"], rel=SCORE_RTOL)
-    assert sweep.sweep_row(str(os.path.dirname(a)) + "/nowhere", group, group.cells[1]) is None
+    assert study.sweep_row(str(os.path.dirname(a)) + "/nowhere", group, group.cells[1]) is None

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from conftest import tiny_config
-from vaco_jax.config import ConfigError
-from vaco_jax.update import RANK_SHUFFLE_MAX, permutation
+from vaco_jax.core.config import ConfigError
+from vaco_jax.core.update import RANK_SHUFFLE_MAX, permutation
 
 
 @pytest.mark.parametrize("method", ["rank", "sort"])

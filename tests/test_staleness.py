@@ -5,8 +5,8 @@ import jax
 import numpy as np
 
 from conftest import tiny_config
-from vaco_jax.config import make_traced
-from vaco_jax.train import make_train
+from vaco_jax.core.config import make_traced
+from vaco_jax.core.train import make_train
 
 N, U, PHASES = 32, 4, 16  # 128 samples (32 actor draws) per phase, 2 chunks of 8 phases
 

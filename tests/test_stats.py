@@ -1,4 +1,4 @@
-"""Tests for vaco_jax.stats (docs/evaluation.md) against hand-computed values on tiny arrays."""
+"""Tests for vaco_jax.analysis.stats (docs/evaluation.md) against hand-computed values on tiny arrays."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 from scipy import stats as sstats
 
-from vaco_jax import stats
+from vaco_jax.analysis import stats
 
 # 4 runs × 3 tasks (columns are tasks).
 S43 = np.array(

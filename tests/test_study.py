@@ -7,8 +7,8 @@ from conftest import load_script
 import numpy as np
 import pytest
 
-from vaco_jax import results
-from vaco_jax.knobs import ConfigError
+from vaco_jax.analysis import results
+from vaco_jax.core.knobs import ConfigError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -8,8 +8,12 @@ import sys
 import numpy as np
 import pytest
 
-from vaco_jax import analysis, results, sweep
-from vaco_jax.config import Config, ConfigError
+from vaco_jax.analysis import tables
+
+from vaco_jax.analysis import results
+
+from vaco_jax.driver import grid, provenance, runner, study
+from vaco_jax.core.config import Config, ConfigError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -19,7 +23,7 @@ TINY_SWEEP = dict(env="point_mass", method="ppo_clip", total_env_steps=8 * 16 * 
 
 
 def test_grid_builds_the_cartesian_product():
-    cells = sweep.grid([1, 4], [0, 1, 2], tv_budget=[0.1, 0.2])
+    cells = grid.grid([1, 4], [0, 1, 2], tv_budget=[0.1, 0.2])
     assert len(cells) == 12
     assert {(c.lag_depth, c.seed, c.knob_dict()["tv_budget"]) for c in cells} == {
         (b, s, d) for b in (1, 4) for s in (0, 1, 2) for d in (0.1, 0.2)}
@@ -27,7 +31,7 @@ def test_grid_builds_the_cartesian_product():
 
 
 def test_parse_sweep_types_names_and_duplicates():
-    axes = sweep.parse_sweep(["gamma=0.99,0.995", "learning_rate=1e-4,3e-4", "num_epochs=2,4",
+    axes = grid.parse_sweep(["gamma=0.99,0.995", "learning_rate=1e-4,3e-4", "num_epochs=2,4",
                               "policy_hidden=(64,64),(32,)", "actor_dtype=float32,bfloat16",
                               "normalize_rewards=True,False", "tv_budget=0.1,inf"])
     assert axes == {"gamma": [0.99, 0.995], "learning_rate": [1e-4, 3e-4], "num_epochs": [2, 4],
@@ -37,13 +41,13 @@ def test_parse_sweep_types_names_and_duplicates():
                        (["gamma="], "no values"), (["gamma=2"], "gamma"), (["gamma"], "NAME=V1"),
                        (["num_epochs=two"], "not an integer"), (["learning_rate=nan"], "learning_rate")]:
         with pytest.raises(ConfigError, match=match):
-            sweep.parse_sweep(bad)
+            grid.parse_sweep(bad)
 
 
 def test_apply_sweep_makes_groups_of_static_values_and_cells_of_traced_values():
-    base = [sweep.Group(Config(**TINY_SWEEP).replace(method=m), tuple(sweep.grid([1, 4], [0])), f"t/{m}", m)
+    base = [grid.Group(Config(**TINY_SWEEP).replace(method=m), tuple(grid.grid([1, 4], [0])), f"t/{m}", m)
             for m in ("ppo_clip", "vaco")]
-    groups = sweep.apply_sweep(base, sweep.parse_sweep(["gamma=0.9,0.99", "clip_epsilon=0.1,0.3",
+    groups = grid.apply_sweep(base, grid.parse_sweep(["gamma=0.9,0.99", "clip_epsilon=0.1,0.3",
                                                          "num_epochs=1,2"]))
     assert len(groups) == 4  # 2 methods x 2 epoch values
     by = {g.subdir: g for g in groups}
@@ -52,28 +56,28 @@ def test_apply_sweep_makes_groups_of_static_values_and_cells_of_traced_values():
     assert len(by["t/ppo_clip/num_epochs=1"].cells) == 2 * 2 * 2  # lag x gamma x clip_epsilon
     assert len(by["t/vaco/num_epochs=2"].cells) == 2 * 2  # VACO reads no clip_epsilon
     assert by["t/vaco/num_epochs=2"].config.num_epochs == 2 and dict(by["t/vaco/num_epochs=2"].tags) == {"num_epochs": 2}
-    text = sweep.plan_text(groups)
+    text = grid.plan_text(groups)
     assert text.startswith("plan: 4 group(s)") and "gamma={0.9, 0.99}" in text
     with pytest.raises(ConfigError, match="kl_coef.*no group"):
-        sweep.apply_sweep(base, {"kl_coef": [0.1, 1.0]})
+        grid.apply_sweep(base, {"kl_coef": [0.1, 1.0]})
     with pytest.raises(ConfigError, match="lag_depth=9"):  # cells are validated before anything runs
-        sweep.apply_sweep(base, {"lag_depth": [9]})
+        grid.apply_sweep(base, {"lag_depth": [9]})
 
 
 def test_study_level_knobs_go_to_the_methods_that_read_them():
-    configs = sweep.with_knobs([Config(**TINY_SWEEP), Config(**TINY_SWEEP).replace(method="vaco")],
+    configs = grid.with_knobs([Config(**TINY_SWEEP), Config(**TINY_SWEEP).replace(method="vaco")],
                                {"clip_epsilon": 0.3, "tv_budget": None})
     assert configs[0].clip_epsilon == 0.3 and configs[1].clip_epsilon is None
     with pytest.raises(ConfigError, match="kl_coef"):
-        sweep.with_knobs([Config(**TINY_SWEEP)], {"kl_coef": 0.5})
+        grid.with_knobs([Config(**TINY_SWEEP)], {"kl_coef": 0.5})
 
 
 def test_csv_round_trip_keeps_types():
     rows = [{"env": "reacher", "lag_depth": 4, "lr": 3e-4, "diverged": False, "x": float("nan")},
             {"env": "hopper", "lag_depth": 1, "lr": 0.001, "diverged": True, "y": 2.5}]
     path = "/tmp/_vaco_csv_test.csv"
-    sweep.atomic_write_text(path, sweep.rows_to_csv(rows))
-    back = sweep.read_csv(path)
+    results.atomic_write_text(path, results.rows_to_csv(rows))
+    back = results.read_table(path)
     assert back[0]["env"] == "reacher" and back[0]["lag_depth"] == 4 and back[0]["lr"] == 3e-4
     assert back[0]["diverged"] is False and back[1]["diverged"] is True
     assert np.isnan(back[0]["x"]) and np.isnan(back[0]["y"]) and back[1]["y"] == 2.5
@@ -81,9 +85,9 @@ def test_csv_round_trip_keeps_types():
 
 def test_cell_scores_flags_a_nan_run_as_diverged():
     rows = [{"eval_return": 10.0, "diverged": False}, {"eval_return": float("nan"), "diverged": True}]
-    s = sweep.cell_scores(rows, np.ones(20), np.ones(20))
+    s = runner.cell_scores(rows, np.ones(20), np.ones(20))
     assert s["diverged"] and np.isnan(s["final_eval_return"])
-    ok = sweep.cell_scores(rows[:1] * 3, np.arange(20.0), np.ones(20))
+    ok = runner.cell_scores(rows[:1] * 3, np.arange(20.0), np.ones(20))
     assert not ok["diverged"] and ok["auc_eval_return"] == 10.0 and ok["train_return_last5pct"] == 19.0
 
 
@@ -98,10 +102,10 @@ def test_summary_drops_and_counts_diverged_runs(tmp_path):
     rows[-1].update(diverged=True, final_eval_return=float("nan"))  # vaco, B=4, seed 3
     d = tmp_path / "reacher" / "all"
     d.mkdir(parents=True)
-    sweep.atomic_write_text(str(d / "scores.csv"), sweep.rows_to_csv(rows))
+    results.atomic_write_text(str(d / "scores.csv"), results.rows_to_csv(rows))
     results.write_cells(str(d), [{"lag_depth": r["lag_depth"], "seed": r["seed"], "m": r["method"]} for r in rows])
     results.write_json(str(tmp_path / "random_scores.json"), {"reacher": 0.0})
-    summary, _ = analysis.summarise(str(tmp_path), reps=200)
+    summary, _ = tables.summarise(str(tmp_path), reps=200)
     cell = [r for r in summary if r["method"] == "vaco" and r["lag_depth"] == 4 and r["score"] == "final_eval_return"
             and r["normalization"] == "raw" and r["aggregate"] == "mean"][0]
     assert cell["n_diverged"] == 1 and cell["n_runs"] == 3
@@ -114,29 +118,29 @@ def test_summary_drops_and_counts_diverged_runs(tmp_path):
 @pytest.mark.slow
 def test_interrupted_group_resumes_to_the_same_result_and_finished_group_is_skipped(tmp_path):
     config = Config(**TINY_SWEEP)
-    cells = sweep.grid([1, 4], [0, 1])
+    cells = grid.grid([1, 4], [0, 1])
     a, b = str(tmp_path / "a"), str(tmp_path / "b")
-    assert sweep.run_group(config, cells, a, progress=False, max_chunks=1) is None  # "interrupted"
+    assert runner.run_group(config, cells, a, progress=False, max_chunks=1) is None  # "interrupted"
     assert os.path.isdir(os.path.join(a, "checkpoint")) and not os.path.exists(os.path.join(a, "scores.csv"))
-    assert len(sweep.read_csv(os.path.join(a, "curves.csv"))) == len(cells)
-    resumed = sweep.run_group(config, cells, a, progress=False)
-    straight = sweep.run_group(config, cells, b, progress=False)
+    assert len(results.read_table(os.path.join(a, "curves.csv"))) == len(cells)
+    resumed = runner.run_group(config, cells, a, progress=False)
+    straight = runner.run_group(config, cells, b, progress=False)
     for r1, r2 in zip(resumed, straight):
         for key in ("final_eval_return", "auc_eval_return", "train_return_last5pct", "mean_clip_fraction"):
             assert r1[key] == r2[key] or (np.isnan(r1[key]) and np.isnan(r2[key])), key
     assert not os.path.exists(os.path.join(a, "checkpoint"))
     mtime = os.path.getmtime(os.path.join(b, "scores.csv"))
-    again = sweep.run_group(config, cells, b, progress=False)  # finished: read back, not rerun
+    again = runner.run_group(config, cells, b, progress=False)  # finished: read back, not rerun
     assert os.path.getmtime(os.path.join(b, "scores.csv")) == mtime
     assert [r["final_eval_return"] for r in again] == [r["final_eval_return"] for r in straight]
     with pytest.raises(ValueError, match="different grid"):
-        sweep.run_group(config, sweep.grid([1], [0]), a, progress=False)
+        runner.run_group(config, grid.grid([1], [0]), a, progress=False)
 
 
 def test_every_setting_is_a_flag_of_every_study_script():
     import importlib.util
 
-    from vaco_jax.cli import config_flags
+    from vaco_jax.driver.cli import config_flags
 
     for script in ("lag_sweep", "forward_lag", "delta_sweep", "mismatch"):
         spec = importlib.util.spec_from_file_location(f"_{script}", os.path.join(ROOT, "experiments", f"{script}.py"))
@@ -149,17 +153,17 @@ def test_every_setting_is_a_flag_of_every_study_script():
         args = module.Args(gamma=0.95, activation="relu")
         given = config_flags(args, module.StudyArgs, exclude=module.PER_GROUP)
         assert given == {"gamma": 0.95, "activation": "relu"}
-    base = [sweep.Group(Config(**TINY_SWEEP), tuple(sweep.grid([1], [0])), "t/ppo_clip")]
-    (g,) = sweep.apply_sweep(base, {}, {"gamma": 0.95, "num_epochs": 2})
+    base = [grid.Group(Config(**TINY_SWEEP), tuple(grid.grid([1], [0])), "t/ppo_clip")]
+    (g,) = grid.apply_sweep(base, {}, {"gamma": 0.95, "num_epochs": 2})
     assert g.config.gamma == 0.95 and g.config.num_epochs == 2 and g.subdir == "t/ppo_clip"
     with pytest.raises(ConfigError, match="both|flag and as a --sweep"):
-        sweep.apply_sweep(base, {"gamma": [0.9]}, {"gamma": 0.95})
+        grid.apply_sweep(base, {"gamma": [0.9]}, {"gamma": 0.95})
 
 
 def test_ctrl_c_is_one_line_and_exit_130(tmp_path):
-    code = ("from vaco_jax import sweep\n"
+    code = ("from vaco_jax.driver import cli\n"
             "def main(args):\n    raise KeyboardInterrupt\n"
-            "sweep.cli_main(main, None)\n")
+            "cli.cli_main(main, None)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          env={k: v for k, v in os.environ.items() if k != "VACO_JAX_DEBUG"})
     assert out.returncode == 130
@@ -170,10 +174,10 @@ def test_a_study_without_evaluation_episodes_is_refused_before_anything_is_writt
     import types
 
     config = Config(env="point_mass", num_envs=8, unroll_length=16, total_env_steps=256, num_evals=2, eval_episodes=0)
-    group = sweep.Group(config, tuple(sweep.grid([1], [0])), "point_mass/ppo_clip")
+    group = grid.Group(config, tuple(grid.grid([1], [0])), "point_mass/ppo_clip")
     args = types.SimpleNamespace(max_chunks=None, progress=False)
     with pytest.raises(ConfigError, match="eval_episodes=0 .*allowed values: an integer >= 1"):
-        sweep.run_study(str(tmp_path / "run"), [group], args, {})
+        study.run_study(str(tmp_path / "run"), [group], args, {})
     assert not os.path.exists(tmp_path / "run")
 
 
@@ -187,4 +191,4 @@ def test_a_raised_buffer_capacity_is_printed_and_its_clash_explained(capsys):
     assert spec["buffer_capacity"] == 8
     assert "buffer_capacity raised from the preset's 4 to 8" in capsys.readouterr().out
     with pytest.raises(ConfigError, match="a lag depth above 4 needs another --out"):
-        sweep._compare_identity("RUN", {"g": {"buffer_capacity": 4}}, {"g": {"buffer_capacity": 8}})
+        provenance._compare_identity("RUN", {"g": {"buffer_capacity": 4}}, {"g": {"buffer_capacity": 8}})

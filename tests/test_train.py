@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from conftest import FULL_OPTIMIZATION, tiny_config
-from vaco_jax import lag as lag_lib
-from vaco_jax.config import ConfigError, make_traced, stack_traced
-from vaco_jax.rollout import rollout
-from vaco_jax.train import make_train
-from vaco_jax.update import snapshot_logp
+from vaco_jax.core import lag as lag_lib
+from vaco_jax.core.config import ConfigError, make_traced, stack_traced
+from vaco_jax.core.rollout import rollout
+from vaco_jax.core.train import make_train
+from vaco_jax.core.update import snapshot_logp
 
 pytestmark = pytest.mark.slow
 
@@ -108,7 +108,7 @@ def test_ppo_learns_inverted_double_pendulum():
     an evaluation rollout and a random-policy score would each inline the MJX step again and more than
     double the compile (57 s + 16 s against 22 s). Compiled with full optimisation: this one program
     runs long enough (1.6 s against 17 s at conftest's level 0) to pay for it."""
-    from vaco_jax.config import Config
+    from vaco_jax.core.config import Config
 
     config = Config(env="inverted_double_pendulum", method="ppo_clip", num_envs=32, unroll_length=32,
                     total_env_steps=80_000, num_evals=2, eval_episodes=0, num_epochs=4,

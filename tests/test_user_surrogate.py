@@ -17,11 +17,11 @@ import pytest
 from flax import struct
 
 from conftest import tiny_config
-from vaco_jax import pieces
-from vaco_jax.config import make_traced, stack_traced
-from vaco_jax.methods import METHODS, register_method
-from vaco_jax.sweep import read_csv
-from vaco_jax.train import make_train
+from vaco_jax.core import pieces
+from vaco_jax.core.config import make_traced, stack_traced
+from vaco_jax.core.methods import METHODS, register_method
+from vaco_jax.analysis.results import read_table as read_csv
+from vaco_jax.core.train import make_train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 POINT = dict(env="point_mass", episode_length=40, eval_episodes=0)

@@ -22,8 +22,22 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from vaco_jax.config import BACKENDS, TASKS, ConfigError
+from vaco_jax.errors import ConfigError
 from vaco_jax.envs.gymnasium_tasks import GYM_TASKS
+
+TASKS = (
+    "halfcheetah",
+    "hopper",
+    "walker2d",
+    "ant",
+    "humanoid",
+    "humanoidstandup",
+    "inverted_pendulum",
+    "inverted_double_pendulum",
+    "reacher",
+    "pusher",
+)  # Brax's MuJoCo set; any other Brax-registered, Playground DM Control or user env works too (vaco_jax/envs)
+BACKENDS = ("mujoco", "mjx", "generalized", "positional")  # check_backend: which a task takes
 
 
 class EnvState(NamedTuple):

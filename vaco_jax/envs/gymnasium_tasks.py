@@ -25,7 +25,7 @@ from typing import Callable
 
 import numpy as np
 
-from vaco_jax.knobs import ConfigError
+from vaco_jax.errors import ConfigError
 
 GYMNASIUM_VERSION = "1.4.0"  # the version these definitions were checked against (tests/test_gym_tasks.py)
 INSTALL_HINT = f"pip install 'gymnasium[mujoco]=={GYMNASIUM_VERSION}'"

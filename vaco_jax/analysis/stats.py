@@ -74,7 +74,7 @@ def _as_scores(scores: Any, name: str = "scores") -> np.ndarray:
     if n_bad:
         raise ValueError(
             f"{name} contains {n_bad} non-finite value(s) (NaN/inf); drop diverged runs first "
-            f"with vaco_jax.stats.drop_diverged({name})"
+            f"with vaco_jax.analysis.stats.drop_diverged({name})"
         )
     return arr
 

@@ -22,29 +22,17 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from vaco_jax.knobs import COMMON_KNOBS, KNOBS, METHOD_KNOBS, ConfigError, check_knob
-from vaco_jax.lag import LAG_MODELS, make_lag
-from vaco_jax.pieces import PIECE_KINDS, STATIC_CHOICES
+from vaco_jax.core.knobs import COMMON_KNOBS, KNOBS, METHOD_KNOBS, ConfigError, check_knob
+from vaco_jax.core.lag import LAG_MODELS, make_lag
+from vaco_jax.core.pieces import PIECE_KINDS, STATIC_CHOICES
+from vaco_jax.envs import BACKENDS
 
-TASKS = (
-    "halfcheetah",
-    "hopper",
-    "walker2d",
-    "ant",
-    "humanoid",
-    "humanoidstandup",
-    "inverted_pendulum",
-    "inverted_double_pendulum",
-    "reacher",
-    "pusher",
-)  # Brax's MuJoCo set; any other Brax-registered, Playground DM Control or user env works too (vaco_jax/envs)
-BACKENDS = ("mujoco", "mjx", "generalized", "positional")  # envs.check_backend: which a task takes
 ACTOR_DTYPES = ("float32", "bfloat16", "float16")
 GRAD_CLIPS = ("per_network", "joint")  # update.update_phase: a global-norm clip per network, or one over both
 SHUFFLES = ("rank", "sort")  # update.permutation's methods; 'sort' reproduces the committed pendulum-suite results
 
 # Settings a Gymnasium locomotion task starts from where the user leaves them unset (Config.for_task; the
-# study scripts and `python -m vaco_jax.train` apply them): vmapped-env PPO-Clip settings that reach
+# study scripts and `vaco-train` apply them): vmapped-env PPO-Clip settings that reach
 # CleanRL's published band on the task (BENCHMARKS.md, "The peer check"). Config(...) itself keeps its
 # global defaults.
 TASK_DEFAULTS: dict[str, dict] = {
@@ -173,7 +161,7 @@ class Config:
         _check_choice("actor_dtype", self.actor_dtype, ACTOR_DTYPES)
         _check_choice("minibatch_shuffle", self.minibatch_shuffle, SHUFFLES)
         _check_choice("grad_clip", self.grad_clip, GRAD_CLIPS)
-        from vaco_jax.networks import ACTIVATIONS, NETWORKS
+        from vaco_jax.core.networks import ACTIVATIONS, NETWORKS
 
         _check_choice("network", self.network, tuple(NETWORKS))
         _check_choice("activation", self.activation, tuple(ACTIVATIONS))
@@ -202,9 +190,8 @@ class Config:
             value = getattr(self, name)
             if value is not None:
                 check_knob(name, value)
-        for name in ("learning_rate", "gamma", "max_grad_norm", "adam_eps", "value_coef", "entropy_coef",
-                     "init_log_std", "lag_depth"):
-            if getattr(self, name) is None:
+        for name, knob in KNOBS.items():  # a method knob's None is the piece's default
+            if knob.home != "method" and not knob.optional and getattr(self, name) is None:
                 raise ConfigError(f"{name}=None is not allowed; {name} must be {KNOBS[name].allowed()}")
         self._check_lag()
         if self.num_envs % self.envs_per_actor:
@@ -227,24 +214,26 @@ class Config:
 
     def _check_lag(self) -> None:
         k = self.buffer_capacity
-        if self.lag_model == "ages":
+        spec = LAG_MODELS[self.lag_model]
+        if spec.reads_age_weights:
             if self.age_weights is None:
-                raise ConfigError("lag_model='ages' needs age_weights (weights of ages 0, 1, ...)")
+                raise ConfigError(f"lag_model={self.lag_model!r} needs age_weights (weights of ages 0, 1, ...)")
             if len(self.age_weights) > k:
                 raise ConfigError(f"age_weights has {len(self.age_weights)} entries, more than "
                                   f"buffer_capacity={k}")
         elif self.age_weights is not None:
-            raise ConfigError(f"age_weights is read only by lag_model='ages' (lag_model={self.lag_model!r} "
+            readers = ", ".join(repr(n) for n, s in LAG_MODELS.items() if s.reads_age_weights)
+            raise ConfigError(f"age_weights is read only by lag_model={readers} (lag_model={self.lag_model!r} "
                               "takes its shape from lag_depth)")
         if not 1 <= self.lag_depth <= k:
             raise ConfigError(f"lag_depth={self.lag_depth!r} must be an integer in [1, buffer_capacity={k}]")
-        if self.lag_model == "synchronous" and self.lag_depth != 1:
-            raise ConfigError(f"lag_model='synchronous' takes lag_depth=1, got lag_depth={self.lag_depth}")
-        if self.lag_model == "ages":
+        if spec.synchronous and self.lag_depth != 1:
+            raise ConfigError(f"lag_model={self.lag_model!r} takes lag_depth=1, got lag_depth={self.lag_depth}")
+        if spec.reads_age_weights:
             depth = _ages_depth(self.age_weights)
             if self.lag_depth not in (1, depth):
                 raise ConfigError(f"lag_depth={self.lag_depth} contradicts age_weights={self.age_weights} "
-                                  f"(their nominal depth is {depth}); leave lag_depth out with lag_model='ages'")
+                                  f"(their nominal depth is {depth}); leave lag_depth out with lag_model={self.lag_model!r}")
 
     # ----- the method and the traced values
     def method_options(self) -> dict:
@@ -254,12 +243,12 @@ class Config:
 
     def build_method(self, **extra):
         """The method as a pytree of pieces (Python-number leaves), honouring every given option."""
-        from vaco_jax.methods import make_method
+        from vaco_jax.core.methods import make_method
 
         return make_method(self.method, **{**self.method_options(), **extra})
 
     def effective_lag_depth(self) -> int:
-        return _ages_depth(self.age_weights) if self.lag_model == "ages" else int(self.lag_depth)
+        return _ages_depth(self.age_weights) if LAG_MODELS[self.lag_model].reads_age_weights else int(self.lag_depth)
 
     @classmethod
     def for_task(cls, env: str, **settings) -> "Config":
@@ -378,7 +367,7 @@ def make_traced(config: Config, lag_depth: int | None = None, *, method=None, **
                           "a sweep over it runs one compiled group per value")
     for k, v in extra.items():
         check_knob(k, v)
-    if config.lag_model == "ages" and "age_weights" in known and "lag_depth" not in known:
+    if LAG_MODELS[config.lag_model].reads_age_weights and "age_weights" in known and "lag_depth" not in known:
         known["lag_depth"] = _ages_depth(known["age_weights"])
     cfg = config.replace(**known) if known else config
     if method is None:
@@ -386,7 +375,7 @@ def make_traced(config: Config, lag_depth: int | None = None, *, method=None, **
     elif extra:
         raise ConfigError(f"give {', '.join(extra)} on the method's pieces when passing method=")
     else:
-        from vaco_jax.methods import check_method
+        from vaco_jax.core.methods import check_method
 
         check_method(method)
     lag = make_lag(cfg.lag_model, cfg.effective_lag_depth(), cfg.buffer_capacity, cfg.partial_resync_every,

@@ -21,11 +21,9 @@ import math
 
 import numpy as np
 
+from vaco_jax.errors import ConfigError  # noqa: F401  (re-exported: the knobs' checks raise it)
+
 FLOAT32_MAX = float(np.finfo(np.float32).max)
-
-
-class ConfigError(ValueError):
-    """A setting has a value outside its allowed set (raised before anything is compiled)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +35,7 @@ class Knob:
     low_open: bool = False  # low itself not allowed
     allow_inf: bool = False  # +inf allowed (disables a cap or a filter)
     integer: bool = False
+    optional: bool = False  # None is a value ("off", or "the piece's default" for a method knob)
 
     def allowed(self) -> str:
         lo = "(" if self.low_open else "["
@@ -51,7 +50,7 @@ KNOBS: dict[str, Knob] = {
     "lag_depth": Knob("lag", "lag depth B: actors act with snapshots up to B-1 versions old (1 <= B <= buffer_capacity)",
                       low=1, integer=True),
     "age_weights": Knob("lag", "lag_model='ages': weights of snapshot ages 0, 1, ... (normalised; length <= buffer_capacity)",
-                        low=0),
+                        low=0, optional=True),
     # --- common (docs/methods.md, docs/surrogates.md)
     "learning_rate": Knob("common", "Adam step size of actor and critic", low=0, low_open=True),
     "gamma": Knob("common", "discount factor", low=0, high=1),
@@ -62,7 +61,7 @@ KNOBS: dict[str, Knob] = {
     "entropy_coef": Knob("common", "weight of the entropy bonus", low=0),
     "init_log_std": Knob("common", "initial log standard deviation of the Gaussian policy", low=-20, high=5),
     "value_clip_epsilon": Knob("common", "PPO value clipping range (None: no value clipping)",
-                               low=0, low_open=True),
+                               low=0, low_open=True, optional=True),
     "mismatch_strength": Knob("common", "training-inference mismatch: each actor samples from its policy's "
                               "mean shifted by this many standard deviations x a fresh standard normal draw "
                               "per sample and action dimension, and records that density (0: none)",

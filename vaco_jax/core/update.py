@@ -13,13 +13,13 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from vaco_jax import objectives as obj
-from vaco_jax import proximal as prox
-from vaco_jax.config import SHUFFLES
-from vaco_jax.lag import PolicyBuffer
-from vaco_jax.networks import NormalizerState, gaussian_entropy, gaussian_logp, normalize
-from vaco_jax.pieces import Method, PolicyInputs
-from vaco_jax.rollout import Transition
+from vaco_jax.core import objectives as obj
+from vaco_jax.core import proximal as prox
+from vaco_jax.core.config import SHUFFLES
+from vaco_jax.core.lag import PolicyBuffer
+from vaco_jax.core.networks import NormalizerState, gaussian_entropy, gaussian_logp, normalize
+from vaco_jax.core.pieces import Method, PolicyInputs
+from vaco_jax.core.rollout import Transition
 
 
 class Aligned(NamedTuple):

@@ -1,7 +1,7 @@
 """Live metrics: TensorBoard event files written by the host between chunks (``--tensorboard``).
 
 One event file per cell and process, under ``RUN/tensorboard/GROUP/cell-<i>_B<lag>_s<seed>/`` for a
-study script and ``OUT/tensorboard/<run name>/`` for ``python -m vaco_jax.train``. After every chunk
+study script, and ``OUT/<name>/tensorboard/<env>/<method>/cell-0_.../`` for ``vaco-train``. After every chunk
 each cell gets one scalar per number of its ``curves.csv`` row (returns, losses, clip/filter
 fractions, TV estimates, mean staleness, timing) and its realised staleness histogram, at global
 step = the cell's env steps; the file is flushed before the next chunk starts, so

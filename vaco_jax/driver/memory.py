@@ -13,16 +13,21 @@ side; tests/test_scale.py keeps it within [0.9, 2]x of XLA's figure.
 
 ``plan_programs`` turns the estimate into a number of cells per program: a group larger than
 ``max_cells_per_program`` (or than what fits into the device's memory) is split into parts, each
-its own program and subdirectory (``sweep.split_groups``).
+its own program and subdirectory (``grid.split_group``).
 """
 
 from __future__ import annotations
 
 import math
 import os
+from typing import Sequence
 
 import jax
 import numpy as np
+
+from vaco_jax.driver.devices import devices_for, grid_layout
+from vaco_jax.driver.grid import Group, check_max_cells
+from vaco_jax.errors import ConfigError
 
 # Per sample: live copies of the trajectory record, and bytes per hidden unit (forward + backward,
 # float32) of the policy and value networks evaluated over the whole batch (calibrated; see above).
@@ -39,8 +44,8 @@ def tree_bytes(tree) -> int:
 def cell_bytes(config, trainer=None) -> dict:
     """Estimated bytes of one cell of ``config``'s program: ``state``, ``trajectory``, ``evaluation``,
     ``total``. Nothing is compiled (``jax.eval_shape`` traces ``init``)."""
-    from vaco_jax.config import make_traced
-    from vaco_jax.train import make_train
+    from vaco_jax.core.config import make_traced
+    from vaco_jax.core.train import make_train
 
     trainer = trainer or make_train(config)
     traced = make_traced(config, config.effective_lag_depth())
@@ -97,3 +102,40 @@ def split_sizes(n: int, max_cells: int) -> list[int]:
     parts = max(1, math.ceil(n / max_cells))
     base, extra = divmod(n, parts)
     return [base + (1 if i < extra else 0) for i in range(parts)]
+
+
+
+_CELL_BYTES: dict = {}
+
+
+def memory_plan(groups: Sequence[Group], max_cells: int | None = None, show: bool = True) -> dict:
+    """Estimate each group's device memory before anything compiles (``cell_bytes``; tracing
+    only), print it, and check it fits: a group whose cells, spread over this process's devices,
+    would not fit in a device's memory is an error that names the ``--max-cells-per-program`` that
+    fits. Returns ``{subdir: bytes per cell}``."""
+    check_max_cells(max_cells)
+    device_memory, source = device_bytes()
+    out, lines = {}, []
+    for g in groups:
+        c = g.config
+        devices = devices_for(c)
+        key = (c.env, c.backend, c.episode_length, c.num_envs, c.unroll_length, c.eval_episodes, c.buffer_capacity,
+               c.network, tuple(c.policy_hidden), tuple(c.value_hidden))
+        if key not in _CELL_BYTES:
+            _CELL_BYTES[key] = cell_bytes(c)["total"]
+        per_cell = _CELL_BYTES[key]
+        out[g.subdir] = per_cell
+        n = len(g.cells) if max_cells is None else min(len(g.cells), max_cells)
+        per_device = per_cell * grid_layout(n, c.grid_batch, devices)[1]
+        fit = cells_that_fit(per_cell, devices, device_memory)
+        lines.append(f"  {g.subdir:<44} ~{fmt_bytes(per_cell)} per cell; {n} cells per program -> "
+                     f"~{fmt_bytes(per_device)} per device")
+        if fit is not None and n > fit:
+            raise ConfigError(f"{g.subdir}: {n} cells per program need ~{fmt_bytes(per_device)} per device, "
+                              f"more than {USABLE_FRACTION:.0%} of {fmt_bytes(device_memory)} "
+                              f"({source}); allowed: --max-cells-per-program {fit} or less")
+    if show:
+        dm = "unknown" if device_memory is None else f"{fmt_bytes(device_memory)} ({source})"
+        print(f"memory estimate before compiling ({len(jax.local_devices())} device(s), device memory {dm}):", *lines,
+              sep="\n")
+    return out

@@ -1,7 +1,7 @@
-"""Watch a trained policy: ``python -m vaco_jax.render RUN_DIR [--group TASK/METHOD] [--cell K]``.
+"""Watch a trained policy: ``vaco-render RUN_DIR [--group TASK/METHOD] [--cell K]`` (``python -m vaco_jax render``).
 
 Rolls the saved policy of one cell (``policies.npz`` beside ``config.json``: a sweep's group directory,
-or ``python -m vaco_jax.train``'s ``OUT/<name>.policy/``) for one episode and writes an MP4 drawn by
+or a single run's ``OUT/<name>/``) for one episode and writes an MP4 drawn by
 MuJoCo's own renderer, for the Gymnasium tasks (C engine or MJX) and the Brax MuJoCo tasks. The
 policy samples its actions, as evaluation does (``--deterministic``: its mean). Brax tasks can also
 be written as Brax's HTML viewer page (``--html``), which needs no OpenGL.
@@ -21,7 +21,7 @@ import sys
 import numpy as np
 from tyro.conf import Positional
 
-from vaco_jax.knobs import ConfigError
+from vaco_jax.core.knobs import ConfigError
 
 
 def choose_gl_backend() -> str:
@@ -38,8 +38,7 @@ def choose_gl_backend() -> str:
 def group_dir(run_dir: str, group: str | None) -> str:
     """The directory holding ``config.json`` and ``policies.npz``: ``run_dir`` itself, ``run_dir/group``,
     or the only group under ``run_dir``."""
-    from vaco_jax import results
-
+    from vaco_jax.analysis import results
     if group:
         d = os.path.join(run_dir, group)
     elif os.path.exists(os.path.join(run_dir, "policies.npz")):
@@ -127,7 +126,7 @@ def rollout(directory: str, cell: int, steps: int, seed: int, deterministic: boo
     import jax
 
     from vaco_jax.envs import make_env
-    from vaco_jax.policies import _config, load_policy
+    from vaco_jax.driver.policies import _config, load_policy
 
     config = _config(directory)
     act = load_policy(directory, cell)
@@ -184,7 +183,7 @@ def write_html(env, cores, path: str) -> None:
 class Args:
     """Write a video of a trained policy (MuJoCo's renderer), or Brax's HTML viewer page."""
 
-    run_dir: Positional[str]  # a run directory, a group directory, or `python -m vaco_jax.train`'s OUT/<name>.policy
+    run_dir: Positional[str]  # a run directory (a study's or vaco-train's OUT/<name>) or a group directory
     group: str | None = None  # the group under RUN_DIR (e.g. Hopper-v4/vaco); needed when it holds several
     cell: int = 0  # the cell of the group (cells.json's order; the plan's numbers within the group)
     steps: int = 1000  # at most this many env steps (one episode)
@@ -220,8 +219,8 @@ def main(args: Args) -> str:
 
 def cli() -> None:
     choose_gl_backend()  # before anything imports mujoco
-    from vaco_jax.cli import parse_args
-    from vaco_jax.sweep import cli_main
+    from vaco_jax.driver.cli import parse_args
+    from vaco_jax.driver.cli import cli_main
 
     cli_main(main, parse_args(Args))
 

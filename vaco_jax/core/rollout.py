@@ -12,9 +12,9 @@ from typing import Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from vaco_jax import lag as lag_lib
+from vaco_jax.core import lag as lag_lib
 from vaco_jax.envs import Env, EnvState
-from vaco_jax.networks import gaussian_logp, normalize
+from vaco_jax.core.networks import gaussian_logp, normalize
 
 MISMATCH_STREAM = 0x3A7C  # the mismatch shift's key stream (fold_in of the phase's action key)
 

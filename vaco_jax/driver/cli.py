@@ -10,12 +10,15 @@ registered names, so ``--help`` lists them and ``tyro`` rejects any other value 
 from __future__ import annotations
 
 import dataclasses
+import os
 import typing
 from typing import Annotated, Any, Literal, Optional
 
-from vaco_jax.config import ACTOR_DTYPES, BACKENDS, GRAD_CLIPS, SHUFFLES, Config, ConfigError
-from vaco_jax.knobs import KNOBS
-from vaco_jax.results import ResultsError
+from vaco_jax.core.config import ACTOR_DTYPES, GRAD_CLIPS, SHUFFLES, Config, ConfigError
+from vaco_jax.envs import BACKENDS
+from vaco_jax.core.knobs import KNOBS
+from vaco_jax.analysis import results
+from vaco_jax.analysis.results import ResultsError
 
 FIELD_HELP = {
     "env": "task: a Gymnasium locomotion task (Hopper-v4, Walker2d-v4, HalfCheetah-v4, Ant-v4, Humanoid-v4; "
@@ -35,7 +38,6 @@ FIELD_HELP = {
     "grad_clip": "gradient-norm clip: 'per_network' (the policy and the critic each clipped to max_grad_norm) or "
                  "'joint' (one clip over both, as one optimiser: CleanRL's PPO); docs/surrogates.md",
     "buffer_capacity": "policy-buffer capacity K (1 <= lag_depth <= K); docs/lag.md",
-    "lag_model": "how each actor's snapshot age is drawn; docs/lag.md",
     "envs_per_actor": "envs sharing one actor (one snapshot)",
     "grid_batch": "run each device's cells of a sweep group in vmapped batches of this many, one batch "
                   "after another (default: all at once); docs/scale.md",
@@ -68,12 +70,12 @@ def field_choices(skip: tuple | set = ()) -> dict[str, tuple]:
     ``skip``: fields not wanted. The env list is the costly one: naming every Brax and Playground task
     imports both packages (~6 s of a script's start on a 2-core CPU), so scripts whose tasks come from
     their own ``--tasks`` flag skip it, and a point_mass run never imports them."""
-    from vaco_jax.lag import LAG_MODELS
-    from vaco_jax.methods import CUSTOM, METHODS
-    from vaco_jax.networks import ACTIVATIONS, NETWORKS
-    from vaco_jax.pieces import PIECE_KINDS, STATIC_CHOICES
+    from vaco_jax.core.lag import LAG_MODELS
+    from vaco_jax.core.methods import CUSTOM, METHODS
+    from vaco_jax.core.networks import ACTIVATIONS, NETWORKS
+    from vaco_jax.core.pieces import PIECE_KINDS, STATIC_CHOICES
 
-    choices = {"backend": BACKENDS, "lag_model": LAG_MODELS,
+    choices = {"backend": BACKENDS, "lag_model": tuple(LAG_MODELS),
                "actor_dtype": ACTOR_DTYPES, "minibatch_shuffle": SHUFFLES, "grad_clip": GRAD_CLIPS, "network": tuple(NETWORKS), "activation": tuple(ACTIVATIONS),
                "method": tuple(METHODS) + (CUSTOM,)}
     if "env" not in skip:
@@ -85,8 +87,15 @@ def field_choices(skip: tuple | set = ()) -> dict[str, tuple]:
     return {k: v for k, v in choices.items() if k not in skip}
 
 
+def _lag_model_help() -> str:
+    from vaco_jax.core.lag import LAG_MODELS
+
+    return "how each actor's snapshot age is drawn: " + "; ".join(f"{n}: {s.help}" for n, s in LAG_MODELS.items()) \
+        + " (docs/lag.md)"
+
+
 def _help(name: str, default: Any, piece_note: bool = True) -> str:
-    text = KNOBS[name].help if name in KNOBS else FIELD_HELP.get(name, "")
+    text = KNOBS[name].help if name in KNOBS else _lag_model_help() if name == "lag_model" else FIELD_HELP.get(name, "")
     if piece_note and name in KNOBS and default is None and KNOBS[name].home == "method":
         text += " (default: the method's piece default; only methods that read it accept it)"
     return text
@@ -220,7 +229,7 @@ def read_config_file(path: str) -> dict:
     if os.path.basename(path) == "config.json":
         group = os.path.dirname(path)
         if os.path.exists(os.path.join(group, "cells.json")):  # a group's lag depths and seeds, for the scripts
-            from vaco_jax import results                      # that take them (checksum verified)
+            from vaco_jax.analysis import results                      # that take them (checksum verified)
 
             rows = results.read_cells(group)
             data.setdefault("lag_depths", sorted({int(r["lag_depth"]) for r in rows}))
@@ -262,12 +271,138 @@ def config_tokens(cls: type, data: dict, path: str = "") -> list[str]:
     return tokens
 
 
-def parse_args(cls: type, argv: list[str] | None = None):
-    """``tyro.cli(cls)`` with ``--config FILE``: the file's values first, so flags given on the command
-    line win. Without ``--config`` it is ``tyro.cli`` itself."""
+# --help's groups: every Config field is placed (a test checks it); a script's own field goes by name,
+# else to "run". Flags keep their names (--lag-depth, not --lag.lag-depth).
+HELP_GROUPS = {
+    "run": "what runs: tasks, methods, seeds, sizes, evaluation, sweeps, shards",
+    "env": "the environments and what the actors see",
+    "lag": "the simulated asynchrony: lag model, depth, buffer, actors",
+    "method": "the method: pieces, their knobs, the networks",
+    "optimiser": "the learner's updates",
+    "output": "where results go and what is shown",
+}
+_GROUP_OF = {
+    **dict.fromkeys(("total_env_steps", "num_evals", "eval_episodes", "grid_batch", "seed", "seeds"), "run"),
+    **dict.fromkeys(("env", "backend", "episode_length", "num_envs", "normalize_observations", "normalize_rewards",
+                     "tasks"), "env"),
+    **dict.fromkeys(("lag_model", "lag_depth", "lag_depths", "age_weights", "buffer_capacity", "envs_per_actor",
+                     "partial_resync_every", "actor_dtype", "mismatch_strength", "lag_depths_b"), "lag"),
+    **dict.fromkeys(("learning_rate", "learning_rates", "anneal_lr", "adam_eps", "max_grad_norm", "grad_clip",
+                     "num_epochs", "num_minibatches", "minibatch_shuffle", "unroll_length"), "optimiser"),
+    **dict.fromkeys(("method", "methods", "network", "policy_hidden", "value_hidden", "activation", "gamma",
+                     "value_coef", "entropy_coef", "init_log_std", "value_clip_epsilon", "normalize_advantages",
+                     "advantage_estimator", "proximal_source", "surrogate", "sample_filter", "variants"), "method"),
+    **dict.fromkeys(("out", "progress", "tensorboard", "figures", "bootstrap_reps", "results", "runs", "html",
+                     "width", "height", "fps", "table"), "output"),
+}
+
+
+def help_group(name: str, default: str | None = "run") -> str | None:
+    """The ``--help`` group of a flag's field (``HELP_GROUPS``); a field named nowhere gets ``default``."""
+    from vaco_jax.core.knobs import KNOBS
+    from vaco_jax.core.pieces import STATIC_CHOICES
+
+    if name in _GROUP_OF:
+        return _GROUP_OF[name]
+    if (name in KNOBS and KNOBS[name].home == "method") or name in STATIC_CHOICES:
+        return "method"
+    return default
+
+
+def grouped(cls: type) -> type:
+    """``cls`` re-declared as one nested dataclass per ``HELP_GROUPS`` entry, so ``--help`` shows the
+    flags in groups; ``flatten`` turns what tyro parses back into a ``cls``. Flag names, defaults,
+    help texts and positionals are unchanged."""
+    import tyro
+    from tyro import _docstrings
+
+    hints = typing.get_type_hints(cls, include_extras=True)
+    presets = _presets_of(cls)
+    members: dict[str, list] = {g: [] for g in HELP_GROUPS}
+    for f in dataclasses.fields(cls):
+        hint = hints[f.name]
+        if f.default is None and any(f.name in spec for spec in presets.values()):
+            hint = _with_preset_values(cls, f.name, hint, presets)
+        has_help = typing.get_origin(hint) is Annotated and any(
+            getattr(m, "help", None) for m in typing.get_args(hint)[1:])
+        if not has_help:  # tyro finds a comment's help only on a class with source: attach it
+            text = _docstrings.get_field_docstring(cls, f.name, ())
+            if text:
+                hint = Annotated[hint, _arg(text)]
+        kept = {"default": f.default} if f.default is not dataclasses.MISSING else (
+            {"default_factory": f.default_factory} if f.default_factory is not dataclasses.MISSING else {})
+        members[help_group(f.name)].append((f.name, hint, dataclasses.field(**kept)))
+    fields = []
+    for g, items in members.items():
+        if not items:
+            continue
+        sub = dataclasses.make_dataclass(f"{cls.__name__}_{g}", items)
+        sub.__doc__ = HELP_GROUPS[g]
+        # a positional without a default forces the group to be given; such groups are built without defaults
+        needs = any(f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+                    for f in dataclasses.fields(sub))
+        spec = dataclasses.field() if needs else dataclasses.field(default_factory=sub)
+        fields.append((needs, (g, Annotated[sub, tyro.conf.OmitArgPrefixes, tyro.conf.arg(name=g, help=HELP_GROUPS[g])],
+                               spec)))
+    fields.sort(key=lambda item: not item[0])  # groups without a default first (a dataclass rule)
+    wrapper = dataclasses.make_dataclass(cls.__name__, [f for _, f in fields])
+    doc = cls.__doc__ or ""
+    wrapper.__doc__ = "" if doc.startswith(cls.__name__ + "(") else doc  # make_dataclass's own doc is its signature
+    wrapper._flat = cls  # type: ignore[attr-defined]
+    return wrapper
+
+
+def _presets_of(cls: type) -> dict:
+    """The ``PRESETS`` of the script that defined ``cls`` (or a base of it): preset -> field values."""
     import sys
 
+    for klass in cls.__mro__:
+        presets = getattr(sys.modules.get(klass.__module__), "PRESETS", None)
+        if isinstance(presets, dict):
+            return presets
+    return {}
+
+
+def _show(value) -> str:
+    if value is None:
+        return "the task's"
+    if isinstance(value, (tuple, list)):
+        return " ".join(str(v) for v in value)
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
+
+
+def _with_preset_values(cls: type, name: str, hint, presets: dict):
+    """``hint`` with its help followed by what each preset sets (a flag left out takes the preset's)."""
+    from tyro import _docstrings
+
+    text = next((m.help for m in typing.get_args(hint)[1:] if getattr(m, "help", None)), None) \
+        if typing.get_origin(hint) is Annotated else None
+    text = text or _docstrings.get_field_docstring(cls, name, ()) or ""
+    values = "; ".join(f"{p}: {_show(spec[name])}" for p, spec in presets.items() if name in spec)
+    base = typing.get_args(hint)[0] if typing.get_origin(hint) is Annotated else hint
+    return Annotated[base, _arg(f"{text} — presets: {values}")]
+
+
+def flatten(parsed, cls: type):
+    """A ``grouped(cls)`` instance back as a ``cls``."""
+    values = {}
+    for g in HELP_GROUPS:
+        sub = getattr(parsed, g, None)
+        if sub is not None:
+            values.update({f.name: getattr(sub, f.name) for f in dataclasses.fields(sub)})
+    return cls(**values)
+
+
+def _cli(cls: type, args: list[str]):
     import tyro
+
+    return flatten(tyro.cli(grouped(cls), args=args, config=(tyro.conf.OmitArgPrefixes,)), cls)
+
+
+def parse_args(cls: type, argv: list[str] | None = None):
+    """``tyro.cli(cls)`` with ``--help`` in groups (``grouped``) and ``--config FILE``: the file's values
+    first, so flags given on the command line win."""
+    import sys
 
     argv = list(sys.argv[1:] if argv is None else argv)
     path = None
@@ -283,11 +418,64 @@ def parse_args(cls: type, argv: list[str] | None = None):
             argv = argv[:i] + argv[i + 1:]
             break
     if path is None:
-        return tyro.cli(cls, args=argv)
+        return _cli(cls, argv)
     positional = argv[:1] if argv and not argv[0].startswith("-") else []  # a stage, e.g. `study.py run`
     try:
         tokens = config_tokens(cls, read_config_file(path), path)
     except (ConfigError, ResultsError) as e:  # one line and exit code 2, as for any other bad flag
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
-    return tyro.cli(cls, args=positional + tokens + argv[len(positional):])
+    return _cli(cls, positional + tokens + argv[len(positional):])
+
+
+
+def cli_main(main, args) -> None:
+    """Run a script's ``main``: a bad setting is one line on stderr and exit code 2, a damaged result
+    file or checkpoint one line and exit code 3, an OS error (a full disk) one line and exit code 1
+    (the environment variable VACO_JAX_DEBUG=1 shows the traceback instead). An integer returned by
+    ``main`` is the exit code."""
+    import sys
+
+    from vaco_jax.driver.checkpoint import CheckpointDamaged
+
+    from vaco_jax.driver.devices import init_distributed, use_compilation_cache, use_cpu_cores
+
+    debug = os.environ.get("VACO_JAX_DEBUG") == "1"
+    try:
+        use_cpu_cores()  # before anything touches a device
+        use_compilation_cache()
+        if getattr(args, "distributed", False):
+            init_distributed()
+        code = main(args)
+    except (ConfigError, ValueError) as e:
+        if debug:
+            raise
+        _fail(f"error: {e}", results.EXIT_BAD_INPUT)
+    except (ResultsError, CheckpointDamaged) as e:
+        if debug:
+            raise
+        _fail(f"error: {e}", results.EXIT_DAMAGED)
+    except OSError as e:  # a full disk, a path that is a file, no permission: the one line that matters
+        if debug:
+            raise
+        _fail(f"error: {e.strerror or e}" + (f": {e.filename}" if e.filename else ""), 1)
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        # every file is written atomically and a group resumes from its last checkpoint
+        _fail("interrupted: what finished is kept; run the same command again to resume", 130)
+    if isinstance(code, int) and not isinstance(code, bool):
+        sys.exit(code)
+
+
+def _fail(line: str, code: int) -> None:
+    """Print one line and leave at once: worker threads of orbax/tensorstore that are still unwinding
+    would otherwise print tracebacks during interpreter shutdown."""
+    import sys
+
+    from vaco_jax.driver.checkpoint import stderr_fd
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.write(stderr_fd(), (line + "\n").encode())
+    os._exit(code)

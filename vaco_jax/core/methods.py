@@ -2,8 +2,9 @@
 
     advantage estimator x proximal-policy source x surrogate x sample filter
 
-``METHODS`` maps a name to a ``MethodPreset`` (the four piece classes and a description). Adding a
-method is one entry here (``register_method`` from outside the package) plus, at most, one piece.
+``METHODS`` (the registry, ``presets.py``) maps a name to a ``MethodPreset``: its four pieces, a
+description, its label, colour and marker, and its step-size knob. Adding a method is one entry there
+(``register_method`` from outside the package) plus, at most, one piece.
 
 ``make_method(name, **options)`` builds the method's pytree. The rules, so that a run is always what
 was asked for:
@@ -23,59 +24,36 @@ from typing import Any
 
 import numpy as np
 
-from vaco_jax import pieces as P
-from vaco_jax.knobs import ConfigError, check_knob
-from vaco_jax.pieces import PIECE_KINDS, STATIC_CHOICES, Method
+from vaco_jax.core import pieces as P
+from vaco_jax.core.knobs import ConfigError, check_knob
+from vaco_jax.core.pieces import PIECE_KINDS, STATIC_CHOICES, Method
+from vaco_jax.core.presets import CUSTOM, METHODS, MethodPreset  # noqa: F401  (the registry, re-exported)
 
 
-@dataclasses.dataclass(frozen=True)
-class MethodPreset:
-    advantage_estimator: type
-    proximal_source: type
-    surrogate: type
-    sample_filter: type
-    description: str
-
-    def piece_names(self) -> dict:
-        return {kind: getattr(self, kind).name for kind in PIECE_KINDS}
-
-
-METHODS: dict[str, MethodPreset] = {
-    "ppo_clip": MethodPreset(P.GAE, P.Behavior, P.PPOClip, P.NoFilter,
-                             "coupled PPO-Clip on the lagged data (the naive baseline)"),
-    "ppo_kl": MethodPreset(P.GAE, P.Behavior, P.PPOKL, P.NoFilter,
-                           "PPO with an analytic KL(beta || pi_theta) penalty"),
-    "spo": MethodPreset(P.GAE, P.Behavior, P.SPO, P.NoFilter, "Simple Policy Optimization (Xie et al. 2024)"),
-    "decoupled_recompute": MethodPreset(P.GAE, P.Recompute, P.Decoupled, P.NoFilter,
-                                        "decoupled PPO, proximal policy = pi_T (one extra forward pass)"),
-    "decoupled_linear": MethodPreset(P.GAE, P.Linear, P.Decoupled, P.NoFilter,
-                                     "decoupled PPO, proximal = linear interpolation beta/d + (1-1/d) pi_theta"),
-    "a3po": MethodPreset(P.GAE, P.LogLinear, P.Decoupled, P.NoFilter,
-                         "A-3PO: log-linear proximal policy with alpha = 1/staleness"),
-    "ppo_ewma": MethodPreset(P.GAE, P.Ewma, P.Decoupled, P.NoFilter, "PPO-EWMA (Hilton et al. 2022)"),
-    "ppo_ewma_revised": MethodPreset(P.GAE, P.EwmaRevised, P.Decoupled, P.NoFilter,
-                                     "revised PPO-EWMA: staleness-aware decay, mismatch mask, auto-reset"),
-    "vaco": MethodPreset(P.VTrace, P.Behavior, P.ISPG, P.TVFilter,
-                         "VACO: V-trace realignment once per phase + TV-divergence filter"),
-    "vaco_realign_only": MethodPreset(P.VTrace, P.Behavior, P.ISPG, P.NoFilter,
-                                      "VACO ablation: realignment, no filter"),
-    "vaco_filter_only": MethodPreset(P.GAE, P.Behavior, P.ISPG, P.TVFilter,
-                                     "VACO ablation: TV filter on GAE advantages"),
-    "impala": MethodPreset(P.VTraceEveryStep, P.Behavior, P.Impala, P.NoFilter,
-                           "IMPALA: V-trace recomputed at every gradient step"),
-}
-
-CUSTOM = "custom"
 DEFAULT_PIECES = {"advantage_estimator": "gae", "proximal_source": "behavior", "surrogate": "ppo_clip",
                   "sample_filter": "none"}
 
 
-def register_method(name: str, advantage_estimator: type, proximal_source: type, surrogate: type,
-                    sample_filter: type, description: str = "") -> MethodPreset:
-    """Add a named method (pieces may be a user's own classes); ``Config(method=name)`` then works."""
+def piece_class(kind: str, choice: str | type) -> type:
+    """A piece class from its registry name (``pieces.PIECE_KINDS``) or the class itself."""
+    if not isinstance(choice, str):
+        return choice
+    registry = PIECE_KINDS[kind][2]
+    if choice not in registry:
+        raise ConfigError(f"{kind}={choice!r} is not valid; allowed values: {', '.join(registry)}")
+    return registry[choice]
+
+
+def register_method(name: str, advantage_estimator: type | str, proximal_source: type | str, surrogate: type | str,
+                    sample_filter: type | str, description: str = "", label: str = "", colour: str | None = None,
+                    marker: str = "o", step_knob: str | None = None) -> MethodPreset:
+    """Add a named method (pieces: registry names or a user's own classes); ``Config(method=name)``,
+    the command line, figures and tables then know it (``presets.MethodPreset`` for the fields)."""
     if name == CUSTOM:
         raise ConfigError(f"method name {CUSTOM!r} is reserved")
-    preset = MethodPreset(advantage_estimator, proximal_source, surrogate, sample_filter, description)
+    preset = MethodPreset(piece_class("advantage_estimator", advantage_estimator),
+                          piece_class("proximal_source", proximal_source), piece_class("surrogate", surrogate),
+                          piece_class("sample_filter", sample_filter), description, label, colour, marker, step_knob)
     for kind, (_, base, _) in PIECE_KINDS.items():
         if not (isinstance(getattr(preset, kind), type) and issubclass(getattr(preset, kind), base)):
             raise ConfigError(f"register_method({name!r}): {kind} must be a subclass of pieces.{base.__name__}")
@@ -100,17 +78,12 @@ def make_method(name: str, **options) -> Method:
     if name != CUSTOM and name not in METHODS:
         raise ConfigError(f"method={name!r} is not valid; allowed values: {', '.join(list(METHODS) + [CUSTOM])}")
     classes: dict[str, type] = {}
-    for kind, (_, _, registry) in PIECE_KINDS.items():
+    for kind in PIECE_KINDS:
         given = options.pop(kind, None)
         if name == CUSTOM:
-            choice = given if given is not None else DEFAULT_PIECES[kind]
-            if isinstance(choice, str):
-                if choice not in registry:
-                    raise ConfigError(f"{kind}={choice!r} is not valid; allowed values: {', '.join(registry)}")
-                choice = registry[choice]
-            classes[kind] = choice
+            classes[kind] = piece_class(kind, given if given is not None else DEFAULT_PIECES[kind])
             continue
-        preset_cls = getattr(METHODS[name], kind)
+        preset_cls = piece_class(kind, getattr(METHODS[name], kind))
         if given is not None and given not in (preset_cls.name, preset_cls):
             wanted = {**METHODS[name].piece_names(), kind: getattr(given, "name", given)}
             alt = _preset_with(wanted)

@@ -26,8 +26,10 @@ import os
 
 import numpy as np
 
-from vaco_jax import results, stats
-from vaco_jax.results import atomic_write_text, load_random_scores, load_scores, rows_to_csv
+from vaco_jax.analysis import results
+
+from vaco_jax.analysis import stats
+from vaco_jax.analysis.results import atomic_write_text, load_random_scores, load_scores, rows_to_csv
 
 SCORES = ("final_eval_return", "auc_eval_return", "train_return_last5pct")
 DIAGNOSTICS = ("mean_filtered_fraction", "mean_clip_fraction", "mean_tv_behaviour", "mean_tv_learner",

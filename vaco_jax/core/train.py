@@ -1,4 +1,4 @@
-"""``make_train(config)``: a pure, vmappable trainer; plus a host driver and a tyro CLI.
+"""``make_train(config)``: a pure, vmappable trainer.
 
 Shape of one phase (docs/methods.md, "The update step")::
 
@@ -6,37 +6,31 @@ Shape of one phase (docs/methods.md, "The update step")::
 
 ``Trainer.run_chunk(state, traced)`` runs ``phases_per_chunk`` phases (a ``lax.scan``) and then
 evaluates the learner's own policy; ``Trainer.train(key, traced)`` scans over all chunks, so
-``jax.vmap(trainer.train)`` over seeds x lag depths is one compiled program. The host drivers
-(``run`` here, ``sweep.run_group``) call two programs per chunk: ``train_chunk`` (the phases) and the
-evaluation, compiled once for every trainer that evaluates alike (``evaluation_program``: the methods
-of one task share it). They show progress between chunks (no host callbacks inside).
-
-CLI::
-
-    python -m vaco_jax.train --env inverted_double_pendulum --lag-depth 4 --method vaco
+``jax.vmap(trainer.train)`` over seeds x lag depths is one compiled program. The host driver
+(``vaco_jax.driver.runner.run_group``; a single run is a one-cell group) calls two programs per chunk:
+``train_chunk`` (the phases) and the evaluation, compiled once for every trainer that evaluates alike
+(``evaluation_program``: the methods of one task share it), and shows progress between chunks (no
+host callbacks inside).
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
-import json
-import os
-import time
 from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vaco_jax import lag as lag_lib
-from vaco_jax import proximal as prox
-from vaco_jax.config import Config, ConfigError, TracedParams, make_traced
+from vaco_jax.core import lag as lag_lib
+from vaco_jax.core import proximal as prox
+from vaco_jax.core.config import Config, ConfigError, TracedParams
 from vaco_jax.envs import EnvState, make_env, reset_batch
-from vaco_jax.networks import (NETWORKS, NormalizerState, RewardScalerState, normalize,
+from vaco_jax.core.networks import (NETWORKS, NormalizerState, RewardScalerState, normalize,
                                normalizer_init, normalizer_update, reward_scaler_init, reward_scaler_update)
-from vaco_jax.rollout import rollout
-from vaco_jax.update import LearnerState, Networks, UpdateShape, align, make_optimizer, update_phase
+from vaco_jax.core.rollout import rollout
+from vaco_jax.core.update import LearnerState, Networks, UpdateShape, align, make_optimizer, update_phase
 
 # fold_in streams of the run key (the lag stream lives in lag.py)
 INIT_STREAM, ENV_STREAM, PHASE_STREAM, EVAL_STREAM = 11, 12, 13, 14
@@ -107,7 +101,7 @@ class Trainer:
                            normalize_advantages=cfg.normalize_advantages,
                            normalize_observations=cfg.normalize_observations,
                            measure_mismatch=cfg.actor_dtype != "float32",
-                           synchronous=cfg.lag_model == "synchronous",
+                           synchronous=lag_lib.LAG_MODELS[cfg.lag_model].synchronous,
                            learner_diagnostics=self.learner_diagnostics,
                            joint_grad_clip=cfg.grad_clip == "joint")
 
@@ -354,179 +348,3 @@ def chunk_summary(metrics: ChunkMetrics) -> dict:
     for name, value in ph.diagnostics.items():
         out[name] = np.asarray(value).mean(-1)
     return out
-
-
-def run(config: Config, traced: TracedParams, seed: int = 0, progress: bool = True,
-        trainer: Trainer | None = None, checkpoint_dir: str | None = None,
-        tensorboard_dir: str | None = None) -> tuple[TrainState, list[dict]]:
-    """Train one configuration chunk by chunk with a progress bar; returns the state and curves.
-
-    With ``checkpoint_dir`` the whole carry and the curve so far are saved after every chunk, and a
-    rerun resumes from the newest good checkpoint (bit for bit: every random stream is a fold-in
-    of the run key and the phase). With ``tensorboard_dir`` every chunk's curve entry and staleness
-    histogram are also written there as TensorBoard events (vaco_jax/live.py).
-    """
-    from tqdm.auto import tqdm
-
-    trainer = trainer or make_train(config)
-    key = jax.random.PRNGKey(seed)
-    init = jax.jit(trainer.init)
-    chunk = jax.jit(trainer.train_chunk)
-    evaluation = evaluation_program(trainer)
-    state, history = None, []
-    if checkpoint_dir:
-        from vaco_jax import checkpoint as ckpt
-
-        try:
-            restored = ckpt.restore_checkpoint(checkpoint_dir, jax.eval_shape(init, key, traced))
-        except ckpt.CheckpointDamaged as e:
-            import sys
-
-            print(f"warning: {e}; starting again from the first chunk", file=sys.stderr)
-            restored = None
-        if restored is not None:
-            state, _, extra = restored
-            history = list(extra["history"])
-    if state is None:
-        state = init(key, traced)
-    bar = tqdm(total=config.num_evals * config.env_steps_per_chunk, unit="step", unit_scale=True,
-               initial=len(history) * config.env_steps_per_chunk, disable=not progress,
-               desc=f"{config.method} B={int(traced.lag_depth)}")
-    live = None
-    if tensorboard_dir:
-        from vaco_jax.live import EventFile
-
-        live = EventFile(tensorboard_dir)
-    for _ in range(len(history), config.num_evals):
-        t0 = time.perf_counter()
-        state, metrics = chunk(state, traced)
-        metrics = evaluated(metrics, evaluation, state, config)
-        summary = chunk_summary(jax.device_get(metrics))
-        elapsed = time.perf_counter() - t0
-        summary["seconds"] = elapsed
-        summary["steps_per_second"] = config.env_steps_per_chunk / elapsed
-        history.append({k: (np.asarray(v).item() if isinstance(v, (np.ndarray, np.generic)) else v)
-                        for k, v in summary.items()})
-        if live is not None:
-            from vaco_jax.live import scalar_values
-
-            live.write(int(history[-1]["env_steps"]), scalar_values(history[-1]),
-                       np.asarray(jax.device_get(metrics.staleness_counts)))
-        bar.update(config.env_steps_per_chunk)
-        bar.set_postfix(eval=f"{summary['eval_return']:.1f}", train=f"{summary['train_return']:.1f}",
-                        sps=f"{summary['steps_per_second']:.0f}")
-        if checkpoint_dir:
-            from vaco_jax import checkpoint as ckpt
-
-            ckpt.save_checkpoint(checkpoint_dir, state, len(history), extra={"history": history})
-        if summary["diverged"]:
-            bar.write("diverged: non-finite parameters; stopping this run")
-            break
-    bar.close()
-    if live is not None:
-        live.close()
-    return state, history
-
-
-TRAIN_EXTRA = [("seed", int, 0, "seed of the run (environment, initialisation, actions, lag draws)"),
-               ("out", str, "runs/train", "directory of the learning-curve JSON (its name includes a hash of "
-                                          "every setting, so runs never overwrite each other)"),
-               ("progress", bool, True, "show a progress bar"),
-               ("tensorboard", bool, False, "live metrics: TensorBoard event files in OUT/tensorboard/<run name>/ "
-                                            "(not part of the run's name)"),
-               ("task_defaults", bool, True, "a Gymnasium locomotion task starts from its own defaults "
-                                             "(config.TASK_DEFAULTS) for every setting left at the value shown "
-                                             "here; --no-task-defaults keeps these values")]
-
-
-def train_args_class():
-    """``python -m vaco_jax.train`` flags: seed, out, progress, tensorboard, then every Config field (cli.py)."""
-    from vaco_jax.cli import config_args_class
-
-    # grid_batch batches a sweep's cells; one run is one cell
-    return config_args_class("TrainArgs", TRAIN_EXTRA, defaults=train_defaults(), exclude=("grid_batch",))
-
-
-def with_task_defaults(config: Config, enabled: bool) -> Config:
-    """``config`` with the task's own defaults (config.TASK_DEFAULTS) for each setting left at the
-    command line's default; a setting given on the command line keeps its value."""
-    from vaco_jax.config import TASK_DEFAULTS
-
-    if not enabled or config.env not in TASK_DEFAULTS:
-        return config
-    shown = train_defaults()
-    keep = {k: v for k, v in TASK_DEFAULTS[config.env].items() if getattr(config, k) == getattr(shown, k)}
-    if keep:
-        print(f"{config.env}: the task's defaults " + ", ".join(f"{k}={v}" for k, v in keep.items()))
-    return config.replace(**keep)
-
-
-def train_defaults() -> Config:
-    return Config(total_env_steps=300_000)
-
-
-def settings_hash(config: Config, seed: int) -> str:
-    import hashlib
-
-    text = json.dumps({"config": config.as_record(), "seed": seed}, sort_keys=True, default=str)
-    return hashlib.sha1(text.encode()).hexdigest()[:10]
-
-
-EXIT_DIVERGED = 4
-
-
-def main(args=None) -> int:
-    """Train one configuration and save its learning curve (every Config field is a flag).
-
-    The output directory is checked before anything compiles; the run checkpoints after every
-    chunk into ``OUT/<name>.ckpt`` and a rerun of the same command resumes from it. Exit code 0,
-    2 for bad input, 3 for a damaged checkpoint, 4 when the run diverged (non-finite parameters).
-    """
-    import shutil
-
-    from vaco_jax import results
-    from vaco_jax.cli import config_from_args, parse_args
-
-    args = args or parse_args(train_args_class())
-    config = with_task_defaults(config_from_args(args), getattr(args, "task_defaults", False))
-    traced = make_traced(config)
-    if os.path.exists(args.out) and not os.path.isdir(args.out):
-        raise ConfigError(f"out={args.out!r} is a file; give a directory")
-    os.makedirs(args.out, exist_ok=True)
-    if not os.access(args.out, os.W_OK):
-        raise ConfigError(f"out={args.out!r} is not writable")
-    name = f"{config.env}_{config.method}_B{config.effective_lag_depth()}_s{args.seed}_{settings_hash(config, args.seed)}"
-    path = os.path.join(args.out, name + ".json")
-    ckpt_dir = os.path.join(args.out, name + ".ckpt")
-    tb_dir = os.path.join(args.out, "tensorboard", name) if getattr(args, "tensorboard", False) else None
-    state, history = run(config, traced, seed=args.seed, progress=args.progress, checkpoint_dir=ckpt_dir,
-                         tensorboard_dir=tb_dir)
-    diverged = any(h["diverged"] for h in history)
-    from vaco_jax.policies import save_policies
-
-    one = jax.tree.map(lambda x: np.asarray(x)[None], (state.learner, state.normalizer))
-    save_policies(os.path.join(args.out, name + ".policy"), config, *one)  # load_policy(that dir)
-    results.write_json(path, {"config": config.as_record(), "seed": args.seed, "diverged": diverged,
-                              "history": history})
-    shutil.rmtree(ckpt_dir, ignore_errors=True)
-    last = history[-1]
-    if diverged:
-        print(f"{config.method} on {config.env}: DIVERGED (non-finite parameters) after "
-              f"{len(history)} chunk(s); curve saved to {path}")
-        return EXIT_DIVERGED
-    print(f"{config.method} on {config.env}, lag depth {config.effective_lag_depth()}: final eval return "
-          f"{last['eval_return']:.1f}, last-chunk train return {last['train_return']:.1f}, "
-          f"{last['steps_per_second']:.0f} env steps/s; curve saved to {path}")
-    return 0
-
-
-def cli() -> None:
-    """The ``vaco-train`` command (``python -m vaco_jax.train``)."""
-    from vaco_jax.cli import parse_args
-    from vaco_jax.sweep import cli_main
-
-    cli_main(main, parse_args(train_args_class()))
-
-
-if __name__ == "__main__":
-    cli()

@@ -1,7 +1,7 @@
 """Figures of a run directory (docs/evaluation.md): the lag-sweep figures, drawn from the files on disk.
 
-Every function reads a run directory written by :mod:`vaco_jax.sweep` and
-:func:`vaco_jax.analysis.summarise`, saves one figure as PNG *and* PDF under ``RUN/figures/`` (or
+Every function reads a run directory written by :mod:`vaco_jax.driver.runner` and
+:func:`vaco_jax.analysis.tables.summarise`, saves one figure as PNG *and* PDF under ``RUN/figures/`` (or
 under ``figures_dir`` when given) and returns the paths it wrote. ``sources`` (a list of run
 directories) makes a function read the score and curve rows of all of them, merged (e.g. a sweep
 whose shards wrote into separate directories), while ``run_dir`` is where the summary is read and
@@ -44,41 +44,15 @@ import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import EngFormatter, FixedLocator, NullLocator  # noqa: E402
 
-from vaco_jax import results  # noqa: E402
-from vaco_jax.results import load_curves, load_scores, read_csv  # noqa: E402
-from vaco_jax.knobs import KNOBS  # noqa: E402
+from vaco_jax.analysis import results  # noqa: E402
+from vaco_jax.analysis.results import load_curves, load_scores, read_csv  # noqa: E402
+from vaco_jax.core.knobs import KNOBS  # noqa: E402
+from vaco_jax.core.presets import METHODS  # noqa: E402
 
 FIGURES = "figures"
 
-METHOD_LABELS = {
-    "ppo_clip": "PPO-Clip",
-    "ppo_kl": "PPO-KL",
-    "spo": "SPO",
-    "decoupled_recompute": "Decoupled PPO (recompute)",
-    "decoupled_linear": "Decoupled PPO (linear)",
-    "a3po": "A-3PO",
-    "ppo_ewma": "PPO-EWMA",
-    "ppo_ewma_revised": "PPO-EWMA (revised)",
-    "vaco": "VACO",
-    "vaco_realign_only": "VACO (realign only)",
-    "vaco_filter_only": "VACO (filter only)",
-    "impala": "IMPALA",
-}
-# fixed colours and markers, so a method looks the same in every figure of every run
-_STYLE = {
-    "ppo_clip": ("#1f77b4", "o"),
-    "ppo_kl": ("#7f7f7f", "v"),
-    "spo": ("#17becf", "P"),
-    "decoupled_recompute": ("#ff7f0e", "s"),
-    "decoupled_linear": ("#e377c2", "D"),
-    "a3po": ("#2ca02c", "^"),
-    "ppo_ewma": ("#9467bd", "<"),
-    "ppo_ewma_revised": ("#8c564b", ">"),
-    "vaco": ("#d62728", "*"),
-    "vaco_realign_only": ("#ff9896", "X"),
-    "vaco_filter_only": ("#bcbd22", "d"),
-    "impala": ("#000000", "h"),
-}
+# a method's label, colour and marker: its entry in the registry (core/presets.py); a name not
+# registered there (a user's method in another process) gets a spare colour
 _EXTRA_COLOURS = ("#aec7e8", "#ffbb78", "#98df8a", "#c5b0d5", "#c49c94", "#f7b6d2", "#dbdb8d", "#9edae5")
 
 SCORE_LABELS = {
@@ -134,7 +108,8 @@ SETTING_SEP = " | "  # 'ppo_clip | gamma=0.99': a method at one setting of a swe
 
 def method_label(method: str) -> str:
     base, sep, setting = method.partition(SETTING_SEP)
-    return METHOD_LABELS.get(base, base) + (f" ({setting})" if sep else "")
+    preset = METHODS.get(base)
+    return (preset.label if preset and preset.label else base) + (f" ({setting})" if sep else "")
 
 
 def _fold_settings(rows: list[dict]) -> list[dict]:
@@ -151,14 +126,15 @@ def _fold_settings(rows: list[dict]) -> list[dict]:
 
 def method_style(method: str, index: int = 0) -> tuple[str, str]:
     """(colour, marker) of a method; unknown names get a colour from a spare palette."""
-    if method in _STYLE:
-        return _STYLE[method]
-    return _EXTRA_COLOURS[index % len(_EXTRA_COLOURS)], "o"
+    preset = METHODS.get(method)
+    if preset is not None and preset.colour:
+        return preset.colour, preset.marker
+    return _EXTRA_COLOURS[index % len(_EXTRA_COLOURS)], preset.marker if preset else "o"
 
 
 def sort_methods(methods: Iterable[str]) -> list[str]:
-    """Known methods in a fixed order (baselines first, VACO family last), then the rest by name."""
-    order = list(_STYLE)
+    """Registered methods in the registry's order (baselines first, VACO family last), then the rest by name."""
+    order = list(METHODS)
     methods = set(methods)
     return [m for m in order if m in methods] + sorted(m for m in methods if m not in order)
 
@@ -305,23 +281,22 @@ def _data(run_dir: str, sources) -> str | list[str]:
 
 
 def _score_rows(run_dir, one_setting: bool = True) -> list[dict]:
-    """Score rows of the complete tasks (``analysis.complete_tasks``): a figure pooled over tasks never
+    """Score rows of the complete tasks (``tables.complete_tasks``): a figure pooled over tasks never
     pools one method over fewer tasks than another while a study is part-way through. With
     ``one_setting`` (a figure that compares methods over their pooled runs) rows of several settings
-    (``analysis.setting_axes``: a ``--sweep`` beyond method and lag depth) are NoData, not pooled."""
-    from vaco_jax import analysis
-
+    (``tables.setting_axes``: a ``--sweep`` beyond method and lag depth) are NoData, not pooled."""
+    from vaco_jax.analysis import tables
     rows = load_scores(run_dir)
     if not rows:
         raise NoData(f"no scores.csv under {run_dir} (no group has finished)")
-    axes = analysis.setting_axes(rows) if one_setting else []
+    axes = tables.setting_axes(rows) if one_setting else []
     if axes:
         raise NoData(f"the runs hold several settings ({', '.join(axes)}) and this figure compares methods "
                      "over pooled runs; summary.csv and the figures drawn from it keep the settings apart "
                      "(draw this one from a run of one setting)")
-    kept, left_out = analysis.complete_tasks(rows)
+    kept, left_out = tables.complete_tasks(rows)
     if not kept:
-        raise NoData(f"no task under {run_dir} holds every method and lag depth: {analysis.left_out_text(left_out)}")
+        raise NoData(f"no task under {run_dir} holds every method and lag depth: {tables.left_out_text(left_out)}")
     return kept
 
 
@@ -367,10 +342,10 @@ def _variant_label(method: str, variant: tuple, keys: Sequence[str]) -> str:
 # ----------------------------------------------------------------------------- (1) aggregate vs lag
 
 def _read_analysis_table(run_dir: str, filename: str) -> list[dict]:
-    """Rows of a table written by ``analysis.summarise``; NoData when it is missing or empty."""
+    """Rows of a table written by ``tables.summarise``; NoData when it is missing or empty."""
     path = os.path.join(run_dir, filename)
     if not os.path.exists(path):
-        raise NoData(f"{path} is missing (run vaco_jax.analysis.summarise first)")
+        raise NoData(f"{path} is missing (run vaco_jax.analysis.tables.summarise first)")
     rows = read_csv(path)
     if not rows:
         raise NoData(f"{path} is empty")
@@ -379,6 +354,19 @@ def _read_analysis_table(run_dir: str, filename: str) -> list[dict]:
 
 def read_summary(run_dir: str) -> list[dict]:
     return _fold_settings(_read_analysis_table(run_dir, "summary.csv"))
+
+
+def _one_task_panels(rows: list[dict], aggs: list[str]) -> list[str]:
+    """The panels that say something different with one task: the IQM, and the mean where it differs
+    from the IQM (with 3 seeds they are the same number)."""
+    def points(agg):
+        return {(r["method"], int(r["lag_depth"])): r["point"] for r in rows if r["aggregate"] == agg}
+
+    keep = [a for a in aggs if a == "iqm"]
+    if "mean" in aggs and (not keep or any(not np.isclose(v, points("iqm").get(k, np.nan), equal_nan=True)
+                                           for k, v in points("mean").items())):
+        keep.append("mean")
+    return keep or aggs[:1]
 
 
 def plot_aggregate_vs_lag(run_dir: str, score: str = "final_eval_return",
@@ -400,6 +388,8 @@ def plot_aggregate_vs_lag(run_dir: str, score: str = "final_eval_return",
     n_tasks = max(int(r["n_tasks"]) for r in rows)
     if not aggs:
         raise NoData(f"no cell of {score!r} has a run left: {_empty_reason(rows)}")
+    if n_tasks == 1:  # the median and mean of one task's mean are that mean, the gap is 1 minus it: one panel
+        aggs = _one_task_panels(rows, aggs)
 
     fig, axes = _new_figure(len(aggs), panel=(4.2, 3.6))
     for ax, agg in zip(axes[0], aggs):
@@ -805,11 +795,11 @@ def _reps(run_dir, sources) -> int:
 def _normalised_cells(data, score: str):
     """``(rows, tasks, lags, methods, transform, unit)``: ``transform(kept)`` maps a cell's kept runs to
     scores normalised to synchronous PPO-Clip, or leaves them raw with one task and no reference."""
-    from vaco_jax import analysis, stats
-
+    from vaco_jax.analysis import tables
+    from vaco_jax.analysis import stats
     rows = _score_rows(data)
     tasks = sorted({r["env"] for r in rows})
-    refs = analysis.reference_scores(rows, tasks, score, results.load_random_scores(data))
+    refs = tables.reference_scores(rows, tasks, score, results.load_random_scores(data))
     if refs is not None:
         return rows, tasks, (lambda m: stats.normalize_scores(m, *refs)), "normalised score (1 = sync PPO-Clip)"
     if len(tasks) == 1:
@@ -866,8 +856,8 @@ def plot_interval_estimates(run_dir: str, score: str = "final_eval_return", norm
 def plot_probability_of_improvement(run_dir: str, score: str = "final_eval_return", method: str = "vaco",
                                     sources=None, figures_dir: str | None = None) -> list[str]:
     """P(``method`` > each other method) with 95% CIs, one panel per lag depth."""
-    from vaco_jax import analysis, stats
-
+    from vaco_jax.analysis import tables
+    from vaco_jax.analysis import stats
     rows = _score_rows(_data(run_dir, sources))
     tasks = sorted({r["env"] for r in rows})
     lags = sorted({int(r["lag_depth"]) for r in rows if r["method"] == method})
@@ -876,11 +866,11 @@ def plot_probability_of_improvement(run_dir: str, score: str = "final_eval_retur
     reps = _reps(run_dir, sources)
     results_by_lag = {}
     for lag in lags:
-        x = analysis.clean_cell(rows, method, lag, tasks, score)[0]
+        x = tables.clean_cell(rows, method, lag, tasks, score)[0]
         others = sort_methods({r["method"] for r in rows if r["method"] != method and int(r["lag_depth"]) == lag})
         res = []
         for o in others:
-            y = analysis.clean_cell(rows, o, lag, tasks, score)[0]
+            y = tables.clean_cell(rows, o, lag, tasks, score)[0]
             if x.shape[0] and y.shape[0]:
                 res.append((o, *stats.probability_of_improvement_ci(x, y, reps=reps)))
         if res:
@@ -916,15 +906,15 @@ def plot_probability_of_improvement(run_dir: str, score: str = "final_eval_retur
 def plot_performance_profiles(run_dir: str, score: str = "final_eval_return", sources=None,
                               figures_dir: str | None = None) -> list[str]:
     """Fraction of runs x tasks with score > tau per method, with 95% CI bands, one panel per lag depth."""
-    from vaco_jax import analysis, stats
-
+    from vaco_jax.analysis import tables
+    from vaco_jax.analysis import stats
     rows, tasks, transform, unit = _normalised_cells(_data(run_dir, sources), score)
     lags = sorted({int(r["lag_depth"]) for r in rows})
     methods = sort_methods({r["method"] for r in rows})
     cells = {}
     for lag in lags:
         for m in methods:
-            kept = analysis.clean_cell(rows, m, lag, tasks, score)[0]
+            kept = tables.clean_cell(rows, m, lag, tasks, score)[0]
             if kept.shape[0]:
                 cells[(m, lag)] = transform(kept)
     if not cells:
@@ -973,15 +963,15 @@ def _curve_cells(curves: Sequence[dict]):
 
 def plot_iqm_curves(run_dir: str, sources=None, figures_dir: str | None = None) -> list[str]:
     """Sample efficiency: IQM of the normalised eval return vs env steps with 95% CI bands, per lag depth."""
-    from vaco_jax import analysis, stats
-
+    from vaco_jax.analysis import tables
+    from vaco_jax.analysis import stats
     data = _data(run_dir, sources)
     curves = [r for r in load_curves(data) if _finite(r.get("eval_return"))]
     if not curves:
         raise NoData("no curves.csv rows with an eval_return")
     rows = _score_rows(data)
     tasks = sorted({r["env"] for r in rows})
-    refs = analysis.reference_scores(rows, tasks, "final_eval_return", results.load_random_scores(data))
+    refs = tables.reference_scores(rows, tasks, "final_eval_return", results.load_random_scores(data))
     if refs is None and len(tasks) > 1:
         raise NoData("several tasks and no reference: cannot pool eval returns across tasks")
     cells = _curve_cells(curves)
@@ -1094,13 +1084,12 @@ def make_all(run_dirs, summarise: bool | None = None, reps: int | None = None, o
     ``run_dirs``: one run directory or several whose score and curve rows are merged (the shards of
     a sweep written into separate directories); ``summary.csv``, ``diagnostics.csv`` and
     ``figures/`` go into ``out`` (default: the first directory).
-    ``summarise``: re-run :func:`vaco_jax.analysis.summarise` first (True), never (False), or only
+    ``summarise``: re-run :func:`vaco_jax.analysis.tables.summarise` first (True), never (False), or only
     when ``summary.csv`` is missing (None, the default). ``reps``: bootstrap replicates for it
     (default: the run's ``bootstrap_reps`` from ``run.json``, else 2000). ``figures_dir``: where the
     figures go instead of ``out/figures/``.
     """
-    from vaco_jax import analysis
-
+    from vaco_jax.analysis import tables
     sources = [run_dirs] if isinstance(run_dirs, (str, os.PathLike)) else [str(d) for d in run_dirs]
     run_dir = out or sources[0]
     data = sources[0] if sources == [run_dir] else sources
@@ -1108,12 +1097,12 @@ def make_all(run_dirs, summarise: bool | None = None, reps: int | None = None, o
     summary_ok = True
     if summarise or (summarise is None and not have_summary):
         try:
-            analysis.summarise(data, reps=reps or bootstrap_reps(sources) or 2000, out=run_dir)
+            tables.summarise(data, reps=reps or bootstrap_reps(sources) or 2000, out=run_dir)
         except FileNotFoundError as e:
             print(f"[plots] no summary: {e}")
         except ValueError as e:  # e.g. a non-finite reference score: draw what does not need the summary
             summary_ok = False
-            print(f"[plots] analysis.summarise failed ({type(e).__name__}: {e}); "
+            print(f"[plots] tables.summarise failed ({type(e).__name__}: {e}); "
                   "skipping the figures drawn from summary.csv / diagnostics.csv")
     paths: list[str] = []
     merged = None if data == run_dir else data
@@ -1134,7 +1123,7 @@ def make_all(run_dirs, summarise: bool | None = None, reps: int | None = None, o
         key = (r["score"], r["normalization"])
         if key not in combos:
             combos.append(key)
-    order = {s: i for i, s in enumerate(analysis.SCORES)}
+    order = {s: i for i, s in enumerate(tables.SCORES)}
     combos.sort(key=lambda k: (order.get(k[0], len(order)), k[1] != "normalized"))
     for score, norm in combos:
         attempt(f"aggregate vs lag ({score}, {norm})", plot_aggregate_vs_lag, score, norm)

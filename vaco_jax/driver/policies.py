@@ -2,7 +2,7 @@
 
 Every finished group of a sweep writes ``GROUP/policies.npz`` (each cell's final learner policy,
 value function and observation-normaliser statistics, with a checksum) next to ``GROUP/config.json`` (the group's
-settings); ``python -m vaco_jax.train`` writes the same pair into ``OUT/<name>.policy/``. Then::
+settings); a single run (``vaco-train``) is a one-cell group, ``OUT/<name>/<env>/<method>/``. Then::
 
     act = load_policy("runs/lag_sweep_cpu/inverted_double_pendulum/vaco", cell=3)
     action = act(observation)                     # the policy's mean, clipped to the action box
@@ -18,8 +18,7 @@ import os
 
 import numpy as np
 
-from vaco_jax import results
-
+from vaco_jax.analysis import results
 POLICIES = "policies.npz"
 CONFIG = "config.json"
 
@@ -41,7 +40,7 @@ def save_policies(directory: str, config, learner, normalizer) -> None:
 
 
 def _config(directory: str):
-    from vaco_jax.config import Config
+    from vaco_jax.core.config import Config
 
     raw = results.read_json(os.path.join(directory, CONFIG))
     fields = {f.name for f in dataclasses.fields(Config)}
@@ -54,9 +53,9 @@ def load_policy(directory: str, cell: int = 0):
     import jax
     import jax.numpy as jnp
 
-    from vaco_jax.config import make_traced
-    from vaco_jax.networks import normalize
-    from vaco_jax.train import make_train
+    from vaco_jax.core.config import make_traced
+    from vaco_jax.core.networks import normalize
+    from vaco_jax.core.train import make_train
 
     config = _config(directory)
     arrays = results.load_npz(os.path.join(directory, POLICIES))

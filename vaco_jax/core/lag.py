@@ -8,7 +8,8 @@ phase index lands on ``theta_0`` (docs/lag.md: "ages are clipped to T").
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, NamedTuple
+import dataclasses
+from typing import Any, Callable, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -164,32 +165,70 @@ class Synchronous(LagModel):
         return jnp.zeros((num_actors,), jnp.int32)
 
 
-LAG_MODELS = ("uniform", "fixed", "ages", "staggered", "partial", "synchronous")
+def _age_vector(probs: np.ndarray, label: str) -> AgeDistribution:
+    return AgeDistribution(probs=jnp.asarray(probs, jnp.float32), label=label)
 
 
-def age_probs(lag_model: str, lag_depth: int, capacity: int, age_weights=None) -> np.ndarray:
-    """The probability vector over ages 0..K−1 of an i.i.d. lag model."""
+def _uniform(lag_depth, capacity, resync_every, age_weights):
     probs = np.zeros((capacity,), np.float32)
-    if lag_model == "uniform":
-        probs[:lag_depth] = 1.0 / lag_depth
-    elif lag_model == "fixed":
-        probs[lag_depth - 1] = 1.0
-    else:  # 'ages'
-        w = np.asarray(age_weights, np.float64)
-        probs[: len(w)] = (w / w.sum()).astype(np.float32)
-    return probs
+    probs[:lag_depth] = 1.0 / lag_depth
+    return _age_vector(probs, "uniform")
+
+
+def _fixed(lag_depth, capacity, resync_every, age_weights):
+    probs = np.zeros((capacity,), np.float32)
+    probs[lag_depth - 1] = 1.0
+    return _age_vector(probs, "fixed")
+
+
+def _ages(lag_depth, capacity, resync_every, age_weights):
+    probs = np.zeros((capacity,), np.float32)
+    w = np.asarray(age_weights, np.float64)
+    probs[: len(w)] = (w / w.sum()).astype(np.float32)
+    return _age_vector(probs, "ages")
+
+
+@dataclasses.dataclass(frozen=True)
+class LagSpec:
+    """A lag model's entry in ``LAG_MODELS``: how one cell's piece is built from the config's lag
+    settings (``build(lag_depth, capacity, resync_every, age_weights)``), a help line, and the two
+    facts the config checks: whether it reads ``age_weights`` (and takes its depth from them) and
+    whether it runs without a buffer (lag depth 1 only)."""
+
+    name: str
+    build: Callable[[int, int, int, Any], LagModel]
+    help: str
+    reads_age_weights: bool = False
+    synchronous: bool = False
+
+
+LAG_MODELS: dict[str, LagSpec] = {}
+
+
+def register_lag_model(spec: LagSpec) -> LagSpec:
+    """Add a lag model: ``Config(lag_model=spec.name)``, the command line's choices and help then know it."""
+    LAG_MODELS[spec.name] = spec
+    return spec
+
+
+for _spec in (
+    LagSpec("uniform", _uniform, "i.i.d. ages, uniform on 0..B-1"),
+    LagSpec("fixed", _fixed, "every actor B-1 versions old"),
+    LagSpec("ages", _ages, "i.i.d. ages from --age-weights (weights of ages 0, 1, ...; B = their last nonzero "
+            "age + 1)", reads_age_weights=True),
+    LagSpec("staggered", lambda b, k, r, w: Staggered(lag_depth=jnp.asarray(b, jnp.int32)),
+            "round-robin workers: age (actor + phase) mod B"),
+    LagSpec("partial", lambda b, k, r, w: Partial(lag_depth=jnp.asarray(b, jnp.int32), resync_every=int(r)),
+            "uniform ages at a phase's start, then one version newer every --partial-resync-every steps"),
+    LagSpec("synchronous", lambda b, k, r, w: Synchronous(), "no buffer: every actor acts with the learner's "
+            "parameters (B = 1)", synchronous=True),
+):
+    register_lag_model(_spec)
 
 
 def make_lag(lag_model: str, lag_depth: int = 1, capacity: int = 16, resync_every: int = 8,
              age_weights=None) -> LagModel:
     """Build the lag piece of one cell (values are checked by ``config.make_traced``)."""
-    if lag_model in ("uniform", "fixed", "ages"):
-        return AgeDistribution(probs=jnp.asarray(age_probs(lag_model, lag_depth, capacity, age_weights)),
-                               label=lag_model)
-    if lag_model == "staggered":
-        return Staggered(lag_depth=jnp.asarray(lag_depth, jnp.int32))
-    if lag_model == "partial":
-        return Partial(lag_depth=jnp.asarray(lag_depth, jnp.int32), resync_every=int(resync_every))
-    if lag_model == "synchronous":
-        return Synchronous()
-    raise ValueError(f"lag_model={lag_model!r} is not valid; allowed values: {', '.join(LAG_MODELS)}")
+    if lag_model not in LAG_MODELS:
+        raise ValueError(f"lag_model={lag_model!r} is not valid; allowed values: {', '.join(LAG_MODELS)}")
+    return LAG_MODELS[lag_model].build(lag_depth, capacity, resync_every, age_weights)

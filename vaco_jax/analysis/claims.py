@@ -3,10 +3,10 @@
 Scores are ``final_eval_return`` (the primary score), or ``auc_eval_return`` (the area under the
 evaluation curve: the secondary reading, for tasks whose final return saturates) when asked for with
 ``score=``; ``B`` is the lag depth. Runs are cleaned as everywhere else
-(:func:`vaco_jax.analysis.clean_cell`: diverged runs and runs without a score are dropped, whole seeds
+(:func:`vaco_jax.analysis.tables.clean_cell`: diverged runs and runs without a score are dropped, whole seeds
 across tasks). Every interval is a 95% percentile bootstrap that resamples runs with replacement
 within each task, independently for the two samples compared (``REPS`` replicates, fixed seed).
-Runs pool over the *complete* tasks only (:func:`vaco_jax.analysis.complete_tasks`, per design of
+Runs pool over the *complete* tasks only (:func:`vaco_jax.analysis.tables.complete_tasks`, per design of
 the study): a task on which a design has not finished every (method, lag depth) cell is left out of
 that design's claims, and every part's ``rests_on`` names it ("left out, unfinished: ...").
 
@@ -61,8 +61,10 @@ from typing import Callable
 
 import numpy as np
 
-from vaco_jax import analysis, stats
-from vaco_jax.results import (LEARNER_COST, atomic_write_text, load_costs, load_curves, load_random_scores,
+from vaco_jax.analysis import tables
+
+from vaco_jax.analysis import stats
+from vaco_jax.analysis.results import (LEARNER_COST, atomic_write_text, load_costs, load_curves, load_random_scores,
                               load_scores, rows_to_csv)
 
 SCORE = "final_eval_return"
@@ -114,11 +116,11 @@ class Data:
                  left_out: dict[str, str] | None = None):
         _check_score(score)
         self.rows, self.random, self.curves, self.costs = rows, random, curves or [], costs or []
-        # tasks left out as unfinished (analysis.complete_tasks) -> what they lack, said in every part
+        # tasks left out as unfinished (tables.complete_tasks) -> what they lack, said in every part
         self.left_out = dict(left_out or {})
         self.tasks = sorted({r["env"] for r in rows})
         self.reps, self.seed, self.score = reps, seed, score
-        self.ref = analysis.reference_scores(rows, self.tasks, score, random) if rows else None
+        self.ref = tables.reference_scores(rows, self.tasks, score, random) if rows else None
 
     def on_tasks_of(self, method: str) -> "Data":
         """The same data restricted to the tasks where ``method`` has rows (a design run on fewer tasks
@@ -141,7 +143,7 @@ class Data:
 
     def cell(self, method: str, lag: int, column: str | None = None, where: Callable | None = None):
         """(kept runs x tasks, n_diverged, n_missing) of ``column`` (default: the score)."""
-        return analysis.clean_cell(self.rows, method, lag, self.tasks, column or self.score, where=where)
+        return tables.clean_cell(self.rows, method, lag, self.tasks, column or self.score, where=where)
 
     def normalised(self, method: str, lag: int, where: Callable | None = None):
         """Scores normalised to synchronous PPO-Clip; raw with one task and no reference; else None."""
@@ -153,7 +155,7 @@ class Data:
         return None, n_div, n_miss, ""
 
     def own_b1(self, method: str, lag: int):
-        ref = analysis.own_b1_reference(self.rows, method, self.tasks, self.score, self.random)
+        ref = tables.own_b1_reference(self.rows, method, self.tasks, self.score, self.random)
         kept, n_div, n_miss = self.cell(method, lag)
         if ref is None:
             return None, n_div, n_miss
@@ -296,7 +298,7 @@ def _grows(claim, method, column, d: Data) -> dict:
     stat = f"P({column} at B={HIGH_LAG} > at B={LOW_LAG})"
     if not (d.has(method, LOW_LAG) and d.has(method, HIGH_LAG)):
         return _no_data(claim, st, stat, f"{method} lacks B={LOW_LAG} or B={HIGH_LAG}")
-    if not any(r["method"] == method and np.isfinite(analysis._value(r, column)) for r in d.rows):
+    if not any(r["method"] == method and np.isfinite(tables._value(r, column)) for r in d.rows):
         return _no_data(claim, st, stat, f"scores.csv rows of {method} have no {column} column")
     return _poi(d, claim, st, f"B={HIGH_LAG}", f"B={LOW_LAG}", d.cell(method, HIGH_LAG, column),
                 d.cell(method, LOW_LAG, column), lambda a, b: a > 0.5, lambda a, b: b < 0.5,
@@ -320,7 +322,7 @@ def seconds_per_cell_chunk(curves: list[dict], method: str) -> np.ndarray:
     seconds), the first chunk left out when there are later ones."""
     groups = defaultdict(int)
     for r in curves:
-        if r.get("method") == method and np.isfinite(analysis._value(r, "seconds")):
+        if r.get("method") == method and np.isfinite(tables._value(r, "seconds")):
             groups[(r["env"], int(r["chunk"]), float(r["seconds"]))] += 1
     if not groups:
         return np.zeros(0)
@@ -536,8 +538,8 @@ STEP_VARIANT_PREFIX = "ppo_clip_"
 
 
 def _complete(rows: list[dict], curves: list[dict], costs: list[dict]) -> tuple[list, list, list, dict]:
-    """Rows, curves and costs of the complete tasks only (analysis.complete_tasks), and the others."""
-    rows, left_out = analysis.complete_tasks(rows)
+    """Rows, curves and costs of the complete tasks only (tables.complete_tasks), and the others."""
+    rows, left_out = tables.complete_tasks(rows)
     keep = lambda r: r.get("env") not in left_out  # noqa: E731
     return rows, [c for c in curves if keep(c)], [c for c in costs if keep(c)], left_out
 
@@ -586,7 +588,7 @@ def evaluate_study(study_dir: str, reps: int = REPS, seed: int = 0, out: str | N
             note = f"no results in {', '.join(designs)} under {study_dir}"
             part = [{**r, "why": f"{note}; {r['why']}" if r["why"] else note} for r in fn(Data([], None))]
         else:
-            rows = sorted(rows, key=analysis._row_order)
+            rows = sorted(rows, key=tables._row_order)
             part = fn(Data(rows, random or None, curves, reps=reps, seed=seed, score=score, costs=costs,
                            left_out=notes))
         table += [{**r, "claim": f"{r['claim']}{tag}"} for r in part]
@@ -600,7 +602,7 @@ def evaluate(run_dirs, reps: int = REPS, seed: int = 0, out: str | None = None, 
     ``score``: one of ``SCORES``, the per-run score the verdicts rest on."""
     _check_score(score)
     rows = load_scores(run_dirs)
-    rows.sort(key=analysis._row_order)
+    rows.sort(key=tables._row_order)
     try:
         curves = load_curves(run_dirs)
     except OSError:

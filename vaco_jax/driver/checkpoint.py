@@ -274,8 +274,7 @@ def save_checkpoint(directory: str, state, chunk: int, extra: dict | None = None
 
     items = {"meta": ocp.args.JsonSave(meta)}
     if meta["arrays_file"]:  # written (atomically, verified) before the checkpoint that points to it
-        from vaco_jax import results
-
+        from vaco_jax.analysis import results
         results.save_npz(str(directory / _arrays_name(step)),
                          **{k: np.asarray(jax.device_get(v)) for k, v in arrays.items()})
     elif arrays:  # orbax refuses an empty item (a state of only zero-size leaves)
@@ -372,8 +371,7 @@ def _restore_from(path, meta, template):
 
     arrays = {}
     if targets and meta.get("arrays_file"):
-        from vaco_jax import results
-
+        from vaco_jax.analysis import results
         try:
             saved = results.load_npz(str(epath.Path(path).parent / _arrays_name(epath.Path(path).name)))
             arrays = {k: saved[k] for k in targets}

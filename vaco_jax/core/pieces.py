@@ -27,10 +27,10 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from vaco_jax import advantages as adv_lib
-from vaco_jax import objectives as obj
-from vaco_jax import proximal as prox
-from vaco_jax.networks import gaussian_kl, gaussian_logp_per_dim
+from vaco_jax.core import advantages as adv_lib
+from vaco_jax.core import objectives as obj
+from vaco_jax.core import proximal as prox
+from vaco_jax.core.networks import gaussian_kl, gaussian_logp_per_dim
 
 _sg = jax.lax.stop_gradient
 

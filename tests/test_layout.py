@@ -1,0 +1,103 @@
+"""The package's layout holds: imports only go downward (driver -> core -> envs -> errors; analysis
+reads results and knows only the registries of names, which import no jax), and no two modules import
+each other at load time."""
+
+import ast
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGE = os.path.join(ROOT, "vaco_jax")
+
+# what each part may import from the package (every import: at load time or inside a function)
+ALLOWED = {
+    "errors": ("vaco_jax.errors",),
+    "envs": ("vaco_jax.errors", "vaco_jax.envs"),
+    "core": ("vaco_jax.errors", "vaco_jax.envs", "vaco_jax.core"),
+    "analysis": ("vaco_jax.errors", "vaco_jax.analysis", "vaco_jax.core.knobs", "vaco_jax.core.presets"),
+    "driver": ("vaco_jax.errors", "vaco_jax.envs", "vaco_jax.core", "vaco_jax.analysis", "vaco_jax.driver"),
+}
+
+
+def _modules():
+    for folder, _, files in os.walk(PACKAGE):
+        for f in files:
+            if f.endswith(".py"):
+                path = os.path.join(folder, f)
+                rel = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
+                yield rel[: -len(".__init__")] if rel.endswith(".__init__") else rel, path
+
+
+def _imports(path: str, top_level_only: bool = False) -> list[tuple[int, str]]:
+    tree = ast.parse(open(path).read())
+    nodes = tree.body if top_level_only else ast.walk(tree)
+    out = []
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out += [(node.lineno, f"{node.module}.{a.name}") for a in node.names]
+    return [(line, name) for line, name in out if name.startswith("vaco_jax.")]
+
+
+def _part(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in ALLOWED else None
+
+
+def test_imports_only_go_downward():
+    wrong = []
+    for module, path in _modules():
+        part = _part(module)
+        if part is None:  # vaco_jax/__init__.py and __main__.py: the public names and the commands
+            continue
+        for line, name in _imports(path):
+            if not any(name == a or name.startswith(a + ".") for a in ALLOWED[part]):
+                wrong.append(f"{os.path.relpath(path, ROOT)}:{line} imports {name}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_import_cycle_at_load_time():
+    modules = dict(_modules())
+    graph = {}
+    for module, path in modules.items():
+        deps = set()
+        for _, name in _imports(path, top_level_only=True):
+            while name and name not in modules:  # `from pkg.mod import name` -> pkg.mod
+                name = name.rpartition(".")[0]
+            if name and name != module:
+                deps.add(name)
+        graph[module] = deps
+    state, cycles = {}, []
+
+    def visit(m, stack):
+        state[m] = "open"
+        for d in graph.get(m, ()):
+            if state.get(d) == "open":
+                cycles.append(" -> ".join(stack[stack.index(d):] + [d]))
+            elif d not in state:
+                visit(d, stack + [d])
+        state[m] = "done"
+
+    for m in graph:
+        if m not in state:
+            visit(m, [m])
+    # a package's __init__ importing its own submodules is not a cycle between modules
+    cycles = [c for c in cycles if not all(p.startswith(c.split(" -> ")[0]) for p in c.split(" -> "))]
+    assert not cycles, "\n".join(cycles)
+
+
+def test_the_package_command_names_its_commands():
+    out = subprocess.run([sys.executable, "-m", "vaco_jax", "trian"], capture_output=True, text=True, timeout=60,
+                         cwd=ROOT)
+    assert out.returncode == 2
+    assert out.stderr.strip() == ("error: command='trian'; allowed values: train, render "
+                                  "(python -m vaco_jax COMMAND --help)")
+
+
+def test_the_public_names_resolve():
+    import vaco_jax
+
+    for name in vaco_jax.__all__:
+        assert getattr(vaco_jax, name) is not None, name

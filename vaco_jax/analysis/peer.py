@@ -1,0 +1,44 @@
+"""The peer check's records (``benchmarks/peer_check.py`` writes them, ``results/peer_check/``) beside
+CleanRL's published PPO table: ours per seed, our mean ± std, and whether it falls inside their
+mean ± 2 std. No jax: FINDINGS.md's summary and BENCHMARKS.md read them the same way."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import numpy as np
+
+from vaco_jax.analysis import results
+
+# CleanRL's ppo_continuous_action at 1M env steps (its documentation's table: mean ± std over seeds)
+CLEANRL = {"Hopper-v4": (2382.86, 271.74), "HalfCheetah-v4": (1442.64, 46.03), "Walker2d-v4": (2287.95, 571.78)}
+
+
+def summary(record: dict) -> dict:
+    s = np.array([np.nan if v is None else v for v in record["scores"]], float)
+    ok = s[np.isfinite(s)]
+    mean = float(ok.mean()) if len(ok) else float("nan")
+    std = float(ok.std(ddof=1)) if len(ok) > 1 else float("nan")
+    ref = CLEANRL.get(record["task"])
+    inside = None if ref is None or not np.isfinite(mean) else ref[0] - 2 * ref[1] <= mean <= ref[0] + 2 * ref[1]
+    return {"task": record["task"], "settings": record["settings"], "mean": mean, "std": std, "seeds": ok.tolist(),
+            "n_diverged": int(np.sum(record.get("diverged", []))), "cleanrl": ref, "inside": inside}
+
+
+def records(folder: str) -> list[dict]:
+    return [summary(results.read_json(p)) for p in sorted(glob.glob(os.path.join(folder, "*.json")))]
+
+
+def table(folder: str) -> str:
+    """A markdown table of every record in ``folder``: ours beside CleanRL's published figure."""
+    lines = ["| task | settings | ours: mean ± std (seeds) | per seed | CleanRL 1M | inside ± 2 std |",
+             "|---|---|---|---|---|---|"]
+    for r in records(folder):
+        ref = r["cleanrl"]
+        inside = "—" if r["inside"] is None else ("yes" if r["inside"] else
+                                                  "**no**, " + ("above" if r["mean"] > ref[0] else "below"))
+        lines.append(f"| {r['task']} | {r['settings']} | {r['mean']:.1f} ± {r['std']:.1f} ({len(r['seeds'])}) | "
+                     f"{', '.join(f'{v:.0f}' for v in r['seeds'])} | "
+                     f"{'' if not ref else f'{ref[0]:.2f} ± {ref[1]:.2f}'} | {inside} |")
+    return "\n".join(lines)

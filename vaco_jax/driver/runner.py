@@ -1,0 +1,387 @@
+"""A grid of cells (lag depths x seeds x traced hyper-parameters) as one compiled, vmapped program.
+
+One *group* = one static ``Config`` (task, method, shapes) and a list of cells that differ only in
+traced values and seed. The group runs as ``jit(vmap(train_chunk))``, its grid axis split over the
+local devices by ``shard_map`` (each device runs its own block of cells; with ``Config.grid_batch``
+as consecutive vmapped batches: ``grid_program``, ``grid_layout``), each chunk followed by the
+evaluation, a program of its own that every group of the same task shares
+(``train.evaluation_program``); between chunks the host writes
+results and a checkpoint, so an interrupted sweep resumes from its last chunk. Layout of a group directory::
+
+    GROUP/cells.json      the cells (lag_depth, seed, learning_rate, clip_epsilon, tv_budget)
+    GROUP/curves.csv      one row per cell x chunk: env steps, eval/train return, diagnostics
+    GROUP/staleness.npz   ``counts`` [chunks, cells, buffer_capacity]: each chunk's samples by realised age
+    GROUP/scores.csv      one row per cell: final eval, AUC, last-5% train return, diverged, mean diagnostics
+    GROUP/checkpoint/     orbax checkpoint of the whole grid carry (removed when the group is done)
+
+``scores.csv`` is written last: its presence marks the group finished. Every file is written to a
+temporary name and renamed, so a crash leaves either the old or the new file, never half of one.
+"""
+
+from __future__ import annotations
+
+from __future__ import annotations
+import dataclasses
+import json
+import math
+import os
+import shutil
+import time
+from typing import Sequence
+import jax
+import jax.numpy as jnp
+import numpy as np
+from vaco_jax.core.config import Config, make_traced, stack_traced
+from vaco_jax.analysis import results
+from vaco_jax.core.knobs import ConfigError
+from vaco_jax.analysis.results import ResultsError
+from vaco_jax.core.train import Trainer, chunk_summary, evaluated, evaluation_program, make_train
+from vaco_jax.driver.devices import _warn, devices_for, grid_layout, grid_mesh, grid_program, grid_put
+from vaco_jax.driver.grid import Cell, Group, PART_RE, _cell_from_row, _pad, check_cells, check_max_cells, split_group
+from vaco_jax.driver.provenance import UNRECORDED_SETTINGS
+
+
+def check_max_chunks(max_chunks) -> None:
+    if max_chunks is not None and (not isinstance(max_chunks, int) or isinstance(max_chunks, bool) or max_chunks < 1):
+        raise ConfigError(f"max_chunks={max_chunks!r} must be a positive integer")
+
+
+def run_groups(run_dir: str, groups: Sequence[Group], progress: bool = True, max_chunks: int | None = None,
+               tensorboard: bool = False, max_cells_per_program: int | None = None) -> bool:
+    """Run every group; with ``max_chunks`` each stops after that many chunks (a time-limited job:
+    rerun the same command to continue). With ``tensorboard`` each group also writes live metrics to
+    ``RUN/tensorboard/GROUP/`` (vaco_jax/driver/live.py). With ``max_cells_per_program`` a group with more
+    cells runs as parts ``GROUP/part-J-of-M/``, one program each. Returns whether every group finished."""
+    check_max_chunks(max_chunks)
+    check_max_cells(max_cells_per_program)
+    finished = True
+    for whole in groups:
+        parts = split_group(whole, max_cells_per_program)
+        check_layout(run_dir, whole, len(parts))
+        for g in parts:
+            rows = run_group(g.config, list(g.cells), os.path.join(run_dir, g.subdir), progress=progress,
+                             label=g.label or g.subdir, tags=dict(g.tags), max_chunks=max_chunks,
+                             tensorboard_dir=os.path.join(run_dir, "tensorboard", g.subdir) if tensorboard else None)
+            finished = finished and rows is not None
+    if not finished:
+        print(f"stopped after --max-chunks {max_chunks}; rerun the same command to continue")
+    return finished
+
+
+def _parts_on_disk(group_dir: str) -> set:
+    import re
+
+    if not os.path.isdir(group_dir):
+        return set()
+    return {int(m.group(2)) for f in os.listdir(group_dir) if (m := re.fullmatch(PART_RE, f))}
+
+
+def check_layout(run_dir: str, group: Group, parts: int) -> None:
+    """A group already started as one program cannot continue as parts, nor parts of another split
+    (the cells would run twice)."""
+    group_dir = os.path.join(run_dir, group.subdir)
+    on_disk = _parts_on_disk(group_dir)
+    whole = os.path.exists(os.path.join(group_dir, "cells.json"))
+    if parts > 1 and whole:
+        raise ConfigError(f"max_cells_per_program: {group_dir} was started as one program; continue it without "
+                          "--max-cells-per-program, or remove that directory to run it in parts")
+    if on_disk and on_disk != {parts}:
+        was = ", ".join(str(m) for m in sorted(on_disk))
+        raise ConfigError(f"max_cells_per_program: {group_dir} holds a split into {was} part(s), this command "
+                          f"gives {parts}; use the --max-cells-per-program it was started with")
+
+
+def group_finished(group_dir: str) -> bool:
+    """A group is finished when its ``scores.csv`` exists, or every part of its split has one."""
+    if os.path.exists(os.path.join(group_dir, "scores.csv")):
+        return True
+    counts = _parts_on_disk(group_dir)
+    if len(counts) != 1:
+        return False
+    m = counts.pop()
+    return all(os.path.exists(os.path.join(group_dir, f"part-{j}-of-{m}", "scores.csv")) for j in range(m))
+
+
+def last_fraction_train_return(phase_returns: np.ndarray, phase_counts: np.ndarray,
+                               last_fraction: float = 0.05) -> np.ndarray:
+    """Mean return of the training episodes that ended in the last ``last_fraction`` of the phases
+    (at least one phase); ``[..., phases]`` sums and counts -> ``[...]``, NaN where none ended."""
+    phases = phase_returns.shape[-1]
+    window = np.arange(phases) >= phases - max(1, int(math.ceil(last_fraction * phases)))
+    ret, cnt = phase_returns[..., window].sum(-1), phase_counts[..., window].sum(-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(cnt > 0, ret / np.maximum(cnt, 1), np.nan)
+
+
+def cell_scores(curve_rows: list[dict], phase_returns: np.ndarray, phase_counts: np.ndarray,
+                last_fraction: float = 0.05, evaluated: bool = True) -> dict:
+    """Scores of one cell (docs/evaluation.md): final eval return, area under the eval curve, last-5% train return.
+
+    A cell is diverged when its parameters became non-finite (the trainer's flag) or, when it was
+    evaluated (``evaluated``), its final evaluation return is not finite.
+    """
+    evals = np.array([r["eval_return"] for r in curve_rows], float)
+    diverged = any(bool(r["diverged"]) for r in curve_rows) or (
+        evaluated and not np.isfinite(evals[-1] if len(evals) else np.nan))
+    return {
+        "final_eval_return": float(evals[-1]) if len(evals) else float("nan"),
+        "auc_eval_return": float(np.mean(evals)) if len(evals) else float("nan"),
+        "train_return_last5pct": float(last_fraction_train_return(phase_returns, phase_counts, last_fraction)),
+        "diverged": bool(diverged),
+    }
+
+
+def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool = True,
+              checkpoint: bool = True, trainer: Trainer | None = None, label: str = "",
+              tags: dict | None = None, shard: bool = True, max_chunks: int | None = None,
+              tensorboard_dir: str | None = None) -> list[dict] | None:
+    """Run (or resume, or skip when finished) one group; returns its score rows.
+
+    Resuming verifies every file against the checkpoint (row counts per chunk, checksums); a damaged
+    checkpoint falls back to the previous one, and when no checkpoint or no consistent set of files
+    is left the group restarts from its first chunk (the run is deterministic, so the numbers are the
+    same) with a one-line warning. A damaged ``scores.csv`` of a finished group raises ResultsError.
+
+    ``shard=False`` keeps the grid on one device. ``max_chunks`` stops after that many chunks in
+    this call (returns None; the next call resumes from the checkpoint), for time-sliced jobs.
+
+    ``tags`` are extra columns written into every row (e.g. ``num_epochs`` for a forward-lag sweep).
+
+    ``tensorboard_dir``: also write each chunk's rows and staleness histograms as TensorBoard event
+    files, one run per cell in ``tensorboard_dir/cell-<i>_B<lag>_s<seed>/`` (vaco_jax/driver/live.py).
+    """
+    tags = dict(tags or {})
+    check_cells(cells, group_dir)
+    scores_path = os.path.join(group_dir, "scores.csv")
+    cell_rows = json.loads(json.dumps([c.row() for c in cells], default=str))
+    if os.path.exists(scores_path) and not os.path.exists(os.path.join(group_dir, "cells.json")):
+        _rebuild_cells(group_dir, scores_path, cell_rows)
+    if os.path.exists(os.path.join(group_dir, "cells.json")):
+        old_rows = results.read_cells(group_dir)
+        if old_rows != cell_rows:
+            return _extend_group(config, cells, cell_rows, old_rows, group_dir, progress=progress,
+                                 checkpoint=checkpoint, trainer=trainer, label=label, tags=tags, shard=shard,
+                                 max_chunks=max_chunks)
+    if os.path.exists(scores_path):
+        rows = results.read_table(scores_path, expect_rows=len(cells))
+        check_finished_group(group_dir, config)
+        return rows
+    from tqdm.auto import tqdm
+
+    from vaco_jax.driver import checkpoint as ckpt
+    os.makedirs(group_dir, exist_ok=True)
+    results.write_cells(group_dir, cell_rows)
+
+    trainer = trainer or make_train(config)
+    used, per_device = grid_layout(len(cells), config.grid_batch, devices_for(config) if shard else 1)
+    mesh = grid_mesh(used)
+    padded = _pad(cells, used * per_device)
+    keys = jnp.stack([jax.random.PRNGKey(c.seed) for c in padded])
+    traced = stack_traced([make_traced(config, c.lag_depth, **c.knob_dict()) for c in padded])
+    keys, traced = grid_put((keys, traced), mesh)
+    init = jax.jit(grid_program(trainer.init, config.grid_batch, mesh))
+    run_chunk = jax.jit(grid_program(trainer.train_chunk, config.grid_batch, mesh))
+    evaluation = evaluation_program(  # one compiled evaluation for the groups that evaluate alike
+        trainer, lambda fn: grid_program(fn, config.grid_batch, mesh),
+        ("grid", config.grid_batch, None if mesh is None else tuple(d.id for d in mesh.devices.flat)))
+    n = len(cells)
+
+    # Checkpoints hold the real cells only (no padding copies, no device layout), so a group stopped
+    # on one device count resumes on any other: restore, re-pad with copies of the last cell (exactly
+    # what the padded cells are), and lay the grid out on this machine's devices.
+    def unpad(tree):
+        return jax.tree.map(lambda x: x[:n], tree)
+
+    def repad(tree):
+        extra = len(padded) - n
+        if extra:
+            tree = jax.tree.map(lambda x: jnp.concatenate([x, jnp.repeat(x[-1:], extra, axis=0)]), tree)
+        return grid_put(tree, mesh)
+
+    ckpt_dir = os.path.join(group_dir, "checkpoint")
+    curves_path = os.path.join(group_dir, "curves.csv")
+    phase_path = os.path.join(group_dir, "phase_returns.npz")
+    stale_path = os.path.join(group_dir, "staleness.npz")
+    state, start, curve_rows, phase_ret, phase_cnt, stale = None, 0, [], [], [], []
+    if checkpoint and os.path.exists(ckpt_dir):  # (the template traces init: seconds for an MJX task)
+        try:
+            restored = ckpt.restore_checkpoint(ckpt_dir, jax.eval_shape(lambda k, t: unpad(init(k, t)), keys, traced))
+        except ckpt.CheckpointDamaged as e:
+            _warn(f"{e}; restarting {group_dir} from its first chunk (every number is recomputed)")
+            restored = None
+        if restored is not None:
+            state, start, _ = restored
+            state = repad(state)
+            try:
+                curve_rows, phase_ret, phase_cnt = _resume_files(curves_path, phase_path, start, len(cells))
+                stale = _resume_staleness(stale_path, start, len(cells), config.buffer_capacity)
+            except ResultsError as e:
+                _warn(f"{e}; restarting {group_dir} from its first chunk (every number is recomputed)")
+                state, start, curve_rows, phase_ret, phase_cnt, stale = None, 0, [], [], [], []
+    if state is None:
+        state = init(keys, traced)
+
+    bar = tqdm(total=config.num_evals, initial=start, disable=not progress, unit="chunk",
+               desc=label or f"{config.env}/{config.method} x{len(cells)}")
+    stop = config.num_evals if max_chunks is None else min(config.num_evals, start + max_chunks)
+    live = _live_writer(tensorboard_dir, cells)
+    for chunk in range(start, stop):
+        t0 = time.perf_counter()
+        state, metrics = run_chunk(state, traced)
+        metrics = jax.device_get(evaluated(metrics, evaluation, state, config))
+        seconds = time.perf_counter() - t0
+        summary = chunk_summary(metrics)
+        phase_ret.append(np.asarray(metrics.phases.episode_return_sum)[: len(cells)])
+        phase_cnt.append(np.asarray(metrics.phases.episode_count)[: len(cells)])
+        stale.append(np.asarray(metrics.staleness_counts)[: len(cells)])
+        for i, cell in enumerate(cells):
+            row = {"env": config.env, "method": config.method, **tags, **cell.row(), "cell": i, "chunk": chunk}
+            row.update({k: np.asarray(v)[i].item() for k, v in summary.items()})
+            row["seconds"] = seconds
+            row["grid_steps_per_second"] = config.env_steps_per_chunk * len(padded) / seconds
+            curve_rows.append(row)
+            if live is not None:
+                live.write(i, row, stale[-1][i], skip=list(tags) + list(cell.row()))
+        results.write_table(curves_path, curve_rows)
+        results.save_npz(stale_path, counts=np.stack(stale))
+        if checkpoint:
+            results.save_npz(phase_path, returns=np.stack(phase_ret), counts=np.stack(phase_cnt))
+            ckpt.save_checkpoint(ckpt_dir, unpad(state), chunk + 1)
+        bar.update(1)
+        evals = np.asarray(summary["eval_return"][: len(cells)], float)
+        evals = evals[np.isfinite(evals)]
+        bar.set_postfix(eval=f"{evals.mean():.0f}" if len(evals) else "n/a",
+                        sps=f"{config.env_steps_per_chunk * len(padded) / seconds:.0f}")
+    bar.close()
+    if live is not None:
+        live.close()
+    if stop < config.num_evals:
+        return None
+
+    returns = np.concatenate(phase_ret, axis=-1) if phase_ret else np.zeros((len(cells), 0))
+    counts = np.concatenate(phase_cnt, axis=-1) if phase_cnt else np.zeros((len(cells), 0))
+    score_rows = []
+    for i, cell in enumerate(cells):
+        rows = [r for r in curve_rows if r["cell"] == i]
+        row = {"env": config.env, "method": config.method, **tags, **cell.row()}
+        row.update(cell_scores(rows, returns[i], counts[i], evaluated=config.eval_episodes > 0))
+        diag_names = [k for k in rows[0] if k not in row and k not in ("cell", "chunk", "env_steps", "eval_return",
+                                                                       "train_return", "seconds",
+                                                                       "grid_steps_per_second")]
+        for k in diag_names:
+            vals = np.array([r[k] for r in rows], float)
+            row[f"mean_{k}"] = float(np.nanmean(vals)) if np.any(np.isfinite(vals)) else float("nan")
+        score_rows.append(row)
+    from vaco_jax.driver.policies import save_policies
+
+    final = jax.device_get(unpad(state))
+    save_policies(group_dir, config, final.learner, final.normalizer)  # trained policies are kept
+    results.write_table(scores_path, score_rows)
+    if checkpoint:
+        shutil.rmtree(ckpt_dir, ignore_errors=True)
+    return score_rows
+
+
+def _rebuild_cells(group_dir: str, scores_path: str, cell_rows: list[dict]) -> None:
+    """A finished group whose ``cells.json`` is gone: rebuilt from the plan when its scores hold exactly
+    the planned cells (lag depth, seed and traced knobs, in order), else named (exit 3)."""
+    rows = results.read_table(scores_path)
+    keys = [tuple(sorted(c)) for c in cell_rows]
+    found = [{k: r.get(k) for k in key} for r, key in zip(rows, keys)]
+    same = len(rows) == len(cell_rows) and all(
+        all(str(f[k]) == str(c[k]) or _same_number(f[k], c[k]) for k in c) for f, c in zip(found, cell_rows))
+    if not same:
+        raise ResultsError(f"{os.path.join(group_dir, 'cells.json')}: missing, and the group's scores.csv does not "
+                           "hold the planned cells; restore it, or delete the group directory to run it again")
+    results.write_cells(group_dir, cell_rows)
+    _warn(f"{group_dir}: cells.json was missing; rebuilt from the plan (the scores hold exactly its cells)")
+
+
+def _engine_of(config: Config, backend) -> str:
+    try:
+        return config.replace(backend=backend).physics_backend
+    except (ConfigError, TypeError):
+        return str(backend)
+
+
+def _same_number(a, b) -> bool:
+    try:
+        return float(a) == float(b)
+    except (TypeError, ValueError):
+        return False
+
+
+def check_finished_group(group_dir: str, config: Config) -> None:
+    """A finished group holds its settings (``config.json``, equal to the command's) and its trained
+    policies (``policies.npz``); anything missing, unreadable or different is named before it is reported."""
+    from vaco_jax.driver.policies import CONFIG, POLICIES
+
+    path = os.path.join(group_dir, CONFIG)
+    if not os.path.exists(path):
+        raise ResultsError(f"{path}: missing in a finished group, so nothing says which settings produced its scores; "
+                           "restore it, or delete the group directory to run it again")
+    recorded = results.read_json(path)  # a damaged file is a ResultsError naming it
+    now = json.loads(json.dumps(dataclasses.asdict(config), default=str))
+    recorded = {**UNRECORDED_SETTINGS, **recorded}
+    if "backend" in recorded:  # None means the task's default engine: compare the engines meant
+        recorded["backend"], now["backend"] = (_engine_of(config, recorded["backend"]),
+                                               _engine_of(config, now["backend"]))
+    diff = [k for k in now if k in recorded and recorded[k] != now[k]]
+    if diff:
+        shown = ", ".join(f"{k}: {recorded[k]!r} there, {now[k]!r} now" for k in diff[:4])
+        raise ConfigError(f"{group_dir} finished with other settings ({shown}); run with the same settings or "
+                          "choose another --out")
+    if not os.path.exists(os.path.join(group_dir, POLICIES)):
+        raise ResultsError(f"{os.path.join(group_dir, POLICIES)}: missing in a finished group (its trained policies); "
+                           "restore it, or delete the group directory to run it again")
+
+
+def _extend_group(config, cells, cell_rows, old_rows, group_dir, **kwargs):
+    """The manifest is extensible: a grid that holds every cell of the group's ``cells.json`` plus new
+    ones (more seeds, lag depths or knob values) runs the new cells as a sub-group
+    ``GROUP/more_<hash>/`` (its own program) and returns the rows of both; anything else is an error."""
+    import hashlib
+
+    key = lambda r: json.dumps(r, sort_keys=True)  # noqa: E731
+    old_keys = {key(r) for r in old_rows}
+    if not old_keys <= {key(r) for r in cell_rows}:
+        raise ValueError(f"{group_dir} holds a different grid (cells.json has cells this command lacks); "
+                         "give every cell it holds (plus any new ones) or choose another --out")
+    new = [c for c, r in zip(cells, cell_rows) if key(r) not in old_keys]
+    old = [_cell_from_row(r) for r in old_rows]
+    digest = hashlib.sha1("".join(sorted(key(c.row()) for c in new)).encode()).hexdigest()[:8]
+    first = run_group(config, old, group_dir, **kwargs)
+    if kwargs.get("tensorboard_dir"):
+        kwargs = {**kwargs, "tensorboard_dir": os.path.join(kwargs["tensorboard_dir"], f"more_{digest}")}
+    more = run_group(config, new, os.path.join(group_dir, f"more_{digest}"), **kwargs)
+    return None if first is None or more is None else first + more
+
+
+def _live_writer(tensorboard_dir: str | None, cells: Sequence[Cell]):
+    if not tensorboard_dir:
+        return None
+    from vaco_jax.driver.live import GroupWriter, cell_run_name
+
+    return GroupWriter(tensorboard_dir, [cell_run_name(i, c.lag_depth, c.seed) for i, c in enumerate(cells)])
+
+
+def _resume_staleness(path: str, start: int, n_cells: int, capacity: int) -> list:
+    """The staleness histograms of the chunks a checkpoint has done, verified against it."""
+    counts = results.load_npz(path)["counts"]
+    if counts.ndim != 3 or counts.shape[0] < start or counts.shape[1:] != (n_cells, capacity):
+        raise ResultsError(f"{path}: counts of shape {counts.shape}, the checkpoint has done {start} chunk(s) "
+                           f"of {n_cells} cells x {capacity} ages")
+    return list(counts[:start])
+
+
+def _resume_files(curves_path: str, phase_path: str, start: int, n_cells: int):
+    """The curve rows and phase returns of the chunks a checkpoint has done, verified against it."""
+    table = results.read_table(curves_path)
+    rows = [r for r in table if r["chunk"] < start]
+    if len(rows) != start * n_cells or {r["chunk"] for r in rows} != set(range(start)):
+        raise ResultsError(f"{curves_path}: {len(rows)} rows for the {start} chunk(s) of {n_cells} cells the "
+                           "checkpoint has done")
+    saved = results.load_npz(phase_path)
+    if saved["returns"].shape[0] < start or saved["counts"].shape[0] < start:
+        raise ResultsError(f"{phase_path}: {saved['returns'].shape[0]} chunk(s), the checkpoint has done {start}")
+    return rows, list(saved["returns"][:start]), list(saved["counts"][:start])

@@ -1,0 +1,153 @@
+"""One configuration, one seed: ``vaco-train`` (``python -m vaco_jax train``), or ``run`` from Python.
+
+A single run is a one-cell group run by the same loop as every study (``runner.run_group``), so it
+writes the same run directory, ``OUT/<name>/``::
+
+    OUT/<name>/run.json                  settings, versions, machine (provenance.write_run_metadata)
+    OUT/<name>/<env>/<method>/           cells.json, curves.csv, scores.csv, staleness.npz,
+                                         config.json + policies.npz (render, load_policy)
+
+``<name>`` holds the task, method, lag depth, seed and a hash of every setting, so runs never
+overwrite each other and the same command resumes an interrupted run from its last chunk.
+``experiments/plot.py``, ``vaco-render`` and ``load_policy`` read it like any study's directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+
+from vaco_jax.analysis import results
+from vaco_jax.core.config import TASK_DEFAULTS, Config
+from vaco_jax.driver import grid, provenance, runner
+from vaco_jax.errors import ConfigError
+
+EXIT_DIVERGED = 4
+
+TRAIN_EXTRA = [("seed", int, 0, "seed of the run (environment, initialisation, actions, lag draws)"),
+               ("out", str, "runs/train", "parent of the run's directory OUT/<name> (the name includes a hash of "
+                                          "every setting, so runs never overwrite each other)"),
+               ("progress", bool, True, "show a progress bar"),
+               ("max_chunks", int | None, None, "stop after this many chunks (of num_evals); the same command "
+                                                "resumes"),
+               ("tensorboard", bool, False, "live metrics: TensorBoard event files in OUT/<name>/tensorboard/ "
+                                            "(not part of the run's name)"),
+               ("task_defaults", bool, True, "a Gymnasium locomotion task starts from its own defaults "
+                                             "(config.TASK_DEFAULTS) for every setting left at the value shown "
+                                             "here; --no-task-defaults keeps these values")]
+
+
+@dataclasses.dataclass(frozen=True)
+class SingleRun:
+    """Where a single run wrote its results, and what they say."""
+
+    run_dir: str  # OUT/<name>
+    group_dir: str  # OUT/<name>/<env>/<method>: load_policy(group_dir), render
+    curves: list  # one dict per chunk (curves.csv)
+    scores: dict | None  # scores.csv's row; None when stopped by max_chunks
+
+    @property
+    def diverged(self) -> bool:
+        return bool(self.scores and self.scores["diverged"])
+
+
+def train_defaults() -> Config:
+    return Config(total_env_steps=300_000)
+
+
+def train_args_class():
+    """``vaco-train`` flags: seed, out, progress, max_chunks, tensorboard, task_defaults, then every
+    Config field (cli.py). A sweep's cell batching (grid_batch) is no flag: one run is one cell."""
+    from vaco_jax.driver.cli import config_args_class
+
+    cls = config_args_class("TrainArgs", TRAIN_EXTRA, defaults=train_defaults(), exclude=("grid_batch",))
+    cls.__doc__ = ("Train one configuration into OUT/<name>/ (a one-cell run directory, like a study's); "
+                   "the same command resumes it.")
+    return cls
+
+
+def with_task_defaults(config: Config, enabled: bool) -> Config:
+    """``config`` with the task's own defaults (config.TASK_DEFAULTS) for each setting left at the
+    command line's default; a setting given on the command line keeps its value."""
+    if not enabled or config.env not in TASK_DEFAULTS:
+        return config
+    shown = train_defaults()
+    keep = {k: v for k, v in TASK_DEFAULTS[config.env].items() if getattr(config, k) == getattr(shown, k)}
+    if keep:
+        print(f"{config.env}: the task's defaults " + ", ".join(f"{k}={v}" for k, v in keep.items()))
+    return config.replace(**keep)
+
+
+def settings_hash(config: Config, seed: int) -> str:
+    text = json.dumps({"config": config.as_record(), "seed": seed}, sort_keys=True, default=str)
+    return hashlib.sha1(text.encode()).hexdigest()[:10]
+
+
+def run_name(config: Config, seed: int) -> str:
+    return f"{config.env}_{config.method}_B{config.effective_lag_depth()}_s{seed}_{settings_hash(config, seed)}"
+
+
+def _check_out(out: str) -> None:
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise ConfigError(f"out={out!r} is a file; give a directory")
+    os.makedirs(out, exist_ok=True)
+    if not os.access(out, os.W_OK):
+        raise ConfigError(f"out={out!r} is not writable")
+
+
+def run(config: Config, seed: int = 0, out: str = "runs/train", progress: bool = True,
+        max_chunks: int | None = None, tensorboard: bool = False, command: dict | None = None) -> SingleRun:
+    """Train ``config`` (its own lag depth and knobs) with ``seed`` into ``out/<name>/`` as a one-cell
+    group; resumes from the last chunk when that directory holds an unfinished run of the same settings."""
+    runner.check_max_chunks(max_chunks)
+    _check_out(out)
+    run_dir = os.path.join(out, run_name(config, seed))
+    group = grid.Group(config, (grid.Cell(config.effective_lag_depth(), seed),), f"{config.env}/{config.method}")
+    provenance.write_run_metadata(run_dir, [group], command or {"seed": seed})
+    group_dir = os.path.join(run_dir, group.subdir)
+    rows = runner.run_group(config, list(group.cells), group_dir, progress=progress, label=group.subdir,
+                            max_chunks=max_chunks,
+                            tensorboard_dir=os.path.join(run_dir, "tensorboard", group.subdir) if tensorboard else None)
+    curves = results.read_table(os.path.join(group_dir, "curves.csv"))
+    return SingleRun(run_dir, group_dir, curves, rows[0] if rows else None)
+
+
+def main(args=None) -> int:
+    """Train one configuration (every Config field is a flag) into ``OUT/<name>/``.
+
+    The output directory is checked before anything compiles; the run checkpoints after every chunk
+    and a rerun of the same command resumes from it. Exit code 0, 2 for bad input, 3 for a damaged
+    result file or checkpoint, 4 when the run diverged (non-finite parameters).
+    """
+    from vaco_jax.driver.cli import config_from_args, parse_args
+
+    args = args or parse_args(train_args_class())
+    config = with_task_defaults(config_from_args(args), getattr(args, "task_defaults", False))
+    done = run(config, seed=args.seed, out=args.out, progress=args.progress,
+               max_chunks=getattr(args, "max_chunks", None), tensorboard=getattr(args, "tensorboard", False),
+               command={k: v for k, v in dataclasses.asdict(args).items() if k not in ("out", "progress")})
+    what = f"{config.method} on {config.env}, lag depth {config.effective_lag_depth()}"
+    if done.scores is None:
+        print(f"{what}: stopped after --max-chunks {args.max_chunks} ({len(done.curves)} of {config.num_evals} "
+              f"chunks); the same command continues -> {done.run_dir}")
+        return 0
+    if done.diverged:
+        print(f"{what}: DIVERGED (non-finite parameters); results in {done.run_dir}")
+        return EXIT_DIVERGED
+    last = done.curves[-1]
+    print(f"{what}: final eval return {done.scores['final_eval_return']:.1f}, last-chunk train return "
+          f"{last['train_return']:.1f}, {last['grid_steps_per_second']:.0f} env steps/s -> {done.run_dir}")
+    return 0
+
+
+def cli() -> None:
+    """The ``vaco-train`` command."""
+    from vaco_jax.driver.cli import cli_main, parse_args
+
+    cli_main(main, parse_args(train_args_class()))
+
+
+if __name__ == "__main__":
+    cli()
