@@ -78,3 +78,16 @@ def test_notebook_runs_on_a_tiny_sweep(tmp_path, monkeypatch):
     figures = os.path.join(run_dir, "figures")
     assert os.path.exists(os.path.join(figures, "aggregate_vs_lag_final_eval_return_normalized.png")) \
         or os.path.exists(os.path.join(figures, "aggregate_vs_lag_final_eval_return_raw.png"))
+
+
+def test_the_committed_notebook_holds_its_outputs():
+    """The notebook is saved with what it printed and drew on a real run (a make-demo run directory),
+    its video of a trained policy included, so a reader sees it without running anything."""
+    with open(NOTEBOOK) as f:
+        nb = json.load(f)
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    assert all(c["outputs"] for c in code), [c["source"][:1] for c in code if not c["outputs"]]
+    html = ["".join(o.get("data", {}).get("text/html", "")) for c in code for o in c["outputs"]]
+    assert any("<video" in h and "base64" in h for h in html)
+    images = [o for c in code for o in c["outputs"] if "image/png" in o.get("data", {})]
+    assert len(images) >= 2
