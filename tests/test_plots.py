@@ -300,3 +300,30 @@ def test_reviewer_figures_without_data(tmp_path):
         figures.plot_iqm_curves(run)
     with pytest.raises(figures.NoData):
         figures.plot_staleness(run)
+
+
+def test_probability_of_improvement_is_computed_apart_and_drawn_as_returned(run_dir, monkeypatch):
+    from vaco_jax.analysis import reviewer
+
+    rows = results.load_scores(run_dir)
+    got = reviewer.probability_of_improvement(rows, "vaco", "final_eval_return", reps=100, order=figures.sort_methods)
+    assert sorted(got) == list(LAGS)
+    for res in got.values():
+        assert [d["method"] for d in res] == figures.sort_methods({"ppo_clip", "a3po"})
+        assert all(0.0 <= d["low"] <= d["point"] <= d["high"] <= 1.0 for d in res)
+    assert reviewer.probability_of_improvement(rows, "vaco", "final_eval_return", reps=100,
+                                               order=figures.sort_methods) == got  # seeded: the same numbers
+
+    # the figure draws what the function returns, and nothing it computed itself
+    fake = {2: [{"method": "a3po", "point": 0.25, "low": 0.125, "high": 0.375}]}
+    calls, drawn = [], []
+    monkeypatch.setattr(reviewer, "probability_of_improvement", lambda *a, **k: calls.append((a, k)) or fake)
+    monkeypatch.setattr(figures, "save_figure", lambda fig, *a, **k: drawn.append(fig) or [])
+    figures.plot_probability_of_improvement(run_dir)
+    (args, kwargs), = calls
+    assert args[1:4] == ("vaco", "final_eval_return", 300)  # reps: the run's bootstrap_reps
+    ax = [a for a in drawn[0].axes if a.get_visible()]
+    assert len(ax) == 1 and ax[0].get_title() == "lag depth B = 2"
+    bar, tick = ax[0].get_lines()[:2]
+    assert list(bar.get_xdata()) == [0.125, 0.375] and list(tick.get_xdata()) == [0.25]
+    assert [t.get_text() for t in ax[0].get_yticklabels()] == [figures.method_label("a3po")]

@@ -21,6 +21,11 @@ files carry no version string or date, so the same data give the same bytes.
     plot_staleness          (10) realised staleness: share of samples by age, per lag model and lag depth
     make_all                every figure whose data exists
 
+Figures only draw: the numbers they show come from ``summary.csv`` / ``diagnostics.csv``
+(:mod:`vaco_jax.analysis.tables`) or from the pure functions of :mod:`vaco_jax.analysis.reviewer`
+(probability of improvement, performance profiles, IQM curves, forward-lag cells), called on the
+rows a figure loaded.
+
 Figures are built with ``matplotlib.figure.Figure`` (no pyplot state), so they never pop up and
 never leak; the Agg backend is selected when pyplot has not been imported yet (a notebook that
 already chose its inline backend keeps it).
@@ -44,7 +49,7 @@ import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import EngFormatter, FixedLocator, NullLocator  # noqa: E402
 
-from vaco_jax.analysis import results  # noqa: E402
+from vaco_jax.analysis import results, reviewer  # noqa: E402
 from vaco_jax.analysis.results import load_curves, load_scores, read_csv  # noqa: E402
 from vaco_jax.core.knobs import KNOBS  # noqa: E402
 from vaco_jax.core.presets import METHODS  # noqa: E402
@@ -651,11 +656,40 @@ def plot_tv_vs_lag(run_dir: str, sources=None, figures_dir: str | None = None) -
 
 # ----------------------------------------------------------------------------- (5) forward lag
 
-def _mean_se(vals: Sequence[float]) -> tuple[float, float]:
-    a = np.asarray(vals, float)
-    if not len(a):
-        return float("nan"), float("nan")
-    return float(a.mean()), (float(a.std(ddof=1) / np.sqrt(len(a))) if len(a) > 1 else 0.0)
+_mean_se = reviewer.mean_se
+
+
+def _heat_panel(ax, m: str, lag: int, epochs: Sequence[int], minibatches: Sequence[int], cell, n_div, n_miss,
+                vmin: float, vmax: float):
+    """One heat map of the forward-lag figure (method ``m`` at lag depth ``lag``): the mean score per
+    (E, M) with its run count and excluded runs written in; returns the image."""
+    grid = np.full((len(epochs), len(minibatches)), np.nan)
+    for ei, e in enumerate(epochs):
+        for ji, mb in enumerate(minibatches):
+            key = (m, lag, e, mb)
+            mean, _ = _mean_se(cell[key])
+            grid[ei, ji] = mean
+            if not (cell[key] or n_div[key] or n_miss[key]):
+                continue
+            text = (f"{mean:.4g}\nn={len(cell[key])}" if cell[key] else
+                    "all\ndiverged" if not n_miss[key] else "no score" if not n_div[key]
+                    else "diverged /\nno score")
+            if n_div[key] and cell[key]:
+                text += f", {n_div[key]} div."
+            if n_miss[key] and cell[key]:
+                text += f", {n_miss[key]} no score"
+            ax.text(ji, ei, text, ha="center", va="center", fontsize=7,
+                    color="white" if np.isfinite(mean) and
+                    (mean - vmin) < 0.5 * (vmax - vmin + 1e-12) else "black")
+    image = ax.imshow(np.ma.masked_invalid(grid), origin="lower", aspect="auto", cmap="viridis",
+                      vmin=vmin, vmax=vmax)
+    ax.set_facecolor("0.85")
+    ax.set_xticks(range(len(minibatches)), [str(v) for v in minibatches])
+    ax.set_yticks(range(len(epochs)), [str(v) for v in epochs])
+    ax.set_xlabel("minibatches per epoch M")
+    ax.set_ylabel("epochs per phase E")
+    ax.set_title(f"{method_label(m)}, lag depth B = {lag}", fontsize=9)
+    return image
 
 
 def plot_forward_lag(run_dir: str, score: str = "final_eval_return", sources=None,
@@ -675,16 +709,7 @@ def plot_forward_lag(run_dir: str, score: str = "final_eval_return", sources=Non
         lags = sorted({int(r["lag_depth"]) for r in trows})
         epochs = sorted({int(r["num_epochs"]) for r in trows})
         minibatches = sorted({int(r["num_minibatches"]) for r in trows})
-        cell = defaultdict(list)
-        n_div, n_miss = defaultdict(int), defaultdict(int)
-        for r in trows:
-            key = (r["method"], int(r["lag_depth"]), int(r["num_epochs"]), int(r["num_minibatches"]))
-            if _is_diverged(r.get("diverged")):
-                n_div[key] += 1
-            elif not _finite(r.get(score)):
-                n_miss[key] += 1
-            else:
-                cell[key].append(float(r[score]))
+        cell, n_div, n_miss = reviewer.forward_lag_cells(trows, score)
         heat = len(epochs) > 1 and len(minibatches) > 1
         unit = f"{SCORE_LABELS.get(score, score)} (episode return)"
         if heat:
@@ -694,32 +719,7 @@ def plot_forward_lag(run_dir: str, score: str = "final_eval_return", sources=Non
             image = None
             for li, lag in enumerate(lags):
                 for mi, m in enumerate(methods):
-                    ax = axes[li][mi]
-                    grid = np.full((len(epochs), len(minibatches)), np.nan)
-                    for ei, e in enumerate(epochs):
-                        for ji, mb in enumerate(minibatches):
-                            key = (m, lag, e, mb)
-                            mean, _ = _mean_se(cell[key])
-                            grid[ei, ji] = mean
-                            if cell[key] or n_div[key] or n_miss[key]:
-                                text = (f"{mean:.4g}\nn={len(cell[key])}" if cell[key] else
-                                        "all\ndiverged" if not n_miss[key] else "no score" if not n_div[key]
-                                        else "diverged /\nno score")
-                                if n_div[key] and cell[key]:
-                                    text += f", {n_div[key]} div."
-                                if n_miss[key] and cell[key]:
-                                    text += f", {n_miss[key]} no score"
-                                ax.text(ji, ei, text, ha="center", va="center", fontsize=7,
-                                        color="white" if np.isfinite(mean) and
-                                        (mean - vmin) < 0.5 * (vmax - vmin + 1e-12) else "black")
-                    image = ax.imshow(np.ma.masked_invalid(grid), origin="lower", aspect="auto", cmap="viridis",
-                                      vmin=vmin, vmax=vmax)
-                    ax.set_facecolor("0.85")
-                    ax.set_xticks(range(len(minibatches)), [str(v) for v in minibatches])
-                    ax.set_yticks(range(len(epochs)), [str(v) for v in epochs])
-                    ax.set_xlabel("minibatches per epoch M")
-                    ax.set_ylabel("epochs per phase E")
-                    ax.set_title(f"{method_label(m)}, lag depth B = {lag}", fontsize=9)
+                    image = _heat_panel(axes[li][mi], m, lag, epochs, minibatches, cell, n_div, n_miss, vmin, vmax)
             if image is not None:
                 fig.colorbar(image, ax=axes, label=f"mean {unit}", shrink=0.8)
             cap = ["Cells: mean over non-diverged seeds with a score (n runs; 'div.' = diverged runs, 'no score' = "
@@ -792,45 +792,22 @@ def _reps(run_dir, sources) -> int:
     return bootstrap_reps([run_dir] + list(sources or [])) or 2000
 
 
-def _normalised_cells(data, score: str):
-    """``(rows, tasks, lags, methods, transform, unit)``: ``transform(kept)`` maps a cell's kept runs to
-    scores normalised to synchronous PPO-Clip, or leaves them raw with one task and no reference."""
-    from vaco_jax.analysis import tables
-    from vaco_jax.analysis import stats
-    rows = _score_rows(data)
-    tasks = sorted({r["env"] for r in rows})
-    refs = tables.reference_scores(rows, tasks, score, results.load_random_scores(data))
-    if refs is not None:
-        return rows, tasks, (lambda m: stats.normalize_scores(m, *refs)), "normalised score (1 = sync PPO-Clip)"
-    if len(tasks) == 1:
-        return rows, tasks, (lambda m: m), f"{SCORE_SHORT.get(score, score)} (raw: no reference)"
-    raise NoData("several tasks and no reference (random_scores.json or ppo_clip at B = 1): cannot pool them")
-
-
 def plot_interval_estimates(run_dir: str, score: str = "final_eval_return", normalization: str | None = None,
                             sources=None, figures_dir: str | None = None) -> list[str]:
     """Median / IQM / mean / optimality gap with 95% CIs per method, one row of panels per lag depth."""
-    rows = [r for r in read_summary(run_dir) if r["score"] == score and _finite(r.get("point"))]
-    norms = {r["normalization"] for r in rows}
-    normalization = normalization or ("normalized" if "normalized" in norms else "raw")
-    rows = [r for r in rows if r["normalization"] == normalization]
-    if not rows:
-        raise NoData(f"summary.csv has no {normalization!r} points for {score!r}")
-    n_tasks = max(int(r["n_tasks"]) for r in rows)
-    aggs = [a for a in ("median", "iqm", "mean", "optimality_gap") if any(r["aggregate"] == a for r in rows)]
-    if n_tasks == 1 and "median" in aggs:
-        aggs.remove("median")  # the median of one per-task mean is that mean
-    lags = sorted({int(r["lag_depth"]) for r in rows})
-    methods = sort_methods({r["method"] for r in rows})
+    est = reviewer.interval_estimates(read_summary(run_dir), score, normalization, order=sort_methods)
+    if not est.points:
+        raise NoData(f"summary.csv has no {est.normalization!r} points for {score!r}")
+    normalization, n_tasks, aggs = est.normalization, est.n_tasks, est.aggregates
+    lags, methods = est.lags, est.methods
     fig, axes = _narrow_figure(len(lags), len(aggs), 0.28 * len(methods) + 0.7, sharey=True)
     for li, lag in enumerate(lags):
         for ai, agg in enumerate(aggs):
             ax = axes[li][ai]
             for i, m in enumerate(methods):
-                pt = [r for r in rows if (r["method"], int(r["lag_depth"]), r["aggregate"]) == (m, lag, agg)]
-                if pt:
+                if (m, lag, agg) in est.points:
                     colour, _ = method_style(m, i)
-                    p, lo, hi = (float(pt[0][k]) for k in ("point", "low", "high"))
+                    p, lo, hi = est.points[(m, lag, agg)]
                     ax.plot([lo, hi], [i, i], color=colour, lw=5, alpha=0.45, solid_capstyle="butt")
                     ax.plot([p], [i], "|", color="k", ms=9)
             ax.set_yticks(range(len(methods)), [method_label(m) for m in methods], fontsize=7)
@@ -856,25 +833,13 @@ def plot_interval_estimates(run_dir: str, score: str = "final_eval_return", norm
 def plot_probability_of_improvement(run_dir: str, score: str = "final_eval_return", method: str = "vaco",
                                     sources=None, figures_dir: str | None = None) -> list[str]:
     """P(``method`` > each other method) with 95% CIs, one panel per lag depth."""
-    from vaco_jax.analysis import tables
-    from vaco_jax.analysis import stats
     rows = _score_rows(_data(run_dir, sources))
     tasks = sorted({r["env"] for r in rows})
-    lags = sorted({int(r["lag_depth"]) for r in rows if r["method"] == method})
-    if not lags:
+    if not any(r["method"] == method for r in rows):
         raise NoData(f"no {method} runs")
     reps = _reps(run_dir, sources)
-    results_by_lag = {}
-    for lag in lags:
-        x = tables.clean_cell(rows, method, lag, tasks, score)[0]
-        others = sort_methods({r["method"] for r in rows if r["method"] != method and int(r["lag_depth"]) == lag})
-        res = []
-        for o in others:
-            y = tables.clean_cell(rows, o, lag, tasks, score)[0]
-            if x.shape[0] and y.shape[0]:
-                res.append((o, *stats.probability_of_improvement_ci(x, y, reps=reps)))
-        if res:
-            results_by_lag[lag] = res
+    results_by_lag = {lag: [(d["method"], d["point"], d["low"], d["high"]) for d in res] for lag, res in
+                      reviewer.probability_of_improvement(rows, method, score, reps, order=sort_methods).items()}
     if not results_by_lag:
         raise NoData(f"no lag depth with both {method} and another method")
     nrows, ncols = _grid(len(results_by_lag))
@@ -906,32 +871,24 @@ def plot_probability_of_improvement(run_dir: str, score: str = "final_eval_retur
 def plot_performance_profiles(run_dir: str, score: str = "final_eval_return", sources=None,
                               figures_dir: str | None = None) -> list[str]:
     """Fraction of runs x tasks with score > tau per method, with 95% CI bands, one panel per lag depth."""
-    from vaco_jax.analysis import tables
-    from vaco_jax.analysis import stats
-    rows, tasks, transform, unit = _normalised_cells(_data(run_dir, sources), score)
-    lags = sorted({int(r["lag_depth"]) for r in rows})
-    methods = sort_methods({r["method"] for r in rows})
-    cells = {}
-    for lag in lags:
-        for m in methods:
-            kept = tables.clean_cell(rows, m, lag, tasks, score)[0]
-            if kept.shape[0]:
-                cells[(m, lag)] = transform(kept)
-    if not cells:
+    data = _data(run_dir, sources)
+    cells = reviewer.normalised_cells(_score_rows(data), score, results.load_random_scores(data), order=sort_methods)
+    if cells is None:
+        raise NoData("several tasks and no reference (random_scores.json or ppo_clip at B = 1): cannot pool them")
+    unit = ("normalised score (1 = sync PPO-Clip)" if cells.normalised
+            else f"{SCORE_SHORT.get(score, score)} (raw: no reference)")
+    if not cells.cells:
         raise NoData(f"no run of {score!r} is left after excluding diverged / no-score runs")
-    values = np.concatenate([v.ravel() for v in cells.values()])
-    lo_v, hi_v = float(values.min()), float(values.max())
-    pad = 0.05 * (hi_v - lo_v or 1.0)
-    taus = np.linspace(lo_v - pad, hi_v + pad, 80)
     reps = _reps(run_dir, sources)
-    lags = [b for b in lags if any(k[1] == b for k in cells)]
+    profiles = reviewer.performance_profiles(cells, reps)
+    taus, lags, methods = profiles.taus, profiles.lags, cells.methods
     nrows, ncols = _grid(len(lags))
     fig, axes = _narrow_figure(nrows, ncols, 2.4, sharey=True)
     for ax, lag in zip(np.ravel(axes), lags):
         for i, m in enumerate(methods):
-            if (m, lag) not in cells:
+            if (m, lag) not in profiles.curves:
                 continue
-            prof, low, high = stats.performance_profile_ci(cells[(m, lag)], taus, reps=reps)
+            prof, low, high = profiles.curves[(m, lag)]
             colour, _ = method_style(m, i)
             ax.plot(taus, prof, color=colour, lw=1.5, label=method_label(m))
             ax.fill_between(taus, low, high, color=colour, alpha=0.18, lw=0)
@@ -949,58 +906,24 @@ def plot_performance_profiles(run_dir: str, score: str = "final_eval_return", so
     return save_figure(fig, run_dir, f"performance_profiles_{score}", figures_dir=figures_dir)
 
 
-def _curve_cells(curves: Sequence[dict]):
-    """{(method, lag, task): {seed-ish cell key: {chunk: row}}} of non-diverged runs."""
-    cells: dict = defaultdict(lambda: defaultdict(dict))
-    for r in curves:
-        key = (r.get("seed"), *(r.get(h) for h in _HPARAMS), r.get("lag_model"))
-        cells[(r["method"], int(r["lag_depth"]), r["env"])][key][int(r["chunk"])] = r
-    for cell in cells.values():
-        for key in [k for k, ch in cell.items() if any(_is_diverged(r.get("diverged")) for r in ch.values())]:
-            del cell[key]
-    return cells
-
-
 def plot_iqm_curves(run_dir: str, sources=None, figures_dir: str | None = None) -> list[str]:
     """Sample efficiency: IQM of the normalised eval return vs env steps with 95% CI bands, per lag depth."""
-    from vaco_jax.analysis import tables
-    from vaco_jax.analysis import stats
     data = _data(run_dir, sources)
     curves = [r for r in load_curves(data) if _finite(r.get("eval_return"))]
     if not curves:
         raise NoData("no curves.csv rows with an eval_return")
     rows = _score_rows(data)
-    tasks = sorted({r["env"] for r in rows})
-    refs = tables.reference_scores(rows, tasks, "final_eval_return", results.load_random_scores(data))
-    if refs is None and len(tasks) > 1:
-        raise NoData("several tasks and no reference: cannot pool eval returns across tasks")
-    cells = _curve_cells(curves)
-    lags = sorted({k[1] for k in cells})
-    methods = sort_methods({k[0] for k in cells})
     reps = _reps(run_dir, sources)
+    iqm = reviewer.iqm_curves(curves, rows, results.load_random_scores(data), reps, order=sort_methods)
+    if iqm is None:
+        raise NoData("several tasks and no reference: cannot pool eval returns across tasks")
+    lags, methods = iqm.lags, iqm.methods
     nrows, ncols = _grid(len(lags))
     fig, axes = _narrow_figure(nrows, ncols, 2.4, sharey=True)
     for ax, lag in zip(np.ravel(axes), lags):
         for i, m in enumerate(methods):
-            per_task = [cells.get((m, lag, t), {}) for t in tasks]
-            if not all(per_task):
-                continue
-            chunks = sorted(set.intersection(*[{c for run in pt.values() for c in run} for pt in per_task]))
-            xs, pts, los, his = [], [], [], []
-            for c in chunks:
-                cols = [np.array([float(run[c]["eval_return"]) for _, run in sorted(pt.items(), key=lambda kv: str(kv[0])) if c in run])
-                        for pt in per_task]
-                n = min(len(v) for v in cols)
-                mat = np.stack([v[:n] for v in cols], axis=1)
-                mat = mat[np.all(np.isfinite(mat), axis=1)]
-                if not mat.shape[0]:
-                    continue
-                if refs is not None:
-                    mat = stats.normalize_scores(mat, *refs)
-                p, lo, hi = stats.stratified_bootstrap_ci(mat, stats.aggregate_iqm, reps=reps)
-                xs.append(np.mean([float(run[c]["env_steps"]) for pt in per_task for run in pt.values() if c in run]))
-                pts.append(p), los.append(lo), his.append(hi)
-            if xs:
+            if (m, lag) in iqm.series:
+                xs, pts, los, his = iqm.series[(m, lag)]
                 colour, marker = method_style(m, i)
                 ax.plot(xs, pts, color=colour, marker=marker, ms=3, lw=1.5, label=method_label(m))
                 ax.fill_between(xs, los, his, color=colour, alpha=0.18, lw=0)
@@ -1009,14 +932,14 @@ def plot_iqm_curves(run_dir: str, sources=None, figures_dir: str | None = None) 
         ax.xaxis.set_major_formatter(EngFormatter(sep=""))
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
-    unit = "normalised eval return" if refs is not None else "eval return (raw: no reference)"
+    unit = "normalised eval return" if iqm.normalised else "eval return (raw: no reference)"
     for row in axes:
         row[0].set_ylabel(f"IQM of {unit}", fontsize=8)
     _panel_grid_legend(axes, len(lags))
     _title(fig, "Sample efficiency: IQM of the evaluation return vs environment steps", fontsize=10)
     _caption(fig, [f"Lines: IQM over runs × tasks at each evaluation; bands: {CI_TEXT} ({reps} replicates). "
                    + ("Normalised per task with the final-score reference (1 = mean final eval return of sync "
-                      "PPO-Clip). " if refs is not None else "")
+                      "PPO-Clip). " if iqm.normalised else "")
                    + "Diverged runs are excluded."])
     return save_figure(fig, run_dir, "iqm_sample_efficiency", figures_dir=figures_dir)
 
@@ -1093,17 +1016,8 @@ def make_all(run_dirs, summarise: bool | None = None, reps: int | None = None, o
     sources = [run_dirs] if isinstance(run_dirs, (str, os.PathLike)) else [str(d) for d in run_dirs]
     run_dir = out or sources[0]
     data = sources[0] if sources == [run_dir] else sources
-    have_summary = os.path.exists(os.path.join(run_dir, "summary.csv"))
-    summary_ok = True
-    if summarise or (summarise is None and not have_summary):
-        try:
-            tables.summarise(data, reps=reps or bootstrap_reps(sources) or 2000, out=run_dir)
-        except FileNotFoundError as e:
-            print(f"[plots] no summary: {e}")
-        except ValueError as e:  # e.g. a non-finite reference score: draw what does not need the summary
-            summary_ok = False
-            print(f"[plots] tables.summarise failed ({type(e).__name__}: {e}); "
-                  "skipping the figures drawn from summary.csv / diagnostics.csv")
+    summary_ok = tables.summarise_if_needed(data, run_dir, summarise, reps or bootstrap_reps(sources) or 2000,
+                                            log=lambda line: print(f"[plots] {line}"))
     paths: list[str] = []
     merged = None if data == run_dir else data
 

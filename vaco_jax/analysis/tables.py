@@ -315,6 +315,24 @@ def summarise(run_dirs, reps: int = 2000, seed: int = 0, out: str | None = None)
     return summary, diag_rows
 
 
+def summarise_if_needed(run_dirs, out: str, when: bool | None = None, reps: int = 2000, log=print) -> bool:
+    """:func:`summarise` ``run_dirs`` into ``out`` when ``when`` is True, or when it is None and ``out``
+    has no ``summary.csv`` yet (never when False). Returns False when the data cannot be summarised (a
+    ValueError, e.g. a non-finite reference score: the tables are not to be read), else True (also when
+    nothing has finished yet, which is ``log``ged)."""
+    if not (when or (when is None and not os.path.exists(os.path.join(out, "summary.csv")))):
+        return True
+    try:
+        summarise(run_dirs, reps=reps, out=out)
+    except FileNotFoundError as e:
+        log(f"no summary: {e}")
+    except ValueError as e:  # draw what does not need the summary
+        log(f"tables.summarise failed ({type(e).__name__}: {e}); "
+            "skipping the figures drawn from summary.csv / diagnostics.csv")
+        return False
+    return True
+
+
 def summarise_by(run_dirs, keys: tuple[str, ...], score: str = "final_eval_return", reps: int = 2000,
                  seed: int = 0, filename: str | None = None, out: str | None = None) -> list[dict]:
     """Raw-score IQM and mean with stratified bootstrap CIs for every combination of ``keys``.
