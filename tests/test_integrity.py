@@ -594,3 +594,18 @@ def test_a_finished_group_never_reports_less_or_other_than_it_holds(tmp_path, ca
         runner.run_group(config, cells, d, progress=False)
     shutil.move(str(tmp_path / "p.npz"), os.path.join(d, "policies.npz"))
     _same(runner.run_group(config, cells, d, progress=False), before)
+
+
+def test_a_single_run_is_a_run_directory_every_reader_takes(tmp_path):
+    """vaco-train's output is a one-cell group in its own run directory: the results reader, the
+    policy loader and the renderer's directory lookup find it as they find a study's."""
+    from vaco_jax.driver.policies import load_policy
+    from vaco_jax.driver.render import group_dir
+    from vaco_jax.driver.train import run
+
+    done = run(tiny_config(**CONFIG), seed=1, out=str(tmp_path), progress=False)
+    assert group_dir(done.run_dir, None) == done.group_dir
+    (row,) = results.load_scores(done.run_dir)
+    assert row["seed"] == 1 and row["lag_depth"] == done.scores["lag_depth"]
+    act = load_policy(done.group_dir, 0)
+    assert np.asarray(act(np.zeros(2, np.float32))).shape == (1,)  # point_mass: (x, v) -> a force
