@@ -92,3 +92,8 @@ def test_help_is_grouped_and_every_config_field_has_its_group(monkeypatch, capsy
     assert "presets: cpu: 0 1 2;" in out and "tiny: point_mass" in out
     args = parse_args(load_script("lag_sweep").Args, ["--lag-depths", "1", "2", "--gamma", "0.9", "--no-progress"])
     assert args.lag_depths == (1, 2) and args.gamma == 0.9 and args.progress is False
+    # a tri-state boolean (None: the preset's) is a pair of flags, not {None,True,False}
+    assert "--anneal-lr {True,False}" in out and "(--anneal-lr or --no-anneal-lr)" in out
+    lag_sweep = load_script("lag_sweep").Args
+    assert [parse_args(lag_sweep, argv).anneal_lr for argv in ([], ["--anneal-lr"], ["--no-anneal-lr"],
+                                                               ["--anneal-lr", "False"])] == [None, True, False, False]

@@ -323,6 +323,8 @@ def grouped(cls: type) -> type:
         hint = hints[f.name]
         if f.default is None and any(f.name in spec for spec in presets.values()):
             hint = _with_preset_values(cls, f.name, hint, presets)
+        if _tri_state(hint):  # None = the preset's / Config's value; given as --flag or --no-flag (parse_args)
+            hint = _paired(cls, f.name, hint)
         has_help = typing.get_origin(hint) is Annotated and any(
             getattr(m, "help", None) for m in typing.get_args(hint)[1:])
         if not has_help:  # tyro finds a comment's help only on a class with source: attach it
@@ -383,6 +385,42 @@ def _with_preset_values(cls: type, name: str, hint, presets: dict):
     return Annotated[base, _arg(f"{text} — presets: {values}")]
 
 
+def _tri_state(hint) -> bool:
+    base = typing.get_args(hint)[0] if typing.get_origin(hint) is Annotated else hint
+    return set(typing.get_args(base)) == {bool, type(None)}
+
+
+def _paired(cls: type, name: str, hint):
+    """An ``Optional[bool]`` flag shown as ``--name {True,False}`` with its pair named (``--name`` alone
+    and ``--no-name`` are translated by ``paired_tokens``); left out, it is None."""
+    from tyro import _docstrings
+
+    text = next((m.help for m in typing.get_args(hint)[1:] if getattr(m, "help", None)), None) \
+        if typing.get_origin(hint) is Annotated else None
+    text = text or _docstrings.get_field_docstring(cls, name, ()) or ""
+    flag = name.replace("_", "-")
+    base = typing.get_args(hint)[0] if typing.get_origin(hint) is Annotated else hint
+    import tyro
+
+    return Annotated[base, tyro.conf.arg(metavar="{True,False}", help=f"{text} (--{flag} or --no-{flag})")]
+
+
+def paired_tokens(cls: type, argv: list[str]) -> list[str]:
+    """``--name`` (without a value) -> ``--name True`` and ``--no-name`` -> ``--name False`` for the
+    tri-state booleans of ``cls``; every other token unchanged."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    flags = {"--" + f.name.replace("_", "-") for f in dataclasses.fields(cls) if _tri_state(hints[f.name])}
+    out = []
+    for i, tok in enumerate(argv):
+        if tok.startswith("--no-") and "--" + tok[5:] in flags:
+            out += ["--" + tok[5:], "False"]
+        elif tok in flags and (i + 1 >= len(argv) or argv[i + 1] not in ("True", "False", "true", "false")):
+            out += [tok, "True"]
+        else:
+            out.append(tok)
+    return out
+
+
 def flatten(parsed, cls: type):
     """A ``grouped(cls)`` instance back as a ``cls``."""
     values = {}
@@ -396,7 +434,7 @@ def flatten(parsed, cls: type):
 def _cli(cls: type, args: list[str]):
     import tyro
 
-    return flatten(tyro.cli(grouped(cls), args=args, config=(tyro.conf.OmitArgPrefixes,)), cls)
+    return flatten(tyro.cli(grouped(cls), args=paired_tokens(cls, args), config=(tyro.conf.OmitArgPrefixes,)), cls)
 
 
 def parse_args(cls: type, argv: list[str] | None = None):
