@@ -35,12 +35,12 @@ def _kernel_dir(tmp_path) -> str:
     return str(root)
 
 
-def test_notebook_is_clean():
+def test_notebook_is_valid_and_reads_its_run_from_the_environment():
     nbformat = pytest.importorskip("nbformat")
     nb = nbformat.read(NOTEBOOK, as_version=4)
     nbformat.validate(nb)
     code = [c for c in nb.cells if c.cell_type == "code"]
-    assert code and all(not c.outputs and c.execution_count is None for c in code), "clear the outputs"
+    assert code  # saved with its outputs (test_the_committed_notebook_holds_its_outputs)
     assert any(c.cell_type == "markdown" for c in nb.cells)
     first = code[0].source
     assert 'os.environ.get("VACO_JAX_RUN_DIR", "runs/lag_sweep_cpu")' in first
