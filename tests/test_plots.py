@@ -1,4 +1,4 @@
-"""Figures from synthetic run directories in the exact on-disk formats of sweep.run_group and
+"""Figures from synthetic run directories in the exact on-disk formats of runner.run_group and
 tables.summarise (fast: no training, no compilation)."""
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def _diagnostics(method: str, lag: int, rng) -> dict:
 
 
 def _write_group(group_dir: str, task: str, method: str, lags, seeds, tags: dict, rng, quality: float) -> None:
-    """curves.csv + scores.csv of one group, computed the way sweep.run_group computes them."""
+    """curves.csv + scores.csv of one group, computed the way runner.run_group computes them."""
     os.makedirs(group_dir, exist_ok=True)
     curve_rows, score_rows = [], []
     for lag in lags:
