@@ -314,7 +314,6 @@ def grouped(cls: type) -> type:
     flags in groups; ``flatten`` turns what tyro parses back into a ``cls``. Flag names, defaults,
     help texts and positionals are unchanged."""
     import tyro
-    from tyro import _docstrings
 
     hints = typing.get_type_hints(cls, include_extras=True)
     presets = _presets_of(cls)
@@ -325,10 +324,8 @@ def grouped(cls: type) -> type:
             hint = _with_preset_values(cls, f.name, hint, presets)
         if _tri_state(hint):  # None = the preset's / Config's value; given as --flag or --no-flag (parse_args)
             hint = _paired(cls, f.name, hint)
-        has_help = typing.get_origin(hint) is Annotated and any(
-            getattr(m, "help", None) for m in typing.get_args(hint)[1:])
-        if not has_help:  # tyro finds a comment's help only on a class with source: attach it
-            text = _docstrings.get_field_docstring(cls, f.name, ())
+        if _attached_help(hint) is None:  # tyro finds a comment's help only on a class with source: attach it
+            text = _field_help(cls, f.name, hint)
             if text:
                 hint = Annotated[hint, _arg(text)]
         kept = {"default": f.default} if f.default is not dataclasses.MISSING else (
@@ -373,36 +370,43 @@ def _show(value) -> str:
     return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
 
 
-def _with_preset_values(cls: type, name: str, hint, presets: dict):
-    """``hint`` with its help followed by what each preset sets (a flag left out takes the preset's)."""
+def _base(hint):
+    """The type under an ``Annotated`` hint (the hint itself otherwise)."""
+    return typing.get_args(hint)[0] if typing.get_origin(hint) is Annotated else hint
+
+
+def _attached_help(hint) -> str | None:
+    """The help text a ``tyro.conf.arg`` in an ``Annotated`` hint carries, if any."""
+    if typing.get_origin(hint) is not Annotated:
+        return None
+    return next((m.help for m in typing.get_args(hint)[1:] if getattr(m, "help", None)), None)
+
+
+def _field_help(cls: type, name: str, hint) -> str:
+    """A field's help: the text attached to its hint, else the comment beside it in ``cls``'s source."""
     from tyro import _docstrings
 
-    text = next((m.help for m in typing.get_args(hint)[1:] if getattr(m, "help", None)), None) \
-        if typing.get_origin(hint) is Annotated else None
-    text = text or _docstrings.get_field_docstring(cls, name, ()) or ""
+    return _attached_help(hint) or _docstrings.get_field_docstring(cls, name, ()) or ""
+
+
+def _with_preset_values(cls: type, name: str, hint, presets: dict):
+    """``hint`` with its help followed by what each preset sets (a flag left out takes the preset's)."""
     values = "; ".join(f"{p}: {_show(spec[name])}" for p, spec in presets.items() if name in spec)
-    base = typing.get_args(hint)[0] if typing.get_origin(hint) is Annotated else hint
-    return Annotated[base, _arg(f"{text} — presets: {values}")]
+    return Annotated[_base(hint), _arg(f"{_field_help(cls, name, hint)} — presets: {values}")]
 
 
 def _tri_state(hint) -> bool:
-    base = typing.get_args(hint)[0] if typing.get_origin(hint) is Annotated else hint
-    return set(typing.get_args(base)) == {bool, type(None)}
+    return set(typing.get_args(_base(hint))) == {bool, type(None)}
 
 
 def _paired(cls: type, name: str, hint):
     """An ``Optional[bool]`` flag shown as ``--name {True,False}`` with its pair named (``--name`` alone
     and ``--no-name`` are translated by ``paired_tokens``); left out, it is None."""
-    from tyro import _docstrings
-
-    text = next((m.help for m in typing.get_args(hint)[1:] if getattr(m, "help", None)), None) \
-        if typing.get_origin(hint) is Annotated else None
-    text = text or _docstrings.get_field_docstring(cls, name, ()) or ""
-    flag = name.replace("_", "-")
-    base = typing.get_args(hint)[0] if typing.get_origin(hint) is Annotated else hint
     import tyro
 
-    return Annotated[base, tyro.conf.arg(metavar="{True,False}", help=f"{text} (--{flag} or --no-{flag})")]
+    flag = name.replace("_", "-")
+    return Annotated[_base(hint), tyro.conf.arg(metavar="{True,False}",
+                                                help=f"{_field_help(cls, name, hint)} (--{flag} or --no-{flag})")]
 
 
 def paired_tokens(cls: type, argv: list[str]) -> list[str]:
