@@ -33,20 +33,11 @@ TINY = dict(env="point_mass", num_envs=8, unroll_length=16, total_env_steps=8 * 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def load_script(name: str, fresh: bool = False):
-    """``experiments/<name>.py`` as a module (scripts are files, not a package). It is registered in
-    ``sys.modules`` before it runs, since dataclasses look their module up while defining ``Args``;
-    one instance is shared across the tests unless ``fresh`` asks for a new one."""
-    import importlib.util
-    import sys
+def study_module(name: str):
+    """``vaco_jax.studies.<name>``: the study behind ``experiments/<name>.py``."""
+    import importlib
 
-    key = f"_experiments_{name}"
-    if fresh or key not in sys.modules:
-        spec = importlib.util.spec_from_file_location(key, os.path.join(ROOT, "experiments", f"{name}.py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[key] = module
-        spec.loader.exec_module(module)
-    return sys.modules[key]
+    return importlib.import_module(f"vaco_jax.studies.{name}")
 
 
 def tiny_config(**overrides):
@@ -79,6 +70,7 @@ SLOW_TESTS = {
         "test_mjx_loads_and_steps_the_same_definition",
         "test_training_resumed_from_a_checkpoint_equals_uninterrupted"
     },
+    "test_install.py": {"test_pip_install_puts_the_studies_and_commands_in_place_and_runs_the_tiny_preset"},
     "test_integrity.py": {
         "test_a_full_disk_is_one_line_leaves_no_temporary_file_and_the_rerun_is_identical",
         "test_a_group_stopped_on_one_device_count_resumes_on_another",
