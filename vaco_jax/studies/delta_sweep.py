@@ -20,7 +20,7 @@ from typing import Literal
 from vaco_jax.analysis import tables
 
 from vaco_jax.driver import grid, study
-from vaco_jax.driver.cli import config_flags, with_config_flags
+from vaco_jax.driver.cli import study_settings, with_config_flags
 from vaco_jax.core.config import Config, ConfigError
 
 # variant name -> Config overrides
@@ -85,7 +85,7 @@ def main(args: Args) -> str:
     cells = tuple(grid.grid(spec["lag_depths"], spec["seeds"], tv_budget=list(spec["deltas"])))
     groups = grid.apply_sweep([grid.Group(config, cells, os.path.join(spec["task"], variant), variant,
                                             (("variant", variant),)) for variant, config in configs.items()],
-                               grid.parse_sweep(args.sweep), config_flags(args, StudyArgs, exclude=PER_GROUP))
+                               *study_settings(args, StudyArgs, exclude=PER_GROUP))
     if not study.run_study(out, groups, args, spec):
         return out
     table = tables.summarise_by(out, ("variant", "tv_budget", "lag_depth"), filename="delta_sweep.csv")

@@ -20,7 +20,7 @@ from typing import Literal
 from vaco_jax.analysis import tables
 
 from vaco_jax.driver import grid, study
-from vaco_jax.driver.cli import config_flags, with_config_flags
+from vaco_jax.driver.cli import study_settings, with_config_flags
 from vaco_jax.core.config import Config
 
 PRESETS = {
@@ -83,7 +83,7 @@ def main(args: Args) -> str:
     groups = grid.apply_sweep(
         [grid.Group(config, cells, os.path.join(spec["task"], method, f"e{e}_m{m}"), f"{method} E={e} M={m}",
                      (("num_epochs", e), ("num_minibatches", m))) for (method, e, m), config in configs.items()],
-        grid.parse_sweep(args.sweep), config_flags(args, StudyArgs, exclude=PER_GROUP))
+        *study_settings(args, StudyArgs, exclude=PER_GROUP))
     if not study.run_study(out, groups, args, spec):
         return out
     table = tables.summarise_by(out, ("method", "num_epochs", "num_minibatches"), filename="forward_lag.csv")

@@ -25,7 +25,7 @@ import os
 import time
 from typing import Literal
 
-from vaco_jax.driver.cli import config_flags, with_config_flags
+from vaco_jax.driver.cli import study_settings, with_config_flags
 from vaco_jax.core.config import Config, ConfigError
 from vaco_jax.core.methods import METHODS
 from vaco_jax.core.lag import LAG_MODELS
@@ -99,6 +99,9 @@ def resolve(args: Args) -> dict:
     for m in spec["methods"]:
         if m not in METHODS:
             raise ConfigError(f"methods: {m!r} is not valid; allowed values: {', '.join(METHODS)}")
+    weights = age_weights(args)
+    if weights:  # each cell's lag depth is its weights' last age + 1; the buffer holds the longest
+        spec["lag_depths"] = (max(len(w) for w in weights),)
     for key in ("tasks", "methods", "lag_depths", "seeds"):
         if len(spec[key]) == 0:
             raise ConfigError(f"{key}: at least one value is needed")
@@ -116,12 +119,30 @@ def resolve(args: Args) -> dict:
     return spec
 
 
+def age_weights(args: Args) -> list[tuple] | None:
+    """With a lag model that reads ``age_weights`` (``ages``): every weight vector the cells use (one
+    fixed, or a ``--sweep`` / several ``--age-histogram`` files' axis); None for any other model."""
+    if not LAG_MODELS[args.lag_model].reads_age_weights:
+        return None
+    if args.lag_depths is not None:
+        raise ConfigError(f"lag_depths: with lag_model={args.lag_model!r} a cell's lag depth follows its age "
+                          "weights; leave --lag-depths out")
+    axes, fixed = study_settings(args, StudyArgs, exclude=PER_GROUP)
+    weights = [fixed["age_weights"]] if "age_weights" in fixed else list(axes.get("age_weights", ()))
+    if not weights:
+        raise ConfigError(f"lag_model={args.lag_model!r} needs the ages' weights: --age-histogram FILE ..., "
+                          "--age-weights W0 W1 ... or --sweep age_weights=...")
+    return weights
+
+
 def base_config(args: Args, spec: dict, task: str, method: str) -> Config:
     """The task's own defaults (Config.for_task), then the preset's sizes (None: the task's), then flags."""
     sizes = {k: spec[k] for k in ("total_env_steps", "num_envs", "unroll_length", "num_evals", "eval_episodes",
                                   "buffer_capacity") if spec.get(k) is not None}
+    weights = age_weights(args)
+    ages = {"age_weights": weights[0]} if weights else {}  # a sweep axis replaces it per cell
     return Config.for_task(task, method=method, lag_model=args.lag_model, episode_length=args.episode_length,
-                           **sizes)
+                           **sizes, **ages)
 
 
 def plan(args: Args, spec: dict) -> list:
@@ -131,9 +152,14 @@ def plan(args: Args, spec: dict) -> list:
     configs = grid.with_knobs([base_config(args, spec, t, m) for t, m in keys],
                                dict(learning_rate=args.learning_rate, clip_epsilon=args.clip_epsilon,
                                     tv_budget=args.tv_budget))
-    cells = tuple(grid.grid(spec["lag_depths"], spec["seeds"]))
+    ages = age_weights(args) is not None
+    depths = (configs[0].effective_lag_depth(),) if ages else spec["lag_depths"]  # a sweep axis sets it per cell
+    cells = tuple(grid.grid(depths, spec["seeds"]))
     groups = [grid.Group(c, cells, os.path.join(t, m), f"{t}/{m}") for (t, m), c in zip(keys, configs)]
-    return grid.apply_sweep(groups, grid.parse_sweep(args.sweep), config_flags(args, StudyArgs, exclude=PER_GROUP))
+    axes, fixed = study_settings(args, StudyArgs, exclude=PER_GROUP)
+    if ages:
+        fixed.pop("age_weights", None)  # the configs hold it already
+    return grid.apply_sweep(groups, axes, fixed)
 
 
 def main(args: Args) -> str:

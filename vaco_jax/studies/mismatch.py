@@ -26,7 +26,7 @@ from vaco_jax.analysis import tables
 from vaco_jax.analysis import results
 
 from vaco_jax.driver import grid, study
-from vaco_jax.driver.cli import config_flags, with_config_flags
+from vaco_jax.driver.cli import study_settings, with_config_flags
 from vaco_jax.core.config import Config
 
 PRESETS = {
@@ -91,7 +91,7 @@ def main(args: Args) -> str:
     groups = grid.apply_sweep(
         [grid.Group(config, cells, os.path.join(spec["task"], method, f"{dtype}_{source}"),
                      f"{method} {dtype} {source}", (("actor_dtype", dtype), ("old_logit_source", source)))
-         for (method, dtype, source), config in configs.items()], grid.parse_sweep(args.sweep), config_flags(args, StudyArgs, exclude=PER_GROUP))
+         for (method, dtype, source), config in configs.items()], *study_settings(args, StudyArgs, exclude=PER_GROUP))
     if not study.run_study(out, groups, args, spec):
         return out
     keys = ("method", "actor_dtype", "old_logit_source", "lag_depth")
