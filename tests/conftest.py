@@ -122,6 +122,7 @@ SLOW_TESTS = {
         "test_uniform_lag_gives_every_age_an_equal_share"
     },
     "test_study.py": {"test_tune_then_run_end_to_end_and_a_frozen_choice_never_changes"},
+    "test_sim_vs_real.py": {"test_the_study_end_to_end_on_point_mass"},
     "test_sweep.py": {"test_interrupted_group_resumes_to_the_same_result_and_finished_group_is_skipped"},
     "test_train.py": {"test_B_equal_1_reproduces_synchronous_ppo", "test_ppo_learns_inverted_double_pendulum"},
     "test_user_surrogate.py": {

@@ -14,7 +14,7 @@ import re
 from conftest import study_module
 import pytest
 
-SCRIPTS = ["lag_sweep", "delta_sweep", "mismatch", "forward_lag", "screen", "study"]
+SCRIPTS = ["lag_sweep", "delta_sweep", "mismatch", "forward_lag", "screen", "study", "sim_vs_real"]
 _ROOT = pathlib.Path(__file__).resolve().parent.parent
 # every benchmark with a command line (an ``Args`` class), so a new one cannot be forgotten here
 BENCHMARKS = sorted(p.stem for p in (_ROOT / "benchmarks").glob("*.py") if "class Args" in p.read_text())

@@ -311,3 +311,33 @@ def run_real(config: Config, settings: RealSettings, seed: int = 0, log=None) ->
         curve.append({"update": v, "env_steps": steps, "seconds": secs, "eval_return": ret})
     rows = sorted(record.values(), key=lambda r: (r["queued_s"], r["actor"]))
     return RealRun(rows, curve, ages, seconds, consumed_steps, version, diagnostics)
+
+
+def write_real_run(run_dir: str, run: RealRun, config: Config, settings: RealSettings, seed: int) -> dict:
+    """A real run's directory: ``record.csv`` (a row per batch), ``curve.csv`` (the evaluations),
+    ``age_histogram.csv`` (consumed samples by age: ``--age-histogram`` reads it) and ``score.json``
+    (written last: its presence marks the run finished). Every file is written atomically."""
+    import os
+
+    from vaco_jax.analysis import results
+    from vaco_jax.driver.histogram import write_age_histogram
+
+    os.makedirs(run_dir, exist_ok=True)
+    results.write_table(os.path.join(run_dir, "record.csv"), run.record)
+    results.write_table(os.path.join(run_dir, "curve.csv"), run.curve)
+    last = int(np.max(np.nonzero(run.ages)[0])) + 1 if run.ages.any() else 1
+    write_age_histogram(os.path.join(run_dir, "age_histogram.csv"), run.ages[:last],
+                        comment=f"real actor-learner: {config.env}, {config.method}, {settings.num_actors} actors, "
+                                f"slowdown {list(settings.slowdowns())}, queue {settings.queue_capacity}, "
+                                f"mode {settings.mode}, seed {seed}")
+    evals = np.array([c["eval_return"] for c in run.curve], float)
+    fates = [r["fate"] for r in run.record]
+    score = {"final_eval_return": float(evals[-1]), "auc_eval_return": float(np.mean(evals)),
+             "env_steps": run.env_steps, "seconds": run.seconds, "env_steps_per_second": run.env_steps_per_second,
+             "updates": run.updates, "mean_age": float(np.dot(np.arange(len(run.ages)), run.ages) / run.ages.sum()),
+             "batches": {f: fates.count(f) for f in sorted(set(fates))},
+             "diverged": bool(not np.all(np.isfinite(evals))),
+             "settings": dataclasses.asdict(settings), "seed": seed,
+             "config": {k: v for k, v in dataclasses.asdict(config).items()}}
+    results.write_json(os.path.join(run_dir, "score.json"), score)
+    return score

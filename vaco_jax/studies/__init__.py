@@ -16,6 +16,7 @@ COMMANDS = {
     "forward-lag": ("vaco_jax.studies.forward_lag", "epochs x minibatches per phase at a fixed backward lag"),
     "delta-sweep": ("vaco_jax.studies.delta_sweep", "VACO's TV budget x lag depth x seeds"),
     "mismatch": ("vaco_jax.studies.mismatch", "actor precision x old-logit source (training-inference mismatch)"),
+    "sim-vs-real": ("vaco_jax.studies.sim_vs_real", "the simulator against a real asynchronous actor-learner"),
     "locomotion-pilot": ("vaco_jax.studies.locomotion_pilot", "the locomotion study's pilot (run, report)"),
     "rebuild-docs": ("vaco_jax.studies.rebuild_docs", "rebuild the docs made from results/ (in the current directory)"),
 }
