@@ -206,6 +206,7 @@ def report_rows(out: str, spec: dict, reps: int = 2000) -> list[dict]:
                     verdict = ("predicts" if -MARGIN <= lo and hi <= MARGIN else
                                "differs" if lo > MARGIN or hi < -MARGIN else "inconclusive")
                     rows.append({"configuration": c["name"], "method": method, "variant": variant, "score": score,
+                                 "margin": MARGIN,
                                  "real_mean": float(np.mean([r[score] for r in real_runs])),
                                  "sim_mean": float(np.mean([r[score] for r in mine])) if mine else float("nan"),
                                  "scaled_difference": point, "low": lo, "high": hi, "verdict": verdict,
@@ -228,8 +229,13 @@ def _weights_of(row: dict) -> tuple:
 def report(args: Args, spec: dict) -> list[dict]:
     from vaco_jax.analysis import results
 
+    from vaco_jax.analysis import figures
+
     rows = report_rows(args.out, spec, args.bootstrap_reps)
     results.write_table(os.path.join(args.out, "verdicts.csv"), rows)
+    histograms = {c["name"]: variant_weights(pooled_histogram(args.out, c, spec["methods"][0], spec["seeds"]))
+                  for c in configurations(spec)}
+    paths = [p for score in SCORES for p in figures.plot_sim_vs_real(args.out, rows, histograms, score)]
     print(f"{'configuration':<10} {'method':<9} {'variant':<10} {'score':<18} {'real':>9} {'sim':>9} "
           f"{'(sim-real)/sync':>16} {'90% CI':>17}  verdict")
     for r in rows:
@@ -244,6 +250,7 @@ def report(args: Args, spec: dict) -> list[dict]:
     for c in configurations(spec):
         sps = [r["real_env_steps_per_second"] for r in rows if r["configuration"] == c["name"]]
         print(f"  {c['name']:<8} {np.mean(sps):>10.0f}")
+    print("figures:", *paths, sep="\n  ")
     return rows
 
 
