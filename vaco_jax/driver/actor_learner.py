@@ -321,6 +321,7 @@ def write_real_run(run_dir: str, run: RealRun, config: Config, settings: RealSet
 
     from vaco_jax.analysis import results
     from vaco_jax.driver.histogram import write_age_histogram
+    from vaco_jax.driver.provenance import machine
 
     os.makedirs(run_dir, exist_ok=True)
     results.write_table(os.path.join(run_dir, "record.csv"), run.record)
@@ -337,7 +338,7 @@ def write_real_run(run_dir: str, run: RealRun, config: Config, settings: RealSet
              "updates": run.updates, "mean_age": float(np.dot(np.arange(len(run.ages)), run.ages) / run.ages.sum()),
              "batches": {f: fates.count(f) for f in sorted(set(fates))},
              "diverged": bool(not np.all(np.isfinite(evals))),
-             "settings": dataclasses.asdict(settings), "seed": seed,
+             "settings": dataclasses.asdict(settings), "seed": seed, "machine": machine(),
              "config": {k: v for k, v in dataclasses.asdict(config).items()}}
     results.write_json(os.path.join(run_dir, "score.json"), score)
     return score

@@ -31,7 +31,11 @@ from tyro.conf import Positional
 
 from vaco_jax.core.config import ConfigError
 
-MARGIN = 0.10  # equivalence margin, as a fraction of the method's real lockstep mean
+# Equivalence margin, as a fraction of the method's real lockstep mean. Hopper's seed spread is about
+# 10-12% of the mean (the locomotion pilot: pooled std 270 on a final return of ~2,600): with 10 seeds a
+# side a 90% CI of a difference of means spans about +-0.09, so +-0.15 can be met when the true
+# difference is below ~0.06 and cannot when it is above 0.15.
+MARGIN = 0.15
 CONFIDENCE = 0.90
 CONTROL_SHIFT = 8  # versions the negative control's histogram is moved older
 SCORES = ("auc_eval_return", "final_eval_return")
@@ -40,7 +44,7 @@ VARIANTS = ("histogram", "uniform", "control")
 PRESETS = {
     # Hopper-v4 with its task defaults (16 envs x 128 steps a batch, 10 epochs x 32 minibatches)
     "cpu": dict(task="Hopper-v4", methods=("ppo_clip", "vaco"), actors=(2, 4, 8), slowest=2.0, sync_actors=4,
-                seeds=(0, 1, 2, 3, 4), total_env_steps=300_000, num_evals=10, eval_episodes=8, buffer_capacity=32,
+                seeds=tuple(range(10)), total_env_steps=300_000, num_evals=10, eval_episodes=8, buffer_capacity=32,
                 sizes={}),
     # the tiny pure-JAX task, for tests: seconds
     "tiny": dict(task="point_mass", methods=("ppo_clip", "vaco"), actors=(2, 4), slowest=2.0, sync_actors=2,
@@ -108,13 +112,15 @@ def real(args: Args, spec: dict) -> list[dict]:
     from vaco_jax.driver.actor_learner import RealSettings, run_real, write_real_run
 
     done = []
-    for c in configurations(spec):
-        settings = RealSettings(num_actors=c["num_actors"], slowdown=c["slowdown"], queue_capacity=c["num_actors"],
-                                mode=c["mode"])
-        for method in spec["methods"]:
-            config = base_config(spec, method)
-            settings.check(config)
-            for seed in spec["seeds"]:
+    # seed by seed across every configuration: a study spread over sessions (and machines) then has
+    # whole blocks of seeds, each configuration's runs of a seed made on the same machine
+    for seed in spec["seeds"]:
+        for c in configurations(spec):
+            settings = RealSettings(num_actors=c["num_actors"], slowdown=c["slowdown"],
+                                    queue_capacity=c["num_actors"], mode=c["mode"])
+            for method in spec["methods"]:
+                config = base_config(spec, method)
+                settings.check(config)
                 where = _real_dir(args.out, c, method, seed)
                 if os.path.exists(os.path.join(where, "score.json")):
                     continue
