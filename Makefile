@@ -1,4 +1,5 @@
-# Two commands on a fresh machine (Python 3.11): each installs what is missing, then runs.
+# Two commands on a fresh machine (Python 3.11; PYTHON=python3.12 VENV=.venv312 for 3.12): each installs
+# what is missing, then runs.
 #   make demo   the main job: the lag sweep's CPU preset (scores, statistics, figures in runs/lag_sweep_cpu/)
 #   make test   the test suite (what CI runs)
 #   make test-fast  the unit tests only (no MJX compile, no long training): the loop while editing

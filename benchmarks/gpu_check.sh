@@ -299,7 +299,7 @@ size_slice() {  # prints the arithmetic; writes SLICE_STEPS and SLICE_CHUNKS to 
     "$OUT_DIR/slice_plan.env" <<'EOF'
 import json, math, os, sys
 sys.path.insert(0, os.getcwd())
-from experiments.lag_sweep import PRESETS
+from vaco_jax.studies.lag_sweep import PRESETS
 tp_json, preset, task, methods, lags, seeds, left, reserve, cap, plan = sys.argv[1:]
 p = PRESETS[preset]
 n_groups = len(methods.split())

@@ -33,20 +33,11 @@ TINY = dict(env="point_mass", num_envs=8, unroll_length=16, total_env_steps=8 * 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def load_script(name: str, fresh: bool = False):
-    """``experiments/<name>.py`` as a module (scripts are files, not a package). It is registered in
-    ``sys.modules`` before it runs, since dataclasses look their module up while defining ``Args``;
-    one instance is shared across the tests unless ``fresh`` asks for a new one."""
-    import importlib.util
-    import sys
+def study_module(name: str):
+    """``vaco_jax.studies.<name>``: the study behind ``experiments/<name>.py``."""
+    import importlib
 
-    key = f"_experiments_{name}"
-    if fresh or key not in sys.modules:
-        spec = importlib.util.spec_from_file_location(key, os.path.join(ROOT, "experiments", f"{name}.py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[key] = module
-        spec.loader.exec_module(module)
-    return sys.modules[key]
+    return importlib.import_module(f"vaco_jax.studies.{name}")
 
 
 def tiny_config(**overrides):
@@ -79,6 +70,7 @@ SLOW_TESTS = {
         "test_mjx_loads_and_steps_the_same_definition",
         "test_training_resumed_from_a_checkpoint_equals_uninterrupted"
     },
+    "test_install.py": {"test_pip_install_puts_the_studies_and_commands_in_place_and_runs_the_tiny_preset"},
     "test_integrity.py": {
         "test_a_full_disk_is_one_line_leaves_no_temporary_file_and_the_rerun_is_identical",
         "test_a_group_stopped_on_one_device_count_resumes_on_another",
@@ -130,6 +122,7 @@ SLOW_TESTS = {
         "test_uniform_lag_gives_every_age_an_equal_share"
     },
     "test_study.py": {"test_tune_then_run_end_to_end_and_a_frozen_choice_never_changes"},
+    "test_sim_vs_real.py": {"test_the_study_end_to_end_on_point_mass"},
     "test_sweep.py": {"test_interrupted_group_resumes_to_the_same_result_and_finished_group_is_skipped"},
     "test_train.py": {"test_B_equal_1_reproduces_synchronous_ppo", "test_ppo_learns_inverted_double_pendulum"},
     "test_user_surrogate.py": {

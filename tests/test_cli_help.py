@@ -11,10 +11,10 @@ import io
 import pathlib
 import re
 
-from conftest import load_script
+from conftest import study_module
 import pytest
 
-SCRIPTS = ["lag_sweep", "delta_sweep", "mismatch", "forward_lag", "screen", "study"]
+SCRIPTS = ["lag_sweep", "delta_sweep", "mismatch", "forward_lag", "screen", "study", "sim_vs_real"]
 _ROOT = pathlib.Path(__file__).resolve().parent.parent
 # every benchmark with a command line (an ``Args`` class), so a new one cannot be forgotten here
 BENCHMARKS = sorted(p.stem for p in (_ROOT / "benchmarks").glob("*.py") if "class Args" in p.read_text())
@@ -47,7 +47,7 @@ def option_help(args_class, monkeypatch) -> dict[str, str]:
 
 def _args_class(where: str, name: str):
     if where == "experiments":
-        return load_script(name).Args
+        return study_module(name).Args
     return importlib.import_module(f"benchmarks.{name}").Args
 
 
@@ -67,7 +67,7 @@ def test_every_option_has_its_own_help(where, name, monkeypatch):
 def test_a_script_field_keeps_its_comment_as_help(monkeypatch):
     """The documented case: lag_sweep's own ``--max-chunks`` (a comment in its class) reaches --help,
     beside the Config fields with_config_flags adds."""
-    helps = option_help(load_script("lag_sweep").Args, monkeypatch)
+    helps = option_help(study_module("lag_sweep").Args, monkeypatch)
     assert "stop every group after this many chunks" in helps["--max-chunks"]
     assert helps["--gamma"], "a Config field added by with_config_flags keeps its help"
 
@@ -84,16 +84,16 @@ def test_help_is_grouped_and_every_config_field_has_its_group(monkeypatch, capsy
     assert not [f.name for f in dataclasses.fields(Config) if help_group(f.name, default=None) is None]
     monkeypatch.setenv("COLUMNS", "120")
     with pytest.raises(SystemExit):
-        parse_args(load_script("lag_sweep").Args, ["--help"])
+        parse_args(study_module("lag_sweep").Args, ["--help"])
     out = capsys.readouterr().out
     for g in HELP_GROUPS:
         assert f"{g} options" in out, g
     assert out.index("lag options") < out.index("--lag-depths") < out.index("method options")
     assert "presets: cpu: 0 1 2;" in out and "tiny: point_mass" in out
-    args = parse_args(load_script("lag_sweep").Args, ["--lag-depths", "1", "2", "--gamma", "0.9", "--no-progress"])
+    args = parse_args(study_module("lag_sweep").Args, ["--lag-depths", "1", "2", "--gamma", "0.9", "--no-progress"])
     assert args.lag_depths == (1, 2) and args.gamma == 0.9 and args.progress is False
     # a tri-state boolean (None: the preset's) is a pair of flags, not {None,True,False}
     assert "--anneal-lr {True,False}" in out and "(--anneal-lr or --no-anneal-lr)" in out
-    lag_sweep = load_script("lag_sweep").Args
+    lag_sweep = study_module("lag_sweep").Args
     assert [parse_args(lag_sweep, argv).anneal_lr for argv in ([], ["--anneal-lr"], ["--no-anneal-lr"],
                                                                ["--anneal-lr", "False"])] == [None, True, False, False]

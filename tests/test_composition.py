@@ -16,7 +16,7 @@ import pytest
 
 from conftest import tiny_config
 from vaco_jax.core import pieces as P
-from vaco_jax.core.config import STATIC_FIELDS, TRACED_FIELDS, ConfigError, make_traced, stack_traced
+from vaco_jax.core.config import STATIC_FIELDS, TRACED_FIELDS, Config, ConfigError, make_traced, stack_traced
 from vaco_jax.core.knobs import KNOBS
 from vaco_jax.core.methods import METHODS, compose, make_method
 from vaco_jax.core.proximal import ewma_init
@@ -97,6 +97,20 @@ def test_static_and_traced_fields_are_defined_once_and_disjoint():
         assert name in TRACED_FIELDS
     for name in ("num_epochs", "num_minibatches", "policy_hidden", "actor_dtype", "buffer_capacity", "method"):
         assert name in STATIC_FIELDS
+    config_fields = {f.name for f in dataclasses.fields(Config)}
+    assert set(KNOBS) <= config_fields, "every knob has its Config field (the default)"
+
+
+def test_a_common_knob_gets_its_traced_slot_from_the_knob_table():
+    """TracedParams is built from knobs.KNOBS: the lag piece, the method, then each common knob in the
+    table's order (the pytree's leaf order, hence the numbers, follows it); make_traced fills each."""
+    from vaco_jax.core.config import TracedParams
+    from vaco_jax.core.knobs import COMMON_KNOBS
+
+    assert [f.name for f in dataclasses.fields(TracedParams)] == ["lag", "method", *COMMON_KNOBS]
+    traced = make_traced(tiny_config(gamma=0.9, mismatch_strength=0.5), lag_depth=2)
+    assert float(traced.gamma) == pytest.approx(0.9) and float(traced.mismatch_strength) == 0.5
+    assert int(traced.lag_depth) == 2
 
 
 @pytest.mark.parametrize("field, value", [("learning_rate", float("nan")), ("learning_rate", 1e40),

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import load_script
+from conftest import study_module
 from vaco_jax.analysis import results
 from vaco_jax.driver.cli import parse_args
 
@@ -17,7 +17,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_a_yaml_or_json_subset_sets_flags_and_the_command_line_wins(tmp_path):
-    lag_sweep = load_script("lag_sweep")
+    lag_sweep = study_module("lag_sweep")
     (tmp_path / "c.yaml").write_text("preset: tiny\nseeds: [3, 4]\nlearning_rate: 0.001\nnormalize_rewards: false\n")
     args = parse_args(lag_sweep.Args, ["--config", str(tmp_path / "c.yaml")])
     assert (args.preset, args.seeds, args.learning_rate, args.normalize_rewards) == ("tiny", (3, 4), 0.001, False)
@@ -25,7 +25,7 @@ def test_a_yaml_or_json_subset_sets_flags_and_the_command_line_wins(tmp_path):
     assert args.seeds == (9,) and args.learning_rate == 0.01  # given on the command line: they win
     (tmp_path / "c.json").write_text(json.dumps({"preset": "tiny", "lag_depths": [1, 2]}))
     assert parse_args(lag_sweep.Args, ["--config", str(tmp_path / "c.json")]).lag_depths == (1, 2)
-    study = load_script("study")
+    study = study_module("study")
     (tmp_path / "s.yaml").write_text("tasks: [inverted_pendulum]\n")
     args = parse_args(study.Args, ["tune", "--config", str(tmp_path / "s.yaml")])
     assert args.stage == "tune" and args.tasks == ("inverted_pendulum",)
@@ -47,7 +47,7 @@ def test_a_groups_own_config_json_re_runs_that_group(tmp_path):
     lag sweep given that config.json plans the same group: task, method, cells and every setting."""
     import tyro
 
-    lag_sweep = load_script("lag_sweep")
+    lag_sweep = study_module("lag_sweep")
     args = tyro.cli(lag_sweep.Args, args=["--preset", "tiny", "--seeds", "5", "6", "--learning-rate", "0.002",
                                           "--gamma", "0.97"])
     (group,) = lag_sweep.plan(args, lag_sweep.resolve(args))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from conftest import load_script
+from conftest import study_module
 import numpy as np
 import pytest
 
@@ -22,7 +22,7 @@ END = "<!-- end generated: {} -->\n"
 
 
 def _rebuild_docs():
-    return load_script("rebuild_docs")
+    return study_module("rebuild_docs")
 
 
 def test_committed_docs_are_what_the_committed_results_give(capsys):

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from conftest import load_script
+from conftest import study_module
 import numpy as np
 import pytest
 
@@ -304,7 +304,7 @@ def test_verdicts_on_the_area_under_the_curve_when_the_final_return_saturates(tm
     with pytest.raises(ValueError, match="score='eval_return'.*final_eval_return, auc_eval_return"):
         claims.evaluate_study(study, score="eval_return")
     out = str(tmp_path / "claims_auc.csv")
-    script = load_script("claims")
+    script = study_module("claims")
     script.main(["--study", study, "--score", "auc_eval_return", "--bootstrap-reps", "200", "--out", out])
     assert {r["claim"]: r["verdict"] for r in read_csv(out)}["1b"] == "holds"
     with pytest.raises(SystemExit):

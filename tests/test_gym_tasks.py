@@ -283,7 +283,7 @@ def test_mujocos_batch_and_our_thread_pool_step_alike(monkeypatch):
 
 
 def test_task_defaults_fill_only_the_settings_left_unset(monkeypatch):
-    from conftest import load_script
+    from conftest import study_module
     from vaco_jax.core import config as config_mod
     from vaco_jax.core.config import Config
     from vaco_jax.driver.train import train_args_class, with_task_defaults
@@ -299,7 +299,7 @@ def test_task_defaults_fill_only_the_settings_left_unset(monkeypatch):
     assert (config.num_envs, config.unroll_length) == (32, 128)
     assert with_task_defaults(config_from_args(args), False).unroll_length == Config().unroll_length
     # the lag sweep: the task's defaults, then the preset's sizes (None: the task's), then flags
-    lag_sweep = load_script("lag_sweep")
+    lag_sweep = study_module("lag_sweep")
     args = lag_sweep.Args(preset="tiny", tasks=("Hopper-v4",))
     spec = {**lag_sweep.resolve(args), "num_envs": None}
     config = lag_sweep.base_config(args, spec, "Hopper-v4", "ppo_clip")

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import FAST_COMPILE, tiny_config, load_script
+from conftest import FAST_COMPILE, tiny_config, study_module
 from vaco_jax.analysis import results
 from vaco_jax.driver import grid, provenance, runner
 from vaco_jax.core.config import ConfigError
@@ -278,7 +278,7 @@ def test_two_processes_starting_at_once_both_enter_run_json(tmp_path, monkeypatc
 
 
 def _lag_sweep():
-    return load_script("lag_sweep")
+    return study_module("lag_sweep")
 
 
 @pytest.mark.parametrize("flags, match", [

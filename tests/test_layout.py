@@ -1,4 +1,4 @@
-"""The package's layout holds: imports only go downward (driver -> core -> envs -> errors; analysis
+"""The package's layout holds: imports only go downward (studies -> driver -> core -> envs -> errors; analysis
 reads results and knows only the registries of names, which import no jax), and no two modules import
 each other at load time."""
 
@@ -17,6 +17,8 @@ ALLOWED = {
     "core": ("vaco_jax.errors", "vaco_jax.envs", "vaco_jax.core"),
     "analysis": ("vaco_jax.errors", "vaco_jax.analysis", "vaco_jax.core.knobs", "vaco_jax.core.presets"),
     "driver": ("vaco_jax.errors", "vaco_jax.envs", "vaco_jax.core", "vaco_jax.analysis", "vaco_jax.driver"),
+    "studies": ("vaco_jax.errors", "vaco_jax.envs", "vaco_jax.core", "vaco_jax.analysis", "vaco_jax.driver",
+                "vaco_jax.studies"),
 }
 
 
@@ -92,8 +94,35 @@ def test_the_package_command_names_its_commands():
     out = subprocess.run([sys.executable, "-m", "vaco_jax", "trian"], capture_output=True, text=True, timeout=60,
                          cwd=ROOT)
     assert out.returncode == 2
-    assert out.stderr.strip() == ("error: command='trian'; allowed values: train, render "
-                                  "(python -m vaco_jax COMMAND --help)")
+    assert out.stderr.strip() == ("error: command='trian'; allowed values: train, render, lag-sweep, plot, "
+                                  "locomotion, study, claims, screen, forward-lag, delta-sweep, mismatch, "
+                                  "sim-vs-real, locomotion-pilot, rebuild-docs (python -m vaco_jax COMMAND --help)")
+    listing = subprocess.run([sys.executable, "-m", "vaco_jax", "--help"], capture_output=True, text=True,
+                             timeout=60, cwd=ROOT)
+    assert listing.returncode == 0 and "lag-sweep" in listing.stdout and "the main job" in listing.stdout
+
+
+def test_every_command_is_an_installed_script_and_an_experiments_file():
+    """pyproject's scripts, ``python -m vaco_jax``'s commands and experiments/'s files name the same
+    things; each experiments/ file only runs its study (no sys.path edits: the package is installed)."""
+    import importlib
+    import tomllib
+
+    from vaco_jax.__main__ import COMMANDS
+    from vaco_jax.studies import COMMANDS as STUDIES
+
+    scripts = tomllib.load(open(os.path.join(ROOT, "pyproject.toml"), "rb"))["project"]["scripts"]
+    expected = {f"vaco-{name}": f"{module}:cli" for name, (module, _) in COMMANDS.items() if name != "rebuild-docs"}
+    assert scripts == expected
+    for target in scripts.values():
+        module, attr = target.split(":")
+        assert callable(getattr(importlib.import_module(module), attr)), target
+    files = {f[:-3] for f in os.listdir(os.path.join(ROOT, "experiments")) if f.endswith(".py")}
+    assert files == {module.rsplit(".", 1)[1] for module, _ in STUDIES.values()}
+    for name in files:
+        text = open(os.path.join(ROOT, "experiments", f"{name}.py")).read()
+        assert "sys.path" not in text and f"from vaco_jax.studies.{name} import cli" in text, name
+        assert len(text.splitlines()) <= 15, name
 
 
 def test_the_public_names_resolve():

@@ -11,7 +11,7 @@ import struct
 import numpy as np
 import pytest
 
-from conftest import tiny_config, load_script
+from conftest import tiny_config, study_module
 from vaco_jax.analysis import results
 from vaco_jax.driver import grid, runner
 from vaco_jax.driver.live import cell_run_name, tag_for
@@ -103,7 +103,7 @@ def _check_cell(logdir: str, rows: list[dict], counts: np.ndarray, skip) -> int:
 # ----------------------------------------------------------------------------- tests
 
 def _lag_sweep():
-    return load_script("lag_sweep", fresh=True)
+    return study_module("lag_sweep")
 
 
 def test_a_study_with_tensorboard_writes_each_cells_rows_and_histograms(tmp_path):

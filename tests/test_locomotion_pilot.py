@@ -5,12 +5,12 @@ import os
 
 import numpy as np
 
-from conftest import load_script
+from conftest import study_module
 
 
 def test_the_pilots_plan_is_valid_without_compiling():
-    pilot = load_script("locomotion_pilot")
-    lag_sweep = load_script("lag_sweep")
+    pilot = study_module("locomotion_pilot")
+    lag_sweep = study_module("lag_sweep")
     import tyro
 
     args = tyro.cli(lag_sweep.Args, args=pilot.command())
@@ -21,7 +21,7 @@ def test_the_pilots_plan_is_valid_without_compiling():
 
 
 def test_report_gives_lag_effect_and_detectable_difference(tmp_path, monkeypatch):
-    pilot = load_script("locomotion_pilot")
+    pilot = study_module("locomotion_pilot")
     rng = np.random.default_rng(0)
     for method, tvs in (("ppo_clip", [""]), ("vaco", ["0.02", "0.2"])):
         os.makedirs(tmp_path / "Hopper-v4" / method)

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from conftest import load_script
+from conftest import study_module
 from vaco_jax.analysis import results
 from vaco_jax.core.config import ConfigError
 
@@ -46,7 +46,7 @@ def tiny_protocol(path, **change) -> dict:
 
 
 def test_the_committed_protocol_plans_every_unit_without_compiling(capsys):
-    study = load_script("locomotion")
+    study = study_module("locomotion")
     p, digest = study.load_protocol(os.path.join(ROOT, study.PROTOCOL))
     study.check_protocol(p)
     units = study.tuning_units(p) + study.study_units(p, None)
@@ -63,7 +63,7 @@ def test_the_committed_protocol_plans_every_unit_without_compiling(capsys):
 
 
 def test_choose_takes_the_best_mean_and_never_a_point_with_a_diverged_run():
-    study = load_script("locomotion")
+    study = study_module("locomotion")
     rows = [dict(lag_depth=1, clip_epsilon=e, auc_eval_return=s, diverged=d)
             for e, s, d in ((0.1, 5.0, "False"), (0.1, 7.0, "False"), (0.2, 9.0, "False"), (0.2, 1.0, "True"),
                             (0.4, 6.5, "False"), (0.4, 6.0, "False"))]
@@ -82,7 +82,7 @@ def _write_tuning(root, method, sub, rows):
 
 
 def test_an_optimum_at_an_edge_is_extended_once_then_frozen(tmp_path):
-    study = load_script("locomotion")
+    study = study_module("locomotion")
     p = tiny_protocol(tmp_path / "protocol.json")
     runs = str(tmp_path / "tuning")
     row = lambda b, e, s: dict(lag_depth=b, seed=7, clip_epsilon=e, auc_eval_return=s, diverged="False")
@@ -100,7 +100,7 @@ def test_an_optimum_at_an_edge_is_extended_once_then_frozen(tmp_path):
 
 
 def test_bad_protocols_are_one_line_errors(tmp_path):
-    study = load_script("locomotion")
+    study = study_module("locomotion")
     for change, field in (({"methods": ["ppo_clip", "nope"]}, "methods"), ({"tasks": ["Nope-v9"]}, "tasks"),
                           ({"rates_env_steps_per_s": {}}, "rates")):
         p = tiny_protocol(tmp_path / "protocol.json", **change)
@@ -114,7 +114,7 @@ def test_bad_protocols_are_one_line_errors(tmp_path):
 
 
 def test_the_study_end_to_end_on_point_mass(tmp_path, capsys):
-    study = load_script("locomotion")
+    study = study_module("locomotion")
     tiny_protocol(tmp_path / "protocol.json")
     study.main(_args(study, tmp_path, "plan"))
     assert "tune/ppo_clip" in capsys.readouterr().out
@@ -179,7 +179,7 @@ def _protocol_for_report(path):
 
 @pytest.mark.parametrize("effect, want", [(0.4, "holds"), (-0.4, "fails"), (0.0, None)])
 def test_the_report_applies_the_primary_rule_with_holm_and_names_what_has_no_data(tmp_path, effect, want):
-    study = load_script("locomotion")
+    study = study_module("locomotion")
     _study_scores(str(tmp_path), effect)
     p = _protocol_for_report(tmp_path)
     rows = study.verdicts(p, str(tmp_path))

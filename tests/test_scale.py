@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import FAST_COMPILE, tiny_config, load_script
+from conftest import FAST_COMPILE, tiny_config, study_module
 from vaco_jax.analysis import results
 from vaco_jax.driver import devices, grid, memory, runner
 from vaco_jax.core.config import ConfigError, make_traced, stack_traced
@@ -26,7 +26,7 @@ NUMBERS = ("final_eval_return", "auc_eval_return", "train_return_last5pct")
 
 
 def _lag_sweep():
-    return load_script("lag_sweep")
+    return study_module("lag_sweep")
 
 
 TINY_FLAGS = ["--preset", "tiny", "--seeds", "0", "--no-progress", "--no-figures", "--bootstrap-reps", "50",

@@ -3,13 +3,13 @@
 import os
 
 import pytest
-from conftest import load_script
+from conftest import study_module
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _screen():
-    return load_script("screen", fresh=True)
+    return study_module("screen")
 
 
 @pytest.mark.parametrize("b1, half, b16, learnable, sensitive", [
@@ -46,7 +46,7 @@ def test_a_task_without_a_reachable_score_is_refused_before_running():
 
 def test_the_screen_runs_at_the_learning_rate_it_is_given():
     screen = _screen()
-    lag_sweep = load_script("lag_sweep")
+    lag_sweep = study_module("lag_sweep")
     settings = screen.sweep_settings(screen.Args(tasks=("inverted_pendulum",), learning_rate=1e-3))
     assert settings["learning_rate"] == 1e-3 and settings["lag_depths"] == (1, 16)
     lag_sweep.Args(**settings)  # every setting is one the lag sweep takes

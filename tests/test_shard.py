@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import pytest
 
-from conftest import tiny_config, load_script
+from conftest import tiny_config, study_module
 from vaco_jax.analysis import tables
 from vaco_jax.analysis import figures
 from vaco_jax.analysis import results
@@ -21,7 +21,7 @@ SCRIPTS = ("lag_sweep", "delta_sweep", "forward_lag", "mismatch")
 
 
 def _script(name):
-    return load_script(name)
+    return study_module(name)
 
 
 def _groups(n_groups=2, n_cells=6):

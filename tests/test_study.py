@@ -3,7 +3,7 @@ rows and the tiny pure-JAX point_mass task; one end-to-end tune + run on point_m
 
 import os
 
-from conftest import load_script
+from conftest import study_module
 import numpy as np
 import pytest
 
@@ -15,7 +15,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 @pytest.fixture()
 def study(monkeypatch):
-    module = load_script("study", fresh=True)
+    module = study_module("study")
     monkeypatch.setattr(module, "TASKS", {"point_mass": 8 * 16 * 4, "point_mass_b": 8 * 16 * 4})
     monkeypatch.setattr(module, "PAIR_TASKS", ("point_mass",))
     monkeypatch.setattr(module, "COMMON", dict(num_envs=8, unroll_length=16, num_evals=2, eval_episodes=2,

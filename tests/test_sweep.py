@@ -138,15 +138,12 @@ def test_interrupted_group_resumes_to_the_same_result_and_finished_group_is_skip
 
 
 def test_every_setting_is_a_flag_of_every_study_script():
-    import importlib.util
+    import importlib
 
     from vaco_jax.driver.cli import config_flags
 
     for script in ("lag_sweep", "forward_lag", "delta_sweep", "mismatch"):
-        spec = importlib.util.spec_from_file_location(f"_{script}", os.path.join(ROOT, "experiments", f"{script}.py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
+        module = importlib.import_module(f"vaco_jax.studies.{script}")
         flags = {f.name for f in __import__("dataclasses").fields(module.Args)}
         config_fields = {f.name for f in __import__("dataclasses").fields(Config)}
         assert config_fields - set(module.PER_GROUP) <= flags, script
@@ -182,10 +179,10 @@ def test_a_study_without_evaluation_episodes_is_refused_before_anything_is_writt
 
 
 def test_a_raised_buffer_capacity_is_printed_and_its_clash_explained(capsys):
-    from conftest import load_script
+    from conftest import study_module
     import tyro
 
-    lag_sweep = load_script("lag_sweep")
+    lag_sweep = study_module("lag_sweep")
     args = tyro.cli(lag_sweep.Args, args=["--preset", "tiny", "--lag-depths", "1", "4", "8"])
     spec = lag_sweep.resolve(args)
     assert spec["buffer_capacity"] == 8

@@ -319,30 +319,23 @@ def _ages_depth(weights) -> int:
     return int(np.nonzero(w > 0)[0].max()) + 1
 
 
-@struct.dataclass
-class TracedParams:
-    """One cell's traced values: the lag piece, the method's pieces, the common knobs (all leaves).
+def _traced_params_class():
+    """``TracedParams``: one cell's traced values — the lag piece, the method's pieces, then one field
+    per common knob, in ``knobs.KNOBS``' order (so a common knob is declared once, there, and its slot
+    here follows). All fields are pytree leaves; structure (lag model, pieces, structural options) is
+    static, and a ``vmap`` over a stack of these runs a grid in one program (``stack_traced``)."""
 
-    Structure (lag model, pieces, structural options) is static; a ``vmap`` over a stack of these
-    runs a grid in one program (``stack_traced``).
-    """
-
-    lag: Any
-    method: Any
-    learning_rate: Any
-    gamma: Any
-    max_grad_norm: Any
-    adam_eps: Any
-    value_coef: Any
-    entropy_coef: Any
-    init_log_std: Any
-    value_clip_epsilon: Any = None
-    mismatch_strength: Any = 0.0
-
-    @property
     def lag_depth(self):
         """Nominal lag depth B of the lag piece (traced int32)."""
         return self.lag.depth()
+
+    fields = {"lag": Any, "method": Any, **{name: Any for name in COMMON_KNOBS}}
+    namespace = {"__annotations__": fields, "__module__": __name__, "__qualname__": "TracedParams",
+                 "__doc__": _traced_params_class.__doc__, "lag_depth": property(lag_depth)}
+    return struct.dataclass(type("TracedParams", (), namespace))
+
+
+TracedParams = _traced_params_class()
 
 
 def _f32_leaves(tree):

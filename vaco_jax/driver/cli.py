@@ -161,6 +161,9 @@ def with_config_flags(base: type, name: str = "Args", exclude: tuple = ()) -> ty
             hint = args[0] if type(None) in typing.get_args(hint) else hint
         text = _help(f.name, None, piece_note=False) + " (default: the preset's, else Config's)"
         fields.append((f.name, Annotated[Optional[hint], _arg(text)], dataclasses.field(default=None)))
+    if "age_histogram" not in own:
+        fields.append(("age_histogram", Annotated[tuple[str, ...], _arg(AGE_HISTOGRAM_HELP)],
+                       dataclasses.field(default=())))
     cls = dataclasses.make_dataclass(name, fields, bases=(base,))
     cls.__doc__ = base.__doc__
     return cls
@@ -184,6 +187,31 @@ def _own_help(base: type) -> list:
             {"default_factory": f.default_factory} if f.default_factory is not dataclasses.MISSING else {})
         fields.append((f.name, Annotated[hints[f.name], _arg(text)], dataclasses.field(**kept)))
     return fields
+
+
+AGE_HISTOGRAM_HELP = ("lag_model='ages': the ages' weights from a CSV of samples by age (age,count; "
+                      "docs/lag.md), e.g. one a real actor-learner recorded; several files: a cell each")
+
+
+def study_settings(args, base: type, exclude: tuple = ()) -> tuple[dict, dict]:
+    """A study script's sweep axes (``--sweep``) and fixed settings (the Config flags given, with
+    ``--age-histogram`` read into ``age_weights``): ``grid.apply_sweep(groups, *study_settings(...))``."""
+    from vaco_jax.driver.grid import parse_sweep
+    from vaco_jax.driver.histogram import histogram_settings
+
+    fixed = config_flags(args, base, exclude)
+    files = getattr(args, "age_histogram", ())
+    if files and getattr(args, "lag_model", None) not in (None, *_readers_of_age_weights()):
+        raise ConfigError(f"age_histogram: read only by --lag-model {' / '.join(_readers_of_age_weights())} "
+                          f"(--lag-model is {args.lag_model!r})")
+    fixed, axes = histogram_settings(files, fixed, parse_sweep(args.sweep))
+    return axes, fixed
+
+
+def _readers_of_age_weights() -> tuple[str, ...]:
+    from vaco_jax.core.lag import LAG_MODELS
+
+    return tuple(n for n, s in LAG_MODELS.items() if s.reads_age_weights)
 
 
 def config_flags(args, base: type, exclude: tuple = ()) -> dict:
@@ -285,7 +313,8 @@ _GROUP_OF = {
     **dict.fromkeys(("total_env_steps", "num_evals", "eval_episodes", "grid_batch", "seed", "seeds"), "run"),
     **dict.fromkeys(("env", "backend", "episode_length", "num_envs", "normalize_observations", "normalize_rewards",
                      "tasks"), "env"),
-    **dict.fromkeys(("lag_model", "lag_depth", "lag_depths", "age_weights", "buffer_capacity", "envs_per_actor",
+    **dict.fromkeys(("lag_model", "lag_depth", "lag_depths", "age_weights", "age_histogram", "buffer_capacity",
+                     "envs_per_actor",
                      "partial_resync_every", "actor_dtype", "mismatch_strength", "lag_depths_b"), "lag"),
     **dict.fromkeys(("learning_rate", "learning_rates", "anneal_lr", "adam_eps", "max_grad_norm", "grad_clip",
                      "num_epochs", "num_minibatches", "minibatch_shuffle", "unroll_length"), "optimiser"),

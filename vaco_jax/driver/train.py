@@ -34,6 +34,9 @@ TRAIN_EXTRA = [("seed", int, 0, "seed of the run (environment, initialisation, a
                                                 "resumes"),
                ("tensorboard", bool, False, "live metrics: TensorBoard event files in OUT/<name>/tensorboard/ "
                                             "(not part of the run's name)"),
+               ("age_histogram", str | None, None, "lag_model='ages': its weights from a CSV of samples by age "
+                                                   "(age,count; docs/lag.md), e.g. one a real actor-learner "
+                                                   "recorded; instead of --age-weights"),
                ("task_defaults", bool, True, "a Gymnasium locomotion task starts from its own defaults "
                                              "(config.TASK_DEFAULTS) for every setting left at the value shown "
                                              "here; --no-task-defaults keeps these values")]
@@ -124,6 +127,12 @@ def main(args=None) -> int:
     from vaco_jax.driver.cli import config_from_args, parse_args
 
     args = args or parse_args(train_args_class())
+    if getattr(args, "age_histogram", None):
+        from vaco_jax.driver.histogram import histogram_settings
+
+        fixed, _ = histogram_settings((args.age_histogram,), {} if args.age_weights is None else
+                                      {"age_weights": args.age_weights}, {})
+        args = dataclasses.replace(args, age_weights=fixed["age_weights"])
     config = with_task_defaults(config_from_args(args), getattr(args, "task_defaults", False))
     done = run(config, seed=args.seed, out=args.out, progress=args.progress,
                max_chunks=getattr(args, "max_chunks", None), tensorboard=getattr(args, "tensorboard", False),

@@ -1,0 +1,88 @@
+"""The real asynchronous actor–learner (driver/actor_learner.py): a short run's record is consistent —
+every batch an actor produced is in it exactly once, no behaviour version is ahead of the learner's,
+the age histogram is the consumed samples' ages — in both modes, and bad settings are one line."""
+
+import collections
+
+import numpy as np
+import pytest
+
+from conftest import tiny_config
+from vaco_jax.core.config import ConfigError
+from vaco_jax.driver.actor_learner import RealSettings, run_real
+
+SAMPLES = 2 * 16  # envs per actor x unroll length (8 envs over 4 actors)
+
+
+def _config(**kw):
+    return tiny_config(num_envs=8, total_env_steps=8 * 16 * 12, num_evals=3, eval_episodes=2, **kw)
+
+
+def _check_record(run, settings, capacity):
+    rows = run.record
+    keys = [(r["actor"], r["rollout"]) for r in rows]
+    assert len(keys) == len(set(keys)), "a batch recorded twice"
+    by_actor = collections.defaultdict(list)
+    for a, i in keys:
+        by_actor[a].append(i)
+    for a, indices in by_actor.items():  # every batch an actor queued is there: 0, 1, ..., n-1
+        assert sorted(indices) == list(range(len(indices))), (a, sorted(indices))
+    consumed = [r for r in rows if r["fate"] == "consumed"]
+    assert len(consumed) == run.updates * settings.per_update()
+    assert run.env_steps == len(consumed) * SAMPLES
+    for r in consumed:
+        assert 0 <= r["behaviour_version"] <= r["learner_version"] and r["age"] < capacity
+        assert r["age"] == r["learner_version"] - r["behaviour_version"]
+        assert r["started_s"] <= r["queued_s"] <= r["taken_s"]
+    per_update = collections.Counter(r["learner_version"] for r in consumed)
+    assert set(per_update.values()) == {settings.per_update()} and sorted(per_update) == list(range(run.updates))
+    expected = np.bincount([r["age"] for r in consumed], minlength=capacity) * SAMPLES
+    np.testing.assert_array_equal(run.ages, expected)
+    for r in rows:
+        assert r["fate"] in ("consumed", "dropped: older than the buffer", "left in the queue")
+        if r["fate"].startswith("dropped"):
+            assert r["age"] >= capacity
+    # a version is only ever sent after the learner published it: versions an actor used never decrease
+    for a in by_actor:
+        versions = [r["behaviour_version"] for r in sorted(rows, key=lambda r: r["rollout"]) if r["actor"] == a]
+        assert versions == sorted(versions)
+    assert [c["update"] for c in run.curve] == [run.updates // 3 * k for k in (1, 2, 3)] and all(np.isfinite(c["eval_return"]) for c in run.curve)
+
+
+def test_an_asynchronous_run_accounts_for_every_batch_and_its_ages():
+    settings = RealSettings(num_actors=4, slowdown=(1, 1, 2, 3), queue_capacity=2)
+    run = run_real(_config(buffer_capacity=16), settings, seed=0)
+    _check_record(run, settings, 16)
+    assert run.updates == 12 and run.env_steps_per_second > 0
+
+
+def test_a_buffer_of_one_version_drops_every_older_batch_and_counts_it():
+    settings = RealSettings(num_actors=4, slowdown=(1, 1, 1, 4), queue_capacity=4, batches_per_update=2)
+    run = run_real(_config(buffer_capacity=1), settings, seed=1)
+    _check_record(run, settings, 1)
+    assert run.ages[0] == run.env_steps
+    assert any(r["fate"].startswith("dropped") for r in run.record)  # 4 actors, 2 batches an update: always some
+
+
+def test_the_synchronous_mode_takes_one_fresh_batch_from_every_actor():
+    settings = RealSettings(num_actors=4, queue_capacity=1, mode="sync")
+    run = run_real(_config(buffer_capacity=4), settings, seed=2)
+    _check_record(run, settings, 4)
+    assert run.ages[0] == run.env_steps and run.ages[1:].sum() == 0
+    for v in range(run.updates):
+        actors = sorted(r["actor"] for r in run.record if r["fate"] == "consumed" and r["learner_version"] == v)
+        assert actors == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("settings, message", [
+    (RealSettings(num_actors=3), "num_envs=8 must be a multiple of num_actors=3"),
+    (RealSettings(num_actors=0), "num_actors=0 must be a positive integer"),
+    (RealSettings(num_actors=2, slowdown=(1.0,)), "slowdown=(1.0,): one factor >= 1 per actor (2)"),
+    (RealSettings(num_actors=2, slowdown=(1.0, 0.5)), "one factor >= 1 per actor"),
+    (RealSettings(num_actors=2, queue_capacity=0), "queue_capacity=0 must be a positive integer"),
+    (RealSettings(num_actors=2, mode="lockstep"), "mode='lockstep'; allowed values: async, sync"),
+    (RealSettings(num_actors=2, mode="sync", batches_per_update=1), "mode='sync' takes one batch from every actor"),
+])
+def test_bad_settings_are_one_line_before_anything_compiles(settings, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        run_real(_config(), settings)

@@ -1,0 +1,344 @@
+"""A real asynchronous actor–learner on the trainer's own pieces (docs/real_async.md).
+
+The simulator draws each actor's lag from a model; here the lag is whatever the threads produce.
+
+* **Actors** (``num_actors`` threads) each own ``envs_per_actor`` envs (their own env state and key
+  stream). An actor fetches the newest published version and its snapshot (policy + normaliser) from
+  the parameter store, unrolls its envs ``unroll_length`` steps with it (one jitted rollout; every
+  sample records the version), waits ``slowdown - 1`` times the rollout's seconds (an actor
+  ``slowdown`` times slower), and puts the batch on a queue of ``queue_capacity`` batches, blocking
+  while it is full.
+* **The learner** (the calling thread) takes ``batches_per_update`` batches off the queue as they
+  arrive, scales each batch's rewards with the running scaler of its envs, and runs the trainer's
+  own ``learn`` (align once, then E x M minibatch steps) on their concatenation against its policy
+  buffer of the last ``buffer_capacity`` versions; then it updates the observation normaliser and
+  publishes version ``T + 1``. A batch older than the buffer holds is dropped and counted.
+
+``mode='sync'`` runs the same threads in lockstep: each actor waits for a version newer than the one
+it last used, and the learner takes one batch of the current version from every actor — the
+synchronous actor–learner that asynchrony is measured against.
+
+Every produced batch is accounted for exactly once (consumed, dropped as too old, or left in the
+queue at the end) in the record, one row per batch, with its actor, its behaviour version, the
+learner's version when consumed and the wall-clock times. Threads make a real run irreproducible
+bit for bit (arrival order decides the batches); its age histogram is kept, so the simulator's
+counterpart of it is reproducible.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import threading
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vaco_jax.core import lag as lag_lib
+from vaco_jax.core.config import Config, ConfigError, make_traced
+from vaco_jax.core.networks import RewardScalerState, normalizer_update, reward_scaler_init, reward_scaler_update
+from vaco_jax.core.rollout import rollout
+from vaco_jax.core.train import PHASE_STREAM, make_train
+from vaco_jax.envs import reset_batch
+
+ACTOR_STREAM = 0xAC7  # fold_in stream of the run key for the actors' keys
+MODES = ("async", "sync")
+
+
+@dataclasses.dataclass(frozen=True)
+class RealSettings:
+    """How the real system is laid out (the training settings are a ``Config``: ``num_envs`` is every
+    actor's envs together, ``buffer_capacity`` the learner's buffer)."""
+
+    num_actors: int = 4
+    slowdown: tuple[float, ...] = ()  # per actor, >= 1 (an actor this many times slower); () = all 1
+    queue_capacity: int = 4  # batches waiting for the learner; a full queue blocks the actors
+    batches_per_update: int | None = None  # batches per learner update (None: num_actors)
+    mode: str = "async"  # 'async' or 'sync' (lockstep: the synchronous reference)
+
+    def slowdowns(self) -> tuple[float, ...]:
+        return tuple(self.slowdown) if self.slowdown else (1.0,) * self.num_actors
+
+    def per_update(self) -> int:
+        return self.batches_per_update or self.num_actors
+
+    def check(self, config: Config) -> None:
+        if not isinstance(self.num_actors, int) or self.num_actors < 1:
+            raise ConfigError(f"num_actors={self.num_actors!r} must be a positive integer")
+        if config.num_envs % self.num_actors:
+            raise ConfigError(f"num_envs={config.num_envs} must be a multiple of num_actors={self.num_actors} "
+                              "(each actor steps num_envs / num_actors envs)")
+        if len(self.slowdowns()) != self.num_actors or not all(np.isfinite(s) and s >= 1 for s in self.slowdowns()):
+            raise ConfigError(f"slowdown={self.slowdown!r}: one factor >= 1 per actor ({self.num_actors}), "
+                              "or none")
+        if not isinstance(self.queue_capacity, int) or self.queue_capacity < 1:
+            raise ConfigError(f"queue_capacity={self.queue_capacity!r} must be a positive integer")
+        if self.mode not in MODES:
+            raise ConfigError(f"mode={self.mode!r}; allowed values: {', '.join(MODES)}")
+        per = self.per_update()
+        if not isinstance(per, int) or per < 1:
+            raise ConfigError(f"batches_per_update={self.batches_per_update!r} must be a positive integer")
+        if self.mode == "sync" and per != self.num_actors:
+            raise ConfigError(f"batches_per_update={per}: mode='sync' takes one batch from every actor "
+                              f"({self.num_actors})")
+
+
+class ParameterStore:
+    """The newest published version and its snapshot; actors read it, the learner writes it."""
+
+    def __init__(self, version: int, snapshot: Any):
+        self._cond = threading.Condition()
+        self._version, self._snapshot = version, snapshot
+
+    def publish(self, version: int, snapshot: Any) -> None:
+        with self._cond:
+            self._version, self._snapshot = version, snapshot
+            self._cond.notify_all()
+
+    def latest(self) -> tuple[int, Any]:
+        with self._cond:
+            return self._version, self._snapshot
+
+    def newer_than(self, version: int, stop: threading.Event, poll: float = 0.05) -> tuple[int, Any] | None:
+        """Wait for a version above ``version`` (None once ``stop`` is set)."""
+        with self._cond:
+            while self._version <= version:
+                if stop.is_set():
+                    return None
+                self._cond.wait(poll)
+            return self._version, self._snapshot
+
+
+@dataclasses.dataclass
+class Batch:
+    actor: int
+    index: int  # the actor's rollout number
+    version: int  # behaviour version of every sample in it
+    traj: Any  # Transition [U, envs_per_actor, ...]
+    started: float  # wall-clock seconds since the run's start: the rollout began / the batch was queued
+    queued: float
+
+
+@dataclasses.dataclass
+class RealRun:
+    record: list[dict]  # one row per produced batch (consumed, dropped or left)
+    curve: list[dict]  # evaluation points: update, env_steps, seconds, eval_return
+    ages: np.ndarray  # consumed samples by age (learner version - behaviour version)
+    seconds: float  # wall clock of the training (no evaluation)
+    env_steps: int  # consumed samples
+    updates: int
+    diagnostics: list[dict]  # the learner's per-update means (a few keys)
+
+    @property
+    def env_steps_per_second(self) -> float:
+        return self.env_steps / self.seconds if self.seconds > 0 else float("nan")
+
+
+def _learner_config(config: Config) -> Config:
+    """The learner reads samples of any age its buffer holds: a lagged (non-synchronous) update path.
+    Its nominal lag depth (read only by the revised PPO-EWMA's window and the exact recomputation of
+    old log-probs) is the buffer's capacity."""
+    return config.replace(lag_model="uniform", lag_depth=config.buffer_capacity, age_weights=None)
+
+
+def run_real(config: Config, settings: RealSettings, seed: int = 0, log=None) -> RealRun:
+    """Train ``config`` with real actor threads; see the module's docstring. ``config.total_env_steps``
+    consumed samples (whole updates), evaluated at ``config.num_evals`` points like the simulator."""
+    settings.check(config)
+    cfg = _learner_config(config)
+    per_actor = cfg.num_envs // settings.num_actors
+    per_update = settings.per_update()
+    learner_cfg = cfg.replace(num_envs=per_actor * per_update, envs_per_actor=per_actor)
+    trainer = make_train(learner_cfg)
+    traced = make_traced(learner_cfg)
+    batch_steps = per_actor * per_update * cfg.unroll_length
+    updates = max(1, cfg.total_env_steps // batch_steps)
+    eval_every = max(1, updates // max(1, cfg.num_evals))
+    run_key = jax.random.PRNGKey(seed)
+    state = trainer.init(run_key, traced)
+    capacity = cfg.buffer_capacity
+    env = trainer.env
+
+    # ------------------------------------------------------------------ the compiled pieces
+    def act(env_state, snapshot, version, key):
+        one = lag_lib.buffer_init(snapshot, 1)  # unread: a synchronous rollout acts with ``snapshot``
+        return rollout(env=env, policy_apply=trainer.nets.policy_apply, buffer=one, learner_snapshot=snapshot,
+                       env_state=env_state, start_ages=jnp.zeros((1,), jnp.int32), action_key=key,
+                       unroll_length=cfg.unroll_length, lag=lag_lib.Synchronous(), envs_per_actor=per_actor,
+                       actor_dtype=cfg.actor_dtype, normalize_observations=cfg.normalize_observations,
+                       phase=version, mismatch_strength=traced.mismatch_strength)
+
+    def scale(scaler, actor, reward, dones):
+        lo = actor * per_actor
+        part = RewardScalerState(jax.lax.dynamic_slice(scaler.returns, (lo,), (per_actor,)), scaler.stats)
+        part, scaled = reward_scaler_update(part, reward, dones, traced.gamma)
+        return RewardScalerState(jax.lax.dynamic_update_slice(scaler.returns, part.returns, (lo,)), part.stats), scaled
+
+    def learn(learner, normalizer, buffer, trajs, version):
+        traj = jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=1), *trajs)
+        key = jax.random.split(jax.random.fold_in(jax.random.fold_in(run_key, PHASE_STREAM), version))[1]
+        learner, diag = trainer.learn(learner, normalizer, buffer, traj, version, key, traced)
+        if cfg.normalize_observations:  # after the update, as in the simulator (docs/lag.md)
+            normalizer = normalizer_update(normalizer, traj.obs)
+        buffer = lag_lib.buffer_publish(buffer, trainer.snapshot(learner.policy_params, normalizer), version + 1)
+        return learner, normalizer, buffer, diag
+
+    act_jit, scale_jit, learn_jit = jax.jit(act), jax.jit(scale), jax.jit(learn)
+    evaluate_jit = jax.jit(trainer.chunk_evaluation)
+
+    # ------------------------------------------------------------------ threads
+    store = ParameterStore(0, trainer.snapshot(state.learner.policy_params, state.normalizer))
+    batches: queue.Queue = queue.Queue(maxsize=settings.queue_capacity)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    produced: list[Batch] = []
+    produced_lock = threading.Lock()
+    actor_keys = [jax.random.fold_in(jax.random.fold_in(run_key, ACTOR_STREAM), a) for a in range(settings.num_actors)]
+    t0 = time.perf_counter()  # reset when the threads start
+
+    # every actor's envs reset, and everything compiled, before the clock starts
+    reset_jit = jax.jit(lambda key: reset_batch(env, key, per_actor))
+    env_states = [jax.block_until_ready(reset_jit(jax.random.fold_in(k, 0))) for k in actor_keys]
+    _, warm = act_jit(env_states[0], store.latest()[1], 0, actor_keys[0])
+    jax.block_until_ready(scale_jit(reward_scaler_init(cfg.num_envs), 0, warm.reward, warm.termination))
+    jax.block_until_ready(learn_jit(state.learner, state.normalizer, state.buffer, (warm,) * per_update, 0))
+
+    def actor_loop(a: int) -> None:
+        try:
+            key, env_state = actor_keys[a], env_states[a]
+            used, index = -1, 0
+            while not stop.is_set():
+                if settings.mode == "sync":
+                    got = store.newer_than(used, stop)
+                    if got is None:
+                        return
+                    version, snapshot = got
+                else:
+                    version, snapshot = store.latest()
+                start = time.perf_counter()
+                env_state, traj = act_jit(env_state, snapshot, version, jax.random.fold_in(jax.random.fold_in(key, 1), index))
+                jax.block_until_ready(traj.reward)
+                took = time.perf_counter() - start
+                if settings.slowdowns()[a] > 1:
+                    stop.wait(took * (settings.slowdowns()[a] - 1))
+                batch = Batch(a, index, int(version), traj, start - t0, time.perf_counter() - t0)
+                while not stop.is_set():
+                    try:
+                        batches.put(batch, timeout=0.05)
+                        with produced_lock:
+                            produced.append(batch)
+                        break
+                    except queue.Full:
+                        continue
+                used, index = version, index + 1
+        except BaseException as e:  # reported by the learner, which stops the run
+            errors.append(e)
+            stop.set()
+
+    threads = [threading.Thread(target=actor_loop, args=(a,), name=f"actor-{a}", daemon=True)
+               for a in range(settings.num_actors)]
+    record: dict[tuple[int, int], dict] = {}
+    ages = np.zeros((capacity,), np.int64)
+    snapshots_for_eval: list[tuple[int, int, float, Any, Any]] = []
+    diagnostics: list[dict] = []
+    learner, normalizer, buffer, scaler = state.learner, state.normalizer, state.buffer, reward_scaler_init(cfg.num_envs)
+    version, consumed_steps = 0, 0
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    try:
+        while version < updates:
+            taken: list[Batch] = []
+            while len(taken) < per_update:
+                if errors:
+                    raise errors[0]
+                try:
+                    b = batches.get(timeout=0.05)
+                except queue.Empty:
+                    continue
+                age = version - b.version
+                row = {"actor": b.actor, "rollout": b.index, "behaviour_version": b.version, "started_s": b.started,
+                       "queued_s": b.queued, "learner_version": version, "age": age,
+                       "taken_s": time.perf_counter() - t0, "samples": per_actor * cfg.unroll_length}
+                if age < 0:
+                    raise RuntimeError(f"actor {b.actor} sent version {b.version} while the learner is at {version}")
+                if age >= capacity:
+                    record[(b.actor, b.index)] = {**row, "fate": "dropped: older than the buffer"}
+                    continue
+                if settings.mode == "sync" and (age != 0 or any(x.actor == b.actor for x in taken)):
+                    raise RuntimeError(f"sync mode: actor {b.actor} sent version {b.version} at learner version "
+                                       f"{version}")
+                record[(b.actor, b.index)] = {**row, "fate": "consumed"}
+                taken.append(b)
+            trajs = []
+            for b in taken:
+                dones = jnp.maximum(b.traj.termination, b.traj.truncation)
+                traj = b.traj
+                if cfg.normalize_rewards:
+                    scaler, scaled = scale_jit(scaler, b.actor, b.traj.reward, dones)
+                    traj = traj._replace(reward=scaled)
+                trajs.append(traj)
+                ages[version - b.version] += per_actor * cfg.unroll_length
+            learner, normalizer, buffer, diag = learn_jit(learner, normalizer, buffer, tuple(trajs), version)
+            version += 1
+            store.publish(version, trainer.snapshot(learner.policy_params, normalizer))
+            consumed_steps += len(taken) * per_actor * cfg.unroll_length
+            diagnostics.append({k: float(np.mean(v)) for k, v in diag.items() if k in
+                                ("mean_staleness", "tv_behaviour", "tv_learner", "clip_fraction", "policy_loss")})
+            if version % eval_every == 0 or version == updates:
+                snapshots_for_eval.append((version, consumed_steps, time.perf_counter() - t0,
+                                           learner.policy_params, normalizer))
+            if log is not None:
+                log(version, updates, consumed_steps)
+        jax.block_until_ready(learner.policy_params)
+        seconds = time.perf_counter() - t0
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=60)
+    with produced_lock:
+        for b in produced:
+            record.setdefault((b.actor, b.index), {
+                "actor": b.actor, "rollout": b.index, "behaviour_version": b.version, "started_s": b.started,
+                "queued_s": b.queued, "learner_version": None, "age": None, "taken_s": None,
+                "samples": per_actor * cfg.unroll_length, "fate": "left in the queue"})
+    curve = []
+    for v, steps, secs, params, norm in snapshots_for_eval:
+        ret = float(evaluate_jit(run_key, jnp.asarray(v, jnp.int32), params, norm))
+        curve.append({"update": v, "env_steps": steps, "seconds": secs, "eval_return": ret})
+    rows = sorted(record.values(), key=lambda r: (r["queued_s"], r["actor"]))
+    return RealRun(rows, curve, ages, seconds, consumed_steps, version, diagnostics)
+
+
+def write_real_run(run_dir: str, run: RealRun, config: Config, settings: RealSettings, seed: int) -> dict:
+    """A real run's directory: ``record.csv`` (a row per batch), ``curve.csv`` (the evaluations),
+    ``age_histogram.csv`` (consumed samples by age: ``--age-histogram`` reads it) and ``score.json``
+    (written last: its presence marks the run finished). Every file is written atomically."""
+    import os
+
+    from vaco_jax.analysis import results
+    from vaco_jax.driver.histogram import write_age_histogram
+    from vaco_jax.driver.provenance import machine
+
+    os.makedirs(run_dir, exist_ok=True)
+    results.write_table(os.path.join(run_dir, "record.csv"), run.record)
+    results.write_table(os.path.join(run_dir, "curve.csv"), run.curve)
+    last = int(np.max(np.nonzero(run.ages)[0])) + 1 if run.ages.any() else 1
+    write_age_histogram(os.path.join(run_dir, "age_histogram.csv"), run.ages[:last],
+                        comment=f"real actor-learner: {config.env}, {config.method}, {settings.num_actors} actors, "
+                                f"slowdown {list(settings.slowdowns())}, queue {settings.queue_capacity}, "
+                                f"mode {settings.mode}, seed {seed}")
+    evals = np.array([c["eval_return"] for c in run.curve], float)
+    fates = [r["fate"] for r in run.record]
+    score = {"final_eval_return": float(evals[-1]), "auc_eval_return": float(np.mean(evals)),
+             "env_steps": run.env_steps, "seconds": run.seconds, "env_steps_per_second": run.env_steps_per_second,
+             "updates": run.updates, "mean_age": float(np.dot(np.arange(len(run.ages)), run.ages) / run.ages.sum()),
+             "batches": {f: fates.count(f) for f in sorted(set(fates))},
+             "diverged": bool(not np.all(np.isfinite(evals))),
+             "settings": dataclasses.asdict(settings), "seed": seed, "machine": machine(),
+             "config": {k: v for k, v in dataclasses.asdict(config).items()}}
+    results.write_json(os.path.join(run_dir, "score.json"), score)
+    return score

@@ -1,0 +1,648 @@
+"""The locomotion lag-sweep study, run as the protocol fixed before it (``results/locomotion/protocol.json``,
+explained in ``protocol.md`` beside it).
+
+    python experiments/locomotion.py plan                 # every unit, its cost, what is done; runs nothing
+    python experiments/locomotion.py run --minutes 80     # the next unfinished units that fit in 80 minutes
+    python experiments/locomotion.py run --units tune/vaco study/Hopper-v4/vaco
+    python experiments/locomotion.py report               # every rule on the committed scores -> verdicts.csv
+
+The study is cut into **units**, one compiled group each, in the protocol's order of priority:
+
+1. ``tune/<method>``: the method's step-size knob on its grid, at the tuning lag depths, on the tuning
+   seeds, on the tuning task (``runs/locomotion/tuning``). When every tuning unit has finished, the
+   choices are frozen in ``results/locomotion/tuned.json`` (never changed afterwards); an optimum at
+   an edge of its grid first adds a unit ``extend/<method>/B<b>`` with one point beyond that edge.
+2. ``study/<task>/<method>``: every study lag depth x study seed, at the method's B = 1 tuning.
+3. ``lag_aware/<task>/<method>``: the protocol's lag-aware depths at the method's B = 16 tuning, only
+   for a method whose two tunings differ (known once tuning is frozen).
+4. ``ablation/<task>/<method>``: the ablations at their parent's B = 1 tuning.
+
+A unit's cost is its runs x env steps / the task's measured training rate (``rates_env_steps_per_s``).
+``run --minutes M`` takes the next units in order while their estimates fit in what is left of M
+minutes of wall time (at least one unit), plans again after each round (so finished tuning is frozen
+and the study's units follow in the same call), and stops when the next unit would not fit: each
+session runs a group that finishes inside it. An interrupted unit resumes from its checkpoint. Each finished unit's small tables (scores, curves, cells, config) are copied under
+``results/locomotion/`` with a line in ``manifest.csv`` naming the protocol's sha256.
+
+The protocol's hash is recorded in every run directory (``run.json``) and every manifest line. If the
+protocol file changed since a unit was run, ``run`` refuses until the change is recorded as a
+deviation: ``--deviation "what changed and why"`` appends it, dated, to ``deviations.csv``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import time
+from typing import Literal
+
+from tyro.conf import Positional
+
+from vaco_jax.core.config import Config, ConfigError
+
+RESULTS = os.path.join("results", "locomotion")
+RUNS = os.path.join("runs", "locomotion")
+PROTOCOL = os.path.join(RESULTS, "protocol.json")
+COPIED = ("scores.csv", "curves.csv", "cells.json", "config.json")
+
+
+@dataclasses.dataclass
+class Args:
+    """The locomotion study: plan it, or run its next units."""
+
+    # plan: print units, costs and status; run: run units; report: the protocol's rules on the committed
+    # scores -> verdicts.csv
+    stage: Positional[Literal["plan", "run", "report"]]
+    minutes: float | None = None  # run: the next unfinished units whose summed estimated cost fits in this
+    units: tuple[str, ...] = ()  # run: these units (names as `plan` prints them) instead of --minutes
+    protocol: str = PROTOCOL  # the protocol file
+    results: str = RESULTS  # where tuned.json, manifest.csv and the units' tables go
+    runs: str = RUNS  # where run directories (checkpoints, policies) go; git-ignored
+    deviation: str = ""  # run: record a change of the protocol since earlier units ran (text, dated)
+    progress: bool = True  # a progress bar per group (--no-progress for logs)
+    max_chunks: int | None = None  # stop every group after this many chunks; rerun to continue
+    bootstrap_reps: int = 2000  # bootstrap resamples of each run directory's summary
+
+
+@dataclasses.dataclass(frozen=True)
+class Unit:
+    name: str
+    stage: str  # tuning | study
+    group: object  # grid.Group
+    runs: int
+    minutes: float
+
+
+def load_protocol(path: str) -> tuple[dict, str]:
+    with open(path, "rb") as f:
+        data = f.read()
+    return json.loads(data), hashlib.sha256(data).hexdigest()
+
+
+def check_protocol(p: dict) -> None:
+    """Every name the protocol uses exists, before anything is planned."""
+    from vaco_jax.envs import available_envs
+    from vaco_jax.core.methods import METHODS
+
+    known = available_envs()
+
+    for task in p["tasks"] + [p["tuning"]["task"]] + p["ablations"]["tasks"]:
+        if task not in known:
+            raise ConfigError(f"protocol tasks: {task!r} is not valid; allowed values: {', '.join(known)}")
+    for m in list(p["methods"]) + list(p["ablations"]["methods"]):
+        if m not in METHODS:
+            raise ConfigError(f"protocol methods: {m!r} is not valid; allowed values: {', '.join(METHODS)}")
+    for m in p["methods"]:
+        if m not in p["tuning"]["grids"]:
+            raise ConfigError(f"protocol tuning.grids: no grid for method {m!r}")
+    for task in set(p["tasks"]) | set(p["ablations"]["tasks"]) | {p["tuning"]["task"]}:
+        if not p["rates_env_steps_per_s"].get(task):
+            raise ConfigError(f"protocol rates_env_steps_per_s: no measured rate for {task!r}")
+
+
+def base_config(p: dict, task: str, method: str) -> Config:
+    return Config(env=task, method=method, backend=p["engine"]["backend"], **{
+        k: tuple(v) if isinstance(v, list) else v for k, v in p["settings"].items()})
+
+
+def _cost(p: dict, task: str, runs: int) -> float:
+    return runs * p["settings"]["total_env_steps"] / p["rates_env_steps_per_s"][task] / 60.0
+
+
+def _unit(p: dict, name: str, stage: str, config: Config, cells: list, subdir: str, tags=()) -> Unit:
+    from vaco_jax.driver import grid
+    return Unit(name, stage, grid.Group(config, tuple(cells), subdir, name, tags), len(cells),
+                _cost(p, config.env, len(cells)))
+
+
+def tuning_units(p: dict) -> list[Unit]:
+    from vaco_jax.driver import grid
+    t = p["tuning"]
+    out = []
+    for m in p["methods"]:
+        g = t["grids"][m]
+        cells = grid.grid(t["lag_depths"], p["seeds"]["tuning"], **{g["knob"]: [float(v) for v in g["values"]]})
+        out.append(_unit(p, f"tune/{m}", "tuning", base_config(p, t["task"], m), cells, os.path.join(t["task"], m)))
+    return out
+
+
+def extension_units(p: dict, tuned: dict) -> list[Unit]:
+    """One unit per (method, tuning lag depth) whose optimum sat at an edge of its grid."""
+    from vaco_jax.driver import grid
+    t = p["tuning"]
+    out = []
+    for m, per_b in tuned.get("extend", {}).items():
+        knob = t["grids"][m]["knob"]
+        for b, value in per_b.items():
+            cells = grid.grid([int(b)], p["seeds"]["tuning"], **{knob: [float(value)]})
+            out.append(_unit(p, f"extend/{m}/B{b}", "tuning", base_config(p, t["task"], m), cells,
+                             os.path.join(t["task"], m, f"extend_B{b}")))
+    return out
+
+
+def chosen(tuned: dict, method: str, b: int) -> float:
+    return float(tuned["chosen"][method][str(b)]["value"])
+
+
+def study_units(p: dict, tuned: dict | None) -> list[Unit]:
+    """Study, lag-aware and ablation units; those that need the frozen tuning only once it exists."""
+    from vaco_jax.driver import grid
+    seeds, grids = p["seeds"]["study"], p["tuning"]["grids"]
+    b_low, b_high = (int(b) for b in p["tuning"]["lag_depths"])
+    out = []
+    for task in p["tasks"]:
+        for m in p["methods"]:
+            config = base_config(p, task, m)
+            if tuned is not None:
+                config = config.replace(**{grids[m]["knob"]: chosen(tuned, m, b_low)})
+            out.append(_unit(p, f"study/{task}/{m}", "study", config, grid.grid(p["lag_depths"], seeds),
+                             os.path.join(task, m)))
+    if tuned is None:
+        return out
+    for task in p["tasks"]:
+        for m in p["methods"]:
+            low, high = chosen(tuned, m, b_low), chosen(tuned, m, b_high)
+            if low != high:
+                config = base_config(p, task, m).replace(**{grids[m]["knob"]: high})
+                out.append(_unit(p, f"lag_aware/{task}/{m}", "study", config,
+                                 grid.grid(p["lag_aware"]["lag_depths"], seeds),
+                                 os.path.join(task, m, "variant=lag_aware"), (("variant", "lag_aware"),)))
+    ab = p["ablations"]
+    for task in ab["tasks"]:
+        for m, spec in ab["methods"].items():
+            config = base_config(p, task, m)
+            if spec["inherits"]:
+                config = config.replace(**{grids[spec["inherits"]]["knob"]: chosen(tuned, spec["inherits"], b_low)})
+            out.append(_unit(p, f"ablation/{task}/{m}", "study", config, grid.grid(ab["lag_depths"], seeds),
+                             os.path.join(task, m)))
+    return out
+
+
+# ----------------------------------------------------------------------------- tuning: choose and freeze
+
+def _tuning_rows(tuning_dir: str, p: dict, method: str) -> list[dict]:
+    from vaco_jax.analysis import results
+    rows = []
+    base = os.path.join(tuning_dir, p["tuning"]["task"], method)
+    for sub in [base] + sorted(os.path.join(base, d) for d in (os.listdir(base) if os.path.isdir(base) else [])
+                               if d.startswith("extend_B")):
+        path = os.path.join(sub, "scores.csv")
+        if os.path.exists(path):
+            rows += results.read_table(path)
+    return rows
+
+
+def choose(rows: list[dict], knob: str, b: int, score: str) -> dict:
+    """The grid point with the highest mean ``score`` over seeds at lag depth ``b``; points with a
+    diverged run are never chosen. Returns the value and every point's numbers."""
+    import numpy as np
+
+    from vaco_jax.analysis.tables import is_diverged
+
+    points: dict[float, list] = {}
+    for r in rows:
+        if int(r["lag_depth"]) == b:
+            points.setdefault(float(r[knob]), []).append(r)
+    table = []
+    for value, rs in sorted(points.items()):
+        s = [float(r[score]) for r in rs]
+        table.append({"value": value, "mean": float(np.mean(s)), "runs": len(rs),
+                      "diverged": int(sum(is_diverged(r) for r in rs))})
+    ok = [t for t in table if t["diverged"] == 0 and np.isfinite(t["mean"])]
+    if not ok:
+        raise ConfigError(f"tuning {knob} at B={b}: every grid point has a diverged run or no score")
+    best = max(ok, key=lambda t: t["mean"])
+    return {"value": best["value"], "grid": table}
+
+
+def freeze(p: dict, tuning_dir: str, path: str, digest: str) -> dict:
+    """Choose every (method, tuning lag depth); an optimum at an edge asks for one extension first.
+    The file is written once every choice is final and never changed afterwards."""
+    from vaco_jax.analysis import results
+    t = p["tuning"]
+    out = {"protocol_sha256": digest, "rule": t["rule"], "edge_rule": t["edge_rule"], "chosen": {}, "extend": {},
+           "at_edge_after_extension": []}
+    for m in p["methods"]:
+        knob, values = t["grids"][m]["knob"], [float(v) for v in t["grids"][m]["values"]]
+        rows = _tuning_rows(tuning_dir, p, m)
+        for b in (int(x) for x in t["lag_depths"]):
+            pick = choose(rows, knob, b, t["score"])
+            tried = sorted(x["value"] for x in pick["grid"])
+            extended = len(tried) > len(values)
+            if not extended and pick["value"] in (values[0], values[-1]):
+                edge, neighbour = (values[0], values[1]) if pick["value"] == values[0] else (values[-1], values[-2])
+                out["extend"].setdefault(m, {})[str(b)] = float(f"{edge * edge / neighbour:.4g}")
+            elif extended and pick["value"] in (tried[0], tried[-1]):
+                out["at_edge_after_extension"].append(f"{m} B={b}")
+            out["chosen"].setdefault(m, {})[str(b)] = {"knob": knob, **pick}
+    if not out["extend"]:
+        results.write_json(path, out)
+    return out
+
+
+# ----------------------------------------------------------------------------- the record
+
+def _manifest(results_dir: str) -> list[dict]:
+    from vaco_jax.analysis import results
+    path = os.path.join(results_dir, "manifest.csv")
+    return results.read_table(path) if os.path.exists(path) else []
+
+
+def check_protocol_unchanged(results_dir: str, digest: str, deviation: str) -> None:
+    """Units run under another protocol hash need a recorded deviation before more units run."""
+    from vaco_jax.analysis import results
+    seen = {r["protocol_sha256"] for r in _manifest(results_dir)}
+    dev_path = os.path.join(results_dir, "deviations.csv")
+    recorded = {r["protocol_sha256"] for r in results.read_table(dev_path)} if os.path.exists(dev_path) else set()
+    if not seen or seen <= {digest} or digest in recorded:
+        return
+    if not deviation:
+        raise ConfigError(f"protocol: {PROTOCOL} changed since earlier units ran (their sha256 "
+                          f"{', '.join(sorted(seen - {digest}))}, now {digest}); record why with --deviation \"...\"")
+    rows = results.read_table(dev_path) if os.path.exists(dev_path) else []
+    rows.append({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "protocol_sha256": digest,
+                 "previous": " ".join(sorted(seen - {digest})), "deviation": deviation})
+    results.write_table(dev_path, rows)
+
+
+def collect(unit: Unit, run_dir: str, results_dir: str, digest: str, seconds: float) -> None:
+    """Copy a finished unit's small tables under ``results_dir`` and add its manifest line."""
+    from vaco_jax.analysis import results
+    src = os.path.join(run_dir, unit.group.subdir)
+    dst = os.path.join(results_dir, unit.stage, unit.group.subdir)
+    os.makedirs(dst, exist_ok=True)
+    for name in COPIED:
+        shutil.copyfile(os.path.join(src, name), os.path.join(dst, name))
+    for name in ("random_scores.json", "run.json"):
+        if os.path.exists(os.path.join(run_dir, name)):
+            shutil.copyfile(os.path.join(run_dir, name), os.path.join(results_dir, unit.stage, name))
+    rows = [r for r in _manifest(results_dir) if r["unit"] != unit.name]
+    rows.append({"unit": unit.name, "runs": unit.runs, "protocol_sha256": digest,
+                 "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                 "seconds_this_session": round(seconds, 1), "estimated_minutes": round(unit.minutes, 1)})
+    results.write_table(os.path.join(results_dir, "manifest.csv"), rows)
+
+
+# ----------------------------------------------------------------------------- the verdicts
+
+LAG_AWARE = "lag_aware"
+
+
+def _sample(rows: list[dict], tasks: list[str], method: str, b: int, variant: str, score: str):
+    """``(runs, tasks)`` scores of one method at one lag depth (``variant`` '' = its B = 1 tuning; a
+    method without a lag-aware unit ran the same value there), diverged runs left out; each task keeps
+    the first k seeds, k the smallest count of finite runs over the tasks. None when a task has none."""
+    import numpy as np
+
+    from vaco_jax.analysis.tables import is_diverged
+
+    cols = []
+    for task in tasks:
+        sel = [r for r in rows if r["env"] == task and r["method"] == method and int(r["lag_depth"]) == b
+               and (r.get("variant") or "") == variant and not is_diverged(r) and np.isfinite(float(r[score]))]
+        cols.append([float(r[score]) for r in sorted(sel, key=lambda r: int(r["seed"]))])
+    k = min((len(c) for c in cols), default=0)
+    if k == 0:
+        return None
+    return np.array([c[:k] for c in cols]).T
+
+
+def verdicts(p: dict, results_dir: str) -> list[dict]:
+    """Every rule of the protocol on the committed scores: the primary family (Holm) and the exploratory
+    comparisons, each row with its point, interval, verdict, and (primary) p-values and stability."""
+    import numpy as np
+
+    from vaco_jax.analysis import results
+
+    from vaco_jax.analysis import rules
+    from vaco_jax.analysis.tables import is_diverged
+
+    study_dir = os.path.join(results_dir, "study")
+    rows = results.load_scores(study_dir) if os.path.isdir(study_dir) else []
+    random = results.load_random_scores(study_dir) or {}
+    boot = p["rules"]["bootstrap"]
+    reps, seed, conf = int(boot["replicates"]), int(boot["seed"]), float(boot["confidence"])
+    lo_s, hi_s = boot["stability_seeds"]
+    depths = [int(b) for b in p["lag_depths"]]
+    high = [b for b in depths if b > 1]
+    baselines = [m for m in p["methods"] if m != "vaco"]
+    has_variant = {(r["env"], r["method"]) for r in rows if r.get("variant") == LAG_AWARE}
+    out = []
+
+    def tasks_with(needs, pool=None):
+        """The tasks (of ``pool``) where every needed (method, B, variant) has a run, and a reference."""
+        pool = p["tasks"] if pool is None else pool
+        ok = []
+        for t in pool:
+            have = all(any(r["env"] == t and r["method"] == m and int(r["lag_depth"]) == b
+                           and (r.get("variant") or "") == v for r in rows) for m, b, v in needs)
+            if have and t in random:
+                ok.append(t)
+        return ok
+
+    def variant_of(task_list, method, tuning):
+        if tuning != LAG_AWARE:
+            return ""
+        kinds = {(t, method) in has_variant for t in task_list}
+        return LAG_AWARE if kinds == {True} else "" if kinds == {False} else None
+
+    def normalised(task_list, method, b, v, score):
+        raw = _sample(rows, task_list, method, b, v, score)
+        ref = _sample(rows, task_list, "ppo_clip", 1, "", score)
+        if raw is None or ref is None:
+            return None
+        rnd = np.array([random[t] for t in task_list])
+        return rules.normalise(raw, rnd, ref.mean(axis=0))
+
+    def row(**kw):
+        base = dict(family="", claim="", comparison="", score="", tuning="", lag_depth="", point=np.nan,
+                    low=np.nan, high=np.nan, p_value=np.nan, p_holm=np.nan, verdict="no data", stability=np.nan,
+                    tasks="", runs="")
+        base.update(kw)
+        out.append(base)
+
+    # ---- primary: P(VACO > X), Holm over the family
+    family = []
+    primary_score = p["scores"]["primary"]
+    for x in baselines:
+        for tuning, bs in (("B1", high), (LAG_AWARE, [int(b) for b in p["lag_aware"]["lag_depths"]])):
+            for b in bs:
+                family.append((x, tuning, b))
+    tests = {}
+    for x, tuning, b in family:
+        ts = tasks_with([("vaco", b, ""), (x, b, ""), ("ppo_clip", 1, "")])
+        va, xa = variant_of(ts, "vaco", tuning), variant_of(ts, x, tuning)
+        if ts and va is not None and xa is not None:
+            ts = tasks_with([("vaco", b, va), (x, b, xa), ("ppo_clip", 1, "")], ts)
+            a = _sample(rows, ts, "vaco", b, va, primary_score) if ts else None
+            c = _sample(rows, ts, x, b, xa, primary_score) if ts else None
+            if a is not None and c is not None:
+                tests[(x, tuning, b)] = (a, c, ts)
+    memo: dict = {}
+
+    def family_at(s):
+        """Every primary test at bootstrap seed ``s``: key -> (head-to-head, Holm-adjusted p, rejected)."""
+        if s not in memo:
+            hh = {k: rules.head_to_head(a, c, reps, s, conf) for k, (a, c, _) in tests.items()}
+            adj = rules.holm({k: h["p_value"] for k, h in hh.items()})
+            memo[s] = {k: (hh[k], *adj[k]) for k in tests}
+        return memo[s]
+
+    def call(s, key):
+        h, _, rejected = family_at(s)[key]
+        return "holds" if rejected else "fails" if h["high"] < 0.5 else "inconclusive"
+
+    for key in family:
+        x, tuning, b = key
+        common = dict(family="primary", claim="1", comparison=f"P(vaco > {x})", score=primary_score, tuning=tuning,
+                      lag_depth=b)
+        if key not in tests:
+            row(**common)
+            continue
+        a, c, ts = tests[key]
+        h, adjusted, _ = family_at(seed)[key]
+        stab = rules.stability(lambda s, key=key: call(s, key), tuple(range(int(lo_s), int(hi_s) + 1)), seed)
+        row(**common, point=h["point"], low=h["low"], high=h["high"], p_value=h["p_value"], p_holm=adjusted,
+            verdict=call(seed, key), stability=stab, tasks=" ".join(ts),
+            runs=f"{a.shape[0]}x{len(ts)} vs {c.shape[0]}x{len(ts)}")
+
+    # ---- exploratory
+    for score in (p["scores"]["primary"], p["scores"]["secondary"]):
+        for m in p["methods"]:
+            for b in high:
+                ts = tasks_with([(m, b, ""), (m, 1, ""), ("ppo_clip", 1, "")])
+                at_b, at_1 = (normalised(ts, m, b, "", score), normalised(ts, m, 1, "", score)) if ts else (None, None)
+                common = dict(family="exploratory", claim="retention", comparison=f"{m} B={b} / B=1", score=score,
+                              tuning="B1", lag_depth=b)
+                if at_b is None or at_1 is None:
+                    row(**common)
+                    continue
+                pt, lo, hi = rules.retention(at_b, at_1, reps, seed, conf)
+                row(**common, point=pt, low=lo, high=hi, verdict="", tasks=" ".join(ts))
+        for x in baselines:
+            for b in high:
+                ts = tasks_with([(m, bb, "") for m in ("vaco", x) for bb in (1, b)] + [("ppo_clip", 1, "")])
+                common = dict(family="exploratory", claim="6", comparison=f"retention vaco - {x}", score=score,
+                              tuning="B1", lag_depth=b)
+                if not ts:
+                    row(**common)
+                    continue
+                s = [normalised(ts, m, bb, "", score) for m in ("vaco", x) for bb in (b, 1)]
+                pt, lo, hi = rules.retention_difference(*s, reps, seed, conf)
+                row(**common, point=pt, low=lo, high=hi, verdict=rules.verdict(lo, hi, 0.0), tasks=" ".join(ts))
+            for b in depths:
+                ts = tasks_with([("vaco", b, ""), (x, b, "")])
+                common = dict(family="exploratory", claim="1 (all B)", comparison=f"P(vaco > {x})", score=score,
+                              tuning="B1", lag_depth=b)
+                if not ts:
+                    row(**common)
+                    continue
+                h = rules.head_to_head(_sample(rows, ts, "vaco", b, "", score), _sample(rows, ts, x, b, "", score),
+                                       reps, seed, conf)
+                row(**common, point=h["point"], low=h["low"], high=h["high"], p_value=h["p_value"],
+                    verdict=rules.verdict(h["low"], h["high"], 0.5), tasks=" ".join(ts))
+    top = max(depths)
+    for method, column in (("vaco", "mean_filtered_fraction"), ("ppo_clip", "mean_clip_fraction")):
+        ts = tasks_with([(method, top, ""), (method, 1, "")])
+        common = dict(family="exploratory", claim="2", comparison=f"P({column} B={top} > B=1), {method}",
+                      score=column, tuning="B1", lag_depth=top)
+        a = _sample(rows, ts, method, top, "", column) if ts else None
+        c = _sample(rows, ts, method, 1, "", column) if ts else None
+        if a is None or c is None:
+            row(**common)
+            continue
+        h = rules.head_to_head(a, c, reps, seed, conf)
+        row(**common, point=h["point"], low=h["low"], high=h["high"], verdict=rules.verdict(h["low"], h["high"], 0.5),
+            tasks=" ".join(ts))
+    ab = p["ablations"]
+    b = int(max(ab["lag_depths"]))
+    for variant in ("vaco_realign_only", "vaco_filter_only"):
+        ts = tasks_with([("vaco", b, ""), (variant, b, "")], ab["tasks"])
+        common = dict(family="exploratory", claim="5", comparison=f"P(vaco > {variant})", score=primary_score,
+                      tuning="B1", lag_depth=b)
+        if not ts:
+            row(**common)
+            continue
+        h = rules.head_to_head(_sample(rows, ts, "vaco", b, "", primary_score),
+                               _sample(rows, ts, variant, b, "", primary_score), reps, seed, conf)
+        row(**common, point=h["point"], low=h["low"], high=h["high"], verdict=rules.verdict(h["low"], h["high"], 0.5),
+            tasks=" ".join(ts))
+    ts = tasks_with([("a3po", b, ""), ("decoupled_recompute", b, ""), ("ppo_clip", 1, "")], ab["tasks"])
+    common = dict(family="exploratory", claim="3", comparison="a3po - decoupled_recompute (equivalence, margin 0.1)",
+                  score=primary_score, tuning="B1", lag_depth=b)
+    if ts:
+        e = rules.equivalence(normalised(ts, "a3po", b, "", primary_score),
+                              normalised(ts, "decoupled_recompute", b, "", primary_score), 0.1, reps, seed)
+        row(**common, point=e["point"], low=e["low"], high=e["high"], verdict=e["verdict"], tasks=" ".join(ts))
+    else:
+        row(**common)
+    final = p["scores"]["secondary"]
+    for t in p["tasks"]:
+        ref = [float(r[final]) for r in rows if r["env"] == t and r["method"] == "ppo_clip"
+               and int(r["lag_depth"]) == 1 and not r.get("variant") and not is_diverged(r)]
+        every = [float(r[final]) for r in rows if r["env"] == t and not is_diverged(r)]
+        if ref and t in random:
+            ceiling = rules.at_ceiling(ref, max(every), random[t])
+            row(family="exploratory", claim="ceiling", comparison=f"{t}: B=1 PPO-Clip within 2% of the best",
+                score=final, verdict="at ceiling" if ceiling else "not at ceiling", tasks=t)
+    diverged = sum(is_diverged(r) for r in rows)
+    row(family="record", claim="diverged", comparison=f"{diverged} of {len(rows)} runs diverged (left out)",
+        verdict="", runs=str(len(rows)))
+    return out
+
+
+def report(p: dict, results_dir: str) -> str:
+    """Write ``verdicts.csv`` under ``results_dir`` and return the table as text."""
+    from vaco_jax.analysis import results
+    rows = verdicts(p, results_dir)
+    results.write_table(os.path.join(results_dir, "verdicts.csv"), rows)
+    lines = [f"{'family':<12}{'claim':<10}{'comparison':<46}{'tuning':<10}{'B':>3}  {'point':>7}  "
+             f"{'95% CI':>17}  {'p Holm':>7}  verdict"]
+    for r in rows:
+        nums = "" if r["verdict"] == "no data" else (
+            f"{r['point']:>7.3f}  [{r['low']:>7.3f}, {r['high']:>7.3f}]" if r["point"] == r["point"] else "")
+        holm = f"{r['p_holm']:>7.4f}" if r["p_holm"] == r["p_holm"] else " " * 7
+        lines.append(f"{r['family']:<12}{r['claim']:<10}{r['comparison'][:45]:<46}{r['tuning']:<10}"
+                     f"{r['lag_depth']!s:>3}  {nums:<35}  {holm}  {r['verdict']}")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- plan and run
+
+def all_units(p: dict, args: Args) -> tuple[list[Unit], dict | None, str]:
+    """(units in order, the frozen tuning or None, a line saying where tuning stands)."""
+    from vaco_jax.analysis import results
+    tuned_path = os.path.join(args.results, "tuned.json")
+    units = tuning_units(p)
+    tuned = results.read_json(tuned_path) if os.path.exists(tuned_path) else None
+    state = "frozen in " + tuned_path if tuned else "not frozen yet"
+    if tuned is None and all(_finished(args, u) for u in units):
+        # from the committed copies: a later session on a fresh machine has no run directories
+        pending = freeze(p, os.path.join(args.results, "tuning"), tuned_path, load_protocol(args.protocol)[1])
+        if pending["extend"]:
+            units += extension_units(p, pending)
+            state = "edge extensions pending: " + json.dumps(pending["extend"])
+        else:
+            tuned, state = pending, "frozen in " + tuned_path
+    elif tuned is not None:
+        units += extension_units(p, {"extend": {}})
+    return units + study_units(p, tuned), tuned, state
+
+
+def _finished(args: Args, unit: Unit) -> bool:
+    from vaco_jax.driver import runner
+    done = {r["unit"] for r in _manifest(args.results)}
+    return unit.name in done or runner.group_finished(os.path.join(args.runs, unit.stage, unit.group.subdir))
+
+
+def plan_text(p: dict, units: list[Unit], state: str, args: Args) -> str:
+    lines = [f"{'unit':<44}{'runs':>6}{'est. min':>10}  status"]
+    for u in units:
+        lines.append(f"{u.name:<44}{u.runs:>6}{u.minutes:>10.1f}  {'done' if _finished(args, u) else 'to run'}")
+    todo = [u for u in units if not _finished(args, u)]
+    total = sum(u.minutes for u in units) / 60
+    lines.append(f"tuning: {state}")
+    lines.append(f"{len(units)} units, {sum(u.runs for u in units)} runs, ~{total:.1f} h on this machine's measured "
+                 f"rates; to run: {len(todo)} units, ~{sum(u.minutes for u in todo) / 60:.1f} h")
+    if any(u.name.startswith("tune/") for u in todo) or "frozen" not in state:
+        ab = p["ablations"]
+        worst = sum(_cost(p, t, len(p["lag_aware"]["lag_depths"]) * len(p["seeds"]["study"]))
+                    for t in p["tasks"] for _ in p["methods"])
+        ablation = sum(_cost(p, t, len(ab["lag_depths"]) * len(p["seeds"]["study"]))
+                       for t in ab["tasks"] for _ in ab["methods"])
+        lines.append(f"after tuning: ablation units ~{ablation / 60:.1f} h and lag-aware units up to "
+                     f"~{worst / 60:.1f} h (only for methods whose two tunings differ)")
+    return "\n".join(lines)
+
+
+def select(units: list[Unit], args: Args, budget: float | None = None, first: bool = True) -> list[Unit]:
+    """``--units`` as named, or the next unfinished units in order whose summed estimate fits ``budget``
+    minutes (at least one when ``first``, the call's first round; a study unit never with unfinished
+    tuning, whose choices it needs)."""
+    names = {u.name: u for u in units}
+    if args.units:
+        bad = [n for n in args.units if n not in names]
+        if bad:
+            raise ConfigError(f"units: {bad} not valid now; allowed values: {', '.join(names)}")
+        return [names[n] for n in args.units]
+    out, spent = [], 0.0
+    for u in units:
+        if _finished(args, u):
+            continue
+        if spent + u.minutes > budget and (out or not first):
+            break
+        if u.stage == "study" and any(x.stage == "tuning" for x in out):
+            break
+        out.append(u)
+        spent += u.minutes
+    return out
+
+
+def main(args: Args) -> list[str]:
+    from vaco_jax.analysis import tables
+    from vaco_jax.driver import runner, study
+    p, digest = load_protocol(args.protocol)
+    check_protocol(p)
+    if args.stage == "report":
+        print(report(p, args.results))
+        return []
+    units, tuned, state = all_units(p, args)
+    if args.stage == "plan":
+        print(f"protocol {args.protocol} sha256 {digest}")
+        print(plan_text(p, units, state, args))
+        return []
+    if not args.units and (args.minutes is None or not args.minutes > 0):
+        raise ConfigError(f"minutes={args.minutes!r}: give --minutes (a positive number) or --units")
+    check_protocol_unchanged(args.results, digest, args.deviation)
+    listed = {r["unit"] for r in _manifest(args.results)}
+    for u in units:  # finished in a run directory but stopped before its tables were copied
+        if u.name not in listed and runner.group_finished(os.path.join(args.runs, u.stage, u.group.subdir)):
+            collect(u, os.path.join(args.runs, u.stage), args.results, digest, 0.0)
+    start, done = time.perf_counter(), []
+    while True:  # plan again after every round: finished tuning freezes and opens the study's units
+        left = None if args.units else args.minutes - (time.perf_counter() - start) / 60.0
+        chosen_units = [u for u in select(units, args, left, first=not done) if u.name not in done]
+        if not chosen_units:
+            if not done:
+                print("every unit has finished" if all(_finished(args, u) for u in units) else
+                      "nothing to run: the next units wait for tuning to be frozen (run `plan`)")
+            break
+        if any(u.stage == "study" for u in chosen_units) and tuned is None:
+            raise ConfigError("units: study units need the frozen tuning (results/locomotion/tuned.json); finish "
+                              "the tuning units first")
+        print(f"protocol sha256 {digest}; next: " + ", ".join(u.name for u in chosen_units)
+              + f" (~{sum(u.minutes for u in chosen_units):.0f} min estimated)", flush=True)
+        for u in chosen_units:
+            run_dir = os.path.join(args.runs, u.stage)
+            spec = {"study": "locomotion", "unit": u.name, "protocol_sha256": digest}
+            t0 = time.perf_counter()
+            if study.run_study(run_dir, [u.group], args, spec,
+                               prepare=lambda: study.random_scores(run_dir, [u.group.config.env], u.group.config)):
+                collect(u, run_dir, args.results, digest, time.perf_counter() - t0)
+                done.append(u.name)
+                print(f"unit {u.name} finished in {time.perf_counter() - t0:.0f} s", flush=True)
+        if any(u.stage == "study" for u in chosen_units) and done:
+            tables.summarise(os.path.join(args.runs, "study"), reps=args.bootstrap_reps)
+        units, tuned, state = all_units(p, args)  # freezes the tuning when its last unit has just finished
+        print(f"tuning: {state}", flush=True)
+        if args.units or args.max_chunks is not None:
+            break
+    if done:
+        print("FINDINGS.md's summary reads these results: run `python experiments/rebuild_docs.py` and commit "
+              f"{args.results} with it", flush=True)
+    return done
+
+
+def cli() -> None:
+    """The command line (`experiments/locomotion.py`, `python -m vaco_jax locomotion`)."""
+    from vaco_jax.driver.cli import parse_args
+    from vaco_jax.driver.cli import cli_main
+
+    cli_main(main, parse_args(Args))
+
+
+if __name__ == "__main__":
+    cli()

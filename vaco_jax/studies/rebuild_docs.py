@@ -1,0 +1,643 @@
+"""Rebuild the documents made from the committed results (docs/evaluation.md, "Docs rebuilt from results").
+
+Reads only ``results/`` (no training, no jax) and writes:
+
+- ``results/claims.csv``: ``vaco_jax.analysis.claims.evaluate_study`` on ``results/study/`` (when a design has run),
+  and ``results/claims_auc.csv``: the same verdicts on the area under the evaluation curve (the
+  secondary score, for tasks whose final return saturates);
+- FINDINGS.md's generated tables: each block between the marker lines
+  ``<!-- generated: NAME (python experiments/rebuild_docs.py) -->`` and ``<!-- end generated: NAME -->``
+  is replaced by ``BLOCKS[NAME]``'s text; every byte outside the blocks is kept;
+- ``docs/figures/study_*.png``: the figures of ``FIGURES`` drawn by ``vaco_jax.analysis.figures`` from
+  ``results/study/`` (when it exists; a figure whose data are absent is skipped with a note).
+
+    python experiments/rebuild_docs.py            # rewrite them
+    python experiments/rebuild_docs.py --check    # build into a temporary folder, compare, exit 1 if any differs
+
+``--check`` prints each difference: a short unified diff for a text file (compared exactly), the
+number of differing pixels for a PNG (compared by decoded pixels: see ``PIXEL_TOLERANCE``), and
+outputs committed but no longer produced (``study_*.png`` of a figure that is now skipped,
+``claims.csv`` without a study), which a rebuild removes. ``tests/test_docs_rebuilt.py`` runs it on
+the committed tree. A block name missing from ``BLOCKS``, a block without its end marker or a
+malformed marker line is an error naming the line (exit code 2); a damaged result file is an
+error naming the file (exit code 3).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import glob
+import math
+import os
+import re
+import sys
+import tempfile
+from typing import Callable
+
+from vaco_jax.analysis import results
+
+COMMAND = "python experiments/rebuild_docs.py"
+FINDINGS = "FINDINGS.md"
+STUDY = os.path.join("results", "study")  # one run directory per design (experiments/study.py)
+MAIN_DESIGN = "lag"
+TUNED = os.path.join(STUDY, "tuned.json")
+TUNED_WIDE = os.path.join("results", "study_lr_wide", "tuned.json")  # a check of the grid's upper edge
+WIDE_LAG = os.path.join("results", "study_lr_wide", "lag")  # the lag design with those step sizes
+CLAIMS = os.path.join("results", "claims.csv")
+CLAIMS_AUC = os.path.join("results", "claims_auc.csv")  # the same rule on auc_eval_return
+FIGURE_DIR = os.path.join("docs", "figures")
+FIGURE_PREFIX = "study_"
+# docs/figures/study_<name>.png  <-  vaco_jax.analysis.figures.<function>(results/study, *args)
+FIGURES = (  # paper width (<= 7 in, FIGURE_MAX_INCHES); one-task figures drop their redundant panels
+    ("interval_estimates", "plot_interval_estimates", ("final_eval_return", "normalized")),
+    ("interval_estimates_own_b1", "plot_interval_estimates", ("final_eval_return", "own_b1")),
+    ("interval_estimates_auc", "plot_interval_estimates", ("auc_eval_return", "normalized")),
+    ("probability_of_improvement", "plot_probability_of_improvement", ()),
+    ("performance_profiles", "plot_performance_profiles", ()),
+    ("iqm_curves", "plot_iqm_curves", ()),
+    ("staleness", "plot_staleness", ()),
+)
+FIGURE_MAX_INCHES = 7.0
+# The fourth screen: DM Control tasks at the learning rate every method chose (results/screens_lr1e-3/).
+SCREENS_LR = ("CartpoleSwingup_2m", "PointMass_1m", "CartpoleBalance_600k")
+# Two renderings of one figure "match" when no pixel channel differs by more than this (colours in
+# [0, 1]). Rendering noise (a coordinate that moved by a rounding error, e.g. a CI computed on
+# another CPU type) changes an edge pixel's antialiased coverage by a few hundredths at most; a
+# curve, band edge or glyph that moved by a pixel or more changes some pixel by far more (a line
+# pixel turning white is ~0.6-0.9, a light CI band ~0.15).
+PIXEL_TOLERANCE = 0.1
+DIFF_LINES = 40  # lines of unified diff printed per differing text file
+BEGIN = re.compile(r"<!-- generated: (\S+) \(python experiments/rebuild_docs\.py\) -->")
+END = re.compile(r"<!-- end generated: (\S+) -->")
+MARKER_START = ("<!-- generated:", "<!-- end generated:")
+
+
+class DocsError(ValueError):
+    """FINDINGS.md's generated blocks cannot be rebuilt (unknown name, missing end marker ...)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Build:
+    """Inputs are read under ``root``; every output is written under ``out`` (``root`` itself, or a
+    temporary folder for ``--check``)."""
+
+    root: str
+    out: str
+
+    def src(self, *parts: str) -> str:
+        return os.path.join(self.root, *parts)
+
+    def dst(self, *parts: str) -> str:
+        return os.path.join(self.out, *parts)
+
+    @property
+    def study(self) -> str:
+        """The study's main design (claims 1, 2, 6: every task, B in {1, 4, 16}): tables and figures."""
+        return self.src(STUDY, MAIN_DESIGN)
+
+    def has_study(self) -> bool:
+        return os.path.exists(os.path.join(self.study, "run.json"))
+
+    def has_any_design(self) -> bool:
+        from vaco_jax.analysis import claims
+        return any(os.path.exists(self.src(STUDY, d, "run.json")) for d in claims.study_designs())
+
+
+# ----------------------------------------------------------------------------- formatting
+
+def _num(x, spec: str) -> str:
+    """``x`` formatted with ``spec``, a true minus sign, and "—" when it is not a finite number."""
+    try:
+        x = float(x)
+    except (TypeError, ValueError):
+        return "—"
+    return format(x, spec).replace("-", "−") if math.isfinite(x) else "—"
+
+
+def _cell(text) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _finite(x) -> bool:
+    try:
+        return math.isfinite(float(x))
+    except (TypeError, ValueError):
+        return False
+
+
+# ----------------------------------------------------------------------------- screens
+
+def _screen_module():
+    """The screen study's module, for its thresholds (LEARN_FRACTION, LAG_LOSS, MIN_PROGRESS)."""
+    from vaco_jax.studies import screen
+
+    return screen
+
+
+def _learnable_text(row: dict, screen) -> str:
+    if row["chosen"]:
+        return "**yes**"
+    if row["learnable"]:
+        just = _num(row["learned_fraction"], ".2f") == _num(screen.LEARN_FRACTION, ".2f")
+        return "yes (just)" if just else "yes"
+    return "no (saturated by half)" if row["learned_fraction"] >= screen.LEARN_FRACTION else "no"
+
+
+def _sensitive_text(row: dict, screen) -> str:
+    if row["chosen"]:
+        return "**yes**"
+    if row["lag_sensitive"]:
+        return "yes"
+    if not row["learnable"]:  # why it is not lag-sensitive only matters for a task the study could use
+        return "no"
+    return "no (B = 16 higher)" if row["lag_loss_b16"] < 0 else f"no (loses < {screen.LAG_LOSS:.0%})"
+
+
+def _screen_setting(screen_csv: str, task: str, field: str, spec: str) -> str:
+    """A setting (``field`` of the runs' config) of ``task``'s runs in the screen's run directory (its
+    ``run.json`` identity), every distinct value formatted with ``spec``."""
+    identity = results.read_json(os.path.join(os.path.dirname(screen_csv), "run.json")).get("identity", {})
+    values = {v.get(field) for k, v in identity.items() if k.split("/")[0] == task}
+    return ", ".join(format(x, spec) for x in sorted(values)) if values and None not in values else "—"
+
+
+def screens_table(*paths: str, steps: bool = False, lr: bool = False) -> str:
+    """The table of one ``screens.csv`` (``experiments/screen.py``), or of several one after the other;
+    ``steps`` adds each run's env steps and ``lr`` its learning rate (screens of several budgets or step
+    sizes in one table). "—" marks a share of progress at half time that is negative (below random
+    then, or at the end) and a loss at B = 16 on a task where B = 1 got less than ``MIN_PROGRESS`` of
+    the way from random to reachable (not judged there)."""
+    screen = _screen_module()
+    rows = []
+    for path in paths:
+        for r in results.read_table(path):
+            half = r["half_over_final"] if _finite(r["half_over_final"]) and r["half_over_final"] >= 0 else math.nan
+            loss = r["lag_loss_b16"] if r["learned_fraction"] >= screen.MIN_PROGRESS else math.nan
+            rows.append([r["env"]] + ([_screen_setting(path, r["env"], "total_env_steps", ",")] if steps else [])
+                        + ([_screen_setting(path, r["env"], "learning_rate", "g")] if lr else [])
+                        + [_num(r["random"], ".1f"), _num(r["ppo_clip_b1"], ".1f"),
+                           _num(r["learned_fraction"], ".2f"), _num(half, ".2f"), _num(r["ppo_clip_b16"], ".1f"),
+                           _num(loss, ".2f"), _learnable_text(r, screen), _sensitive_text(r, screen)])
+    return _table(["task"] + (["env steps per run"] if steps else []) + (["learning rate"] if lr else [])
+                  + ["random", "PPO-Clip B = 1", "learned", "B = 1 at half / final", "B = 16",
+                     "loss at B = 16", "learnable", "lag-sensitive"], rows)
+
+
+# ----------------------------------------------------------------------------- the study
+
+NO_STUDY = f"_Not built: `{STUDY}/{MAIN_DESIGN}/run.json` does not exist yet._\n"
+
+
+def claims_table(build: Build, which: str = CLAIMS) -> str:
+    """One row per claim and part of ``results/claims.csv`` (or ``which``: claims_auc.csv), as just rebuilt."""
+    if not build.has_any_design():
+        return NO_STUDY
+    rows = []
+    for r in results.read_table(build.dst(which)):
+        ci = f"[{_num(r['ci_low'], '.3g')}, {_num(r['ci_high'], '.3g')}]" if _finite(r["ci_low"]) else "—"
+        claim = f"{r['claim']}: {r['statement']}" if isinstance(r["statement"], str) else str(r["claim"])
+        rows.append([claim, r["verdict"], r["statistic"] if isinstance(r["statistic"], str) else "",
+                     _num(r["point"], ".3g"), ci, r["rests_on"] if isinstance(r["rests_on"], str) else ""])
+    return _table(["claim", "verdict", "statistic", "point", "95% CI", "rests on"], rows)
+
+
+def tuned_table(build: Build, tuned: str = TUNED) -> str:
+    """The frozen step sizes (``results/study/tuned.json``, or another tuning directory's): per task and
+    method, the chosen values and the best pair's mean AUC / final return over the tuning seeds."""
+    path = build.src(tuned)
+    if not os.path.exists(path):
+        return f"_Not built: `{tuned}` does not exist yet._\n"
+    from vaco_jax.analysis import figures
+    chosen = results.read_json(path)["chosen"]
+    rows = []
+    for task in sorted(chosen):
+        for method in figures.sort_methods(chosen[task]):
+            pick = chosen[task][method]
+            best = next(g for g in pick["grid"] if all(g[k] == v for k, v in pick["chosen"].items()))
+            knobs = ", ".join(f"{k} = {v:.3g}" for k, v in pick["chosen"].items())
+            rows.append([task, figures.method_label(method), knobs, _num(best["mean_auc"], ",.1f"),
+                         _num(best["mean_final"], ",.1f"), str(len(pick["grid"]))])
+    return _table(["task", "method", "chosen", "mean AUC", "mean final", "pairs tried"], rows)
+
+
+def machine_table(build: Build) -> str:
+    """Where each of the study's run directories ran (its ``run.json``): exact numbers differ across
+    CPU types, the conclusions are what the CIs support."""
+    from vaco_jax.analysis import claims
+    designs = ["tuning"] + claims.study_designs()
+    rows = []
+    for design in designs:
+        path = build.src(STUDY, design, "run.json")
+        if not os.path.exists(path):
+            continue
+        meta = results.read_json(path)
+        machines = meta.get("machines") or [{}]
+        v = meta.get("versions") or {}
+        rows.append([design, "; ".join(str(m.get("cpu", "—")) for m in machines),
+                     "; ".join(str(m.get("cores", "—")) for m in machines), ", ".join(meta.get("devices", [])),
+                     f"jax {v.get('jax')}, mujoco-mjx {v.get('mujoco-mjx')}, brax {v.get('brax')}",
+                     str(meta.get("git_commit") or "—")[:7], str(meta.get("started", "—"))])
+    if not rows:
+        return f"_Not built: no run directory under `{STUDY}` yet._\n"
+    return _table(["run directory", "CPU", "cores", "devices", "versions", "commit", "started"], rows)
+
+
+def _iqm_text(row: dict | None, spec: str) -> str:
+    if row is None:
+        return "—"
+    if row["aggregate"] != "iqm":
+        return {"all_diverged": "every run diverged", "all_missing": "no run has a score"}.get(
+            row["aggregate"], "no run left")
+    return f"{_num(row['point'], spec)} [{_num(row['low'], spec)}, {_num(row['high'], spec)}]"
+
+
+def _iqm_rows(label: str, summary: list[dict]) -> list[list[str]]:
+    """Table rows (one per method x lag depth) of ``tables.summary_rows`` output for one task or all."""
+    from vaco_jax.analysis import figures
+    def pick(method, lag, norm):
+        return next((r for r in summary if (r["method"], r["lag_depth"], r["normalization"]) == (method, lag, norm)
+                     and r["aggregate"] in ("iqm", "all_diverged", "all_missing", "none_left")), None)
+
+    out = []
+    for method in figures.sort_methods({r["method"] for r in summary}):
+        for lag in sorted({r["lag_depth"] for r in summary if r["method"] == method}):
+            raw = pick(method, lag, "raw")
+            runs = str(raw["n_runs"]) + (f" ({raw['n_missing']} no score)" if raw["n_missing"] else "")
+            out.append([label, figures.method_label(method), str(lag), _iqm_text(raw, ",.1f"),
+                        _iqm_text(pick(method, lag, "normalized"), ".2f"), runs, str(raw["n_diverged"])])
+    return out
+
+
+def study_iqm_table(build: Build) -> str:
+    """IQM of the final evaluation return per task x method x lag depth, raw and normalised to the
+    task's synchronous PPO-Clip, then pooled over the complete tasks (the study's own ``summary.csv``
+    rows), computed with ``tables.summary_rows`` at the study's bootstrap replicates."""
+    if not build.has_study():
+        return NO_STUDY
+    from vaco_jax.analysis import tables
+    from vaco_jax.analysis import figures
+    scores = results.load_scores(build.study)
+    random = results.load_random_scores(build.study)
+    reps = figures.bootstrap_reps(build.study) or 2000
+    tasks = sorted({r["env"] for r in scores})
+    complete, left_out = tables.complete_tasks(scores)  # what summary_rows pools
+    pooled = len({r["env"] for r in complete})
+    label = (f"all {pooled} tasks" if not left_out else
+             f"{pooled} tasks pooled (not {', '.join(sorted(left_out))}: unfinished)")
+    parts = [(t, [r for r in scores if r["env"] == t]) for t in tasks] + [(label, scores)]
+    rows = []
+    for label, subset in parts:
+        rows += _iqm_rows(label, tables.summary_rows(subset, random, reps=reps, scores=("final_eval_return",)))
+    return _table(["task", "method", "B", "IQM, raw [95% CI]", "IQM, normalised [95% CI]", "runs", "diverged"],
+                  rows)
+
+
+def wide_iqm_table(build: Build) -> str:
+    """The lag design re-run with the wider grid's step sizes (``results/study_lr_wide/lag``): IQM of the
+    final return and of the area under the curve per method x lag depth, raw and normalised."""
+    run = build.src(WIDE_LAG)
+    if not os.path.exists(os.path.join(run, "run.json")):
+        return f"_Not built: `{WIDE_LAG}/run.json` does not exist yet._\n"
+    from vaco_jax.analysis import tables
+    from vaco_jax.analysis import figures
+    scores, random = results.load_scores(run), results.load_random_scores(run)
+    reps = figures.bootstrap_reps(run) or 2000
+    rows = []
+    for score, label in (("final_eval_return", "final return"), ("auc_eval_return", "area under the curve")):
+        rows += _iqm_rows(label, tables.summary_rows(scores, random, reps=reps, scores=(score,)))
+    return _table(["score", "method", "B", "IQM, raw [95% CI]", "IQM, normalised [95% CI]", "runs", "diverged"],
+                  rows)
+
+
+def cost_table(build: Build) -> str:
+    """Claim 3b's learner cost (``results/study/proximal/learner_cost.csv``, ``experiments/study.py
+    cost``): per task, each method's mean learner milliseconds per phase over the interleaved rounds,
+    the ratio A-3PO / decoupled and where and when it was measured."""
+    from vaco_jax.analysis import claims
+    from vaco_jax.analysis import figures
+    path = build.src(STUDY, "proximal", claims.COST_FILE)
+    if not os.path.exists(path):
+        return f"_Not built: `{STUDY}/proximal/{claims.COST_FILE}` does not exist yet._\n"
+    rows_in = results.read_table(path)
+    meta_path = path[:-len(".csv")] + ".json"
+    measured = results.read_json(meta_path)["measurements"] if os.path.exists(meta_path) else []
+    rows = []
+    for task in sorted({r["env"] for r in rows_in}):
+        ms = {m: [r["learner_ms"] for r in rows_in if r["env"] == task and r["method"] == m]
+              for m in ("a3po", "decoupled_recompute")}
+        where = next((m for m in reversed(measured) if task in m.get("tasks", [])), {})  # the latest
+        a, d = (sum(v) / len(v) if v else float("nan") for v in ms.values())
+        rows.append([task, str(len(ms["a3po"])), _num(a, ".2f"), _num(d, ".2f"), _num(a / d, ".3f"),
+                     f"{where.get('cpu', '—')}, {where.get('cpu_count', '—')} cores, jax {where.get('jax', '—')}",
+                     str(where.get("date", "—"))])
+    return _table(["task", "rounds", f"{figures.method_label('a3po')} ms", f"{figures.method_label('decoupled_recompute')} ms",
+                   "ratio of means", "machine", "measured"], rows)
+
+
+def screens_folder_table(build: Build, folder: str) -> str:
+    """One row per screen run directory under ``results/FOLDER/`` (each its own budget and step size)."""
+    return screens_table(*sorted(glob.glob(build.src("results", folder, "*", "screens.csv"))), steps=True, lr=True)
+
+
+LOCOMOTION = os.path.join("results", "locomotion")
+PEER = os.path.join("results", "peer_check")
+
+
+def _claim_verdicts(path: str) -> str:
+    """``1 holds, 2 holds, ...``: the verdict of each whole claim (not its parts) in a claims table."""
+    rows = results.read_table(path)
+    whole = [r for r in rows if re.fullmatch(r"\d+( \[\w+\])?", str(r["claim"]))]
+    return ", ".join(f"{r['claim']} {r['verdict']}" for r in whole)
+
+
+def summary_block(build: Build) -> str:
+    """FINDINGS.md's first screen: where each study stands, read from ``results/`` alone."""
+    from vaco_jax.analysis import figures, peer
+
+    out = ["Where each study stands, read from `results/` by `python experiments/rebuild_docs.py` (the dated "
+           "record follows below).", ""]
+    loco = build.src(LOCOMOTION)
+    if os.path.exists(os.path.join(loco, "protocol.json")):
+        import json
+
+        with open(os.path.join(loco, "protocol.json")) as f:  # written by hand, fixed by its sha256 in the manifest
+            protocol = json.load(f)
+        units = [r["unit"] for r in results.read_table(os.path.join(loco, "manifest.csv"))] \
+            if os.path.exists(os.path.join(loco, "manifest.csv")) else []
+        stages = {}
+        for u in units:
+            stages.setdefault(u.split("/")[0], []).append(u)
+        done = "; ".join(f"{stage} {len(us)} ({', '.join(u.split('/', 1)[1] for u in us)})" for stage, us in stages.items())
+        verdicts = os.path.join(loco, "verdicts.csv")
+        out.append(f"- **The locomotion study** (`results/locomotion/`, protocol `protocol.md`; "
+                   f"{', '.join(protocol['tasks'])}; {', '.join(figures.method_label(m) for m in protocol['methods'])}): "
+                   f"{len(units)} units finished — {done or 'none'}. "
+                   + ("Verdicts: `results/locomotion/verdicts.csv`." if os.path.exists(verdicts) else
+                      "No verdict yet: `python experiments/locomotion.py report` applies the protocol's rules once "
+                      "the study units are done; `plan` lists what is left."))
+        out.append("")
+        tuned_path = os.path.join(loco, "tuned.json")
+        if os.path.exists(tuned_path):
+            chosen = results.read_json(tuned_path)["chosen"]
+            depths = sorted({b for by in chosen.values() for b in by}, key=int)
+            rows = []
+            for method in figures.sort_methods(chosen):
+                by = chosen[method]
+                first = next(iter(by.values()))
+                rows.append([figures.method_label(method), first["knob"]]
+                            + [f"{by[b]['value']:g} (AUC {_num(max(g['mean'] for g in by[b]['grid']), ',.0f')})"
+                               if b in by else "—" for b in depths])
+            out += ["  Step knobs frozen by the tuning (Hopper-v4, tuning seeds; mean AUC of the choice):", "",
+                    _table(["method", "knob"] + [f"tuned at B = {b}" for b in depths], rows)]
+    if os.path.isdir(build.src(PEER)):
+        recs = peer.records(build.src(PEER))
+        parts = []
+        for r in recs:
+            if r["inside"] is None:
+                continue
+            where = "inside" if r["inside"] else ("above" if r["mean"] > r["cleanrl"][0] else "below")
+            parts.append(f"{r['task']} {r['settings']}: {r['mean']:,.0f} ± {r['std']:,.0f}, {where}")
+        out += ["- **The peer check** against CleanRL's PPO table at 1M steps (`results/peer_check/`, "
+                "`python -m benchmarks.peer_check --table`; inside means CleanRL's mean ± 2 std): "
+                + "; ".join(parts) + ".", ""]
+    if os.path.exists(build.dst(CLAIMS)):
+        out += [f"- **The pendulum-suite study** (`results/study/`, four tasks: the pendulums, reacher, FingerSpin; "
+                f"`results/claims.csv`): claims {_claim_verdicts(build.dst(CLAIMS))} on the final return"
+                + (f"; on the AUC {_claim_verdicts(build.dst(CLAIMS_AUC))}" if os.path.exists(build.dst(CLAIMS_AUC))
+                   else "") + ". Two of its tasks sit at their ceiling (below), so these verdicts cannot tell "
+                "VACO from a tuned PPO-Clip; the locomotion study is the test.", ""]
+    out += ["- **Figures**: `docs/figures/study_*.png` (the pendulum-suite study: `python experiments/rebuild_docs.py`); "
+            "the README's figure (`make demo`)."]
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+# name -> markdown text of FINDINGS.md's block <!-- generated: name (...) -->; add a block by adding an entry
+BLOCKS: dict[str, Callable[[Build], str]] = {
+    "screens": lambda b: screens_table(b.src("results", "screens", "screens.csv")),
+    "screens_2m": lambda b: screens_table(b.src("results", "screens_2m", "screens.csv")),
+    "screens_ip_61k": lambda b: screens_table(b.src("results", "screens_ip_61k", "screens.csv")),
+    "screens_pointmass_1m": lambda b: screens_table(b.src("results", "screens_pointmass_1m", "screens.csv")),
+    "screens_lr1e-3": lambda b: screens_table(*(b.src("results", "screens_lr1e-3", d, "screens.csv")
+                                                for d in SCREENS_LR), steps=True),
+    "screens_more": lambda b: screens_folder_table(b, "screens_more"),
+    "screens_6": lambda b: screens_folder_table(b, "screens_6"),
+    "study_machine": machine_table,
+    "study_tuned": tuned_table,
+    "study_lr_wide_tuned": lambda b: tuned_table(b, TUNED_WIDE),
+    "study_lr_wide_iqm": wide_iqm_table,
+    "study_claims": claims_table,
+    "study_claims_auc": lambda b: claims_table(b, CLAIMS_AUC),
+    "study_iqm": study_iqm_table,
+    "study_cost": cost_table,
+    "summary": summary_block,
+}
+
+
+# ----------------------------------------------------------------------------- FINDINGS.md
+
+def _lines(text: str) -> list[str]:
+    """Lines with their ends (only "\\n" ends a line: FINDINGS.md holds other Unicode separators verbatim)."""
+    return re.findall(r"[^\n]*\n|[^\n]+\Z", text)
+
+
+def blocks(text: str, where: str = FINDINGS) -> list[tuple[str, int, int]]:
+    """``(name, begin line index, end line index)`` of every generated block, checked."""
+    found, open_block = [], None
+    for i, line in enumerate(_lines(text)):
+        bare = line.rstrip("\r\n")
+        if not bare.startswith(MARKER_START):
+            continue
+        begin, end = BEGIN.fullmatch(bare), END.fullmatch(bare)
+        if begin and open_block:
+            raise DocsError(f"{where}:{open_block[1] + 1}: generated block {open_block[0]!r} has no end marker "
+                            f"'<!-- end generated: {open_block[0]} -->' before line {i + 1}")
+        if begin:
+            if begin.group(1) not in BLOCKS:
+                raise DocsError(f"{where}:{i + 1}: unknown generated block {begin.group(1)!r} "
+                                f"(known: {', '.join(BLOCKS)})")
+            open_block = (begin.group(1), i)
+        elif end and open_block and end.group(1) == open_block[0]:
+            found.append((open_block[0], open_block[1], i))
+            open_block = None
+        elif end:
+            raise DocsError(f"{where}:{i + 1}: end marker of {end.group(1)!r} without its "
+                            f"'<!-- generated: {end.group(1)} ({COMMAND}) -->' line"
+                            + (f" (block {open_block[0]!r} of line {open_block[1] + 1} is open)" if open_block else ""))
+        else:
+            raise DocsError(f"{where}:{i + 1}: malformed marker line {bare!r}; the markers are "
+                            f"'<!-- generated: NAME ({COMMAND}) -->' and '<!-- end generated: NAME -->'")
+    if open_block:
+        raise DocsError(f"{where}:{open_block[1] + 1}: generated block {open_block[0]!r} has no end marker "
+                        f"'<!-- end generated: {open_block[0]} -->'")
+    return found
+
+
+def render(text: str, build: Build, where: str = FINDINGS) -> str:
+    """``text`` with every generated block's content replaced; the rest kept byte for byte."""
+    lines = _lines(text)
+    spans = blocks(text, where)
+    out, pos = [], 0
+    for name, begin, end in spans:
+        body = BLOCKS[name](build)
+        out += lines[pos:begin + 1] + [body if body.endswith("\n") else body + "\n"]
+        pos = end
+    return "".join(out + lines[pos:])
+
+
+# ----------------------------------------------------------------------------- outputs
+
+def write_claims(build: Build) -> list[str]:
+    if not build.has_any_design():
+        print(f"[rebuild_docs] no design of the study under {STUDY}: {CLAIMS} not built")
+        return []
+    from vaco_jax.analysis import claims
+    claims.evaluate_study(build.src(STUDY), out=build.dst(CLAIMS))
+    claims.evaluate_study(build.src(STUDY), out=build.dst(CLAIMS_AUC), score="auc_eval_return")
+    return [CLAIMS, CLAIMS_AUC]
+
+
+def _findings_text(build: Build) -> str:
+    with open(build.src(FINDINGS), encoding="utf-8", newline="") as f:
+        return f.read()
+
+
+def write_findings(build: Build) -> list[str]:
+    results.atomic_write_text(build.dst(FINDINGS), render(_findings_text(build), build))
+    return [FINDINGS]
+
+
+def write_figures(build: Build) -> list[str]:
+    if not build.has_study():
+        print(f"[rebuild_docs] no {STUDY}/{MAIN_DESIGN}/run.json: no {FIGURE_DIR}/{FIGURE_PREFIX}*.png")
+        return []
+    from matplotlib import style
+
+    from vaco_jax.analysis import figures
+    written = []
+    os.makedirs(build.dst(FIGURE_DIR), exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp, style.context("default"):  # no local matplotlibrc
+        for name, function, args in FIGURES:
+            try:
+                paths = getattr(figures, function)(build.study, *args, figures_dir=tmp)
+            except figures.NoData as e:
+                print(f"[rebuild_docs] skipped {FIGURE_PREFIX}{name}.png: {e}")
+                continue
+            with open(next(p for p in paths if p.endswith(".png")), "rb") as f:
+                rel = os.path.join(FIGURE_DIR, f"{FIGURE_PREFIX}{name}.png")
+                results.atomic_write_bytes(build.dst(rel), f.read())
+            written.append(rel)
+    return written
+
+
+def build_all(build: Build) -> list[str]:
+    """Every output under ``build.out``; returns their paths relative to it. FINDINGS.md's markers are
+    checked before anything is written; claims.csv comes first: FINDINGS.md's claims table reads it."""
+    blocks(_findings_text(build))
+    return write_claims(build) + write_findings(build) + write_figures(build)
+
+
+def owned(root: str) -> list[str]:
+    """The outputs of this script that exist under ``root`` (whether or not they would be produced now)."""
+    found = [c for c in (CLAIMS, CLAIMS_AUC) if os.path.exists(os.path.join(root, c))]
+    pattern = os.path.join(root, FIGURE_DIR, f"{FIGURE_PREFIX}*.png")
+    return found + sorted(os.path.relpath(p, root) for p in glob.glob(pattern))
+
+
+# ----------------------------------------------------------------------------- --check
+
+def _text_difference(rel: str, old: bytes, new: bytes) -> str | None:
+    if old == new:
+        return None
+    a, b = (_lines(x.decode(errors="replace")) for x in (old, new))
+    diff = [d.rstrip("\n") for d in difflib.unified_diff(a, b, f"{rel} (committed)", f"{rel} (rebuilt)", n=1)]
+    more = f"\n  ... {len(diff) - DIFF_LINES} more diff lines" if len(diff) > DIFF_LINES else ""
+    return f"differs: {rel}\n" + "\n".join("  " + d for d in diff[:DIFF_LINES]) + more
+
+
+def _png_difference(rel: str, old_path: str, new_path: str) -> str | None:
+    from matplotlib import image
+
+    a, b = image.imread(old_path), image.imread(new_path)
+    if a.shape != b.shape:
+        return f"differs: {rel} (image of {a.shape[1]}x{a.shape[0]} pixels, rebuilt {b.shape[1]}x{b.shape[0]})"
+    delta = abs(a.astype(float) - b.astype(float))
+    worst = delta.max(axis=-1) if delta.ndim == 3 else delta
+    n = int((worst > PIXEL_TOLERANCE).sum())
+    if not n:
+        return None
+    return (f"differs: {rel} ({n} pixels differ by more than {PIXEL_TOLERANCE} in a colour channel, "
+            f"at most by {worst.max():.2f})")
+
+
+def compare(root: str, out: str, produced: list[str]) -> list[str]:
+    """One message per output that differs between ``root`` (committed) and ``out`` (rebuilt)."""
+    problems = []
+    for rel in produced:
+        committed, rebuilt = os.path.join(root, rel), os.path.join(out, rel)
+        if not os.path.exists(committed):
+            problems.append(f"missing: {rel} (produced, not committed)")
+        elif rel.endswith(".png"):
+            problems.append(_png_difference(rel, committed, rebuilt))
+        else:
+            with open(committed, "rb") as f, open(rebuilt, "rb") as g:
+                problems.append(_text_difference(rel, f.read(), g.read()))
+    problems += [f"stale: {rel} (committed, no longer produced)" for rel in owned(root) if rel not in produced]
+    return [p for p in problems if p]
+
+
+def check(root: str) -> int:
+    with tempfile.TemporaryDirectory() as out:
+        produced = build_all(Build(root, out))
+        problems = compare(root, out, produced)
+    for p in problems:
+        print(p)
+    if problems:
+        print(f"{len(problems)} file(s) differ from what `{COMMAND}` produces from results/: run it and commit")
+        return 1
+    print(f"up to date: {', '.join(produced)}")
+    return 0
+
+
+def rebuild(root: str) -> int:
+    produced = build_all(Build(root, root))
+    for rel in owned(root):
+        if rel not in produced:
+            os.remove(os.path.join(root, rel))
+            print(f"removed {rel} (no longer produced)")
+    print(f"wrote {', '.join(produced)}")
+    return 0
+
+
+def main(argv: list[str] | None = None, root: str = ".") -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true",
+                        help="build into a temporary folder, compare with the committed files, exit 1 if any differs")
+    parser.add_argument("--root", default=root, help=f"repository whose results/ are read and whose docs are written "
+                        f"(default: {root})")
+    args = parser.parse_args(argv)
+    try:
+        return check(args.root) if args.check else rebuild(args.root)
+    except DocsError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return results.EXIT_BAD_INPUT
+    except results.ResultsError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return results.EXIT_DAMAGED
+
+
+def cli(root: str = ".") -> None:
+    """The command line: ``experiments/rebuild_docs.py`` passes its repository as ``root``;
+    ``python -m vaco_jax rebuild-docs`` works on the current directory."""
+    sys.exit(main(root=root))
+
+
+if __name__ == "__main__":
+    cli()

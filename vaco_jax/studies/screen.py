@@ -1,0 +1,138 @@
+"""Screens before the study (docs/evaluation.md, "Choosing tasks"): which tasks are learnable and
+lag-sensitive on the CPU budget.
+
+For every candidate task, synchronous-budget PPO-Clip runs at lag depths 1 and 16 on seeds the
+study does not use (100, 101), through the lag sweep (one compiled program per task). Then, per task
+(scores = final evaluation return, means over the seeds; 0 = the uniform-random policy, 1 = the
+task's reachable score ``REACHABLE``):
+
+- *learnable*: PPO-Clip at B = 1 reaches >= ``LEARN_FRACTION`` of the reachable score within the
+  budget, and is *not saturated* before half of it: its evaluation return at the middle of the run
+  is below ``SATURATION`` x its final one (so the budget still tells fast and slow learners apart);
+- *lag-sensitive*: PPO-Clip at B = 16 loses >= ``LAG_LOSS`` of its B = 1 score (normalised), on a
+  task where B = 1 got at least ``MIN_PROGRESS`` of the way from random to reachable (a loss of
+  nothing is not a loss).
+
+    python experiments/screen.py                                  # every candidate, ~300k steps per run
+    python experiments/screen.py --tasks CartpoleSwingup inverted_double_pendulum --out runs/screen
+    python experiments/screen.py --tasks CartpoleSwingup --learning-rate 1e-3   # at another step size
+
+Lag sensitivity depends on the step size (a larger step moves the learner further from the actors'
+policies per phase), so a task may pass at the study's tuned step size and fail at the default.
+
+Writes ``OUT/screens.csv`` (and prints it): one row per task with the numbers and both verdicts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import numpy as np
+
+# Highest return an episode of 1000 steps can reach: DM Control rewards are in [0, 1] per step;
+# Brax's inverted_pendulum pays 1 per step alive; inverted_double_pendulum pays 10 per step minus a
+# distance penalty of at least ~0.64 upright (its tip stands ~1.2 below the target height 2).
+# Brax's reacher and pusher pay minus distances and control costs: 0 bounds them (never reached).
+REACHABLE = {"reacher": 0.0, "pusher": 0.0,
+    "inverted_pendulum": 1000.0, "inverted_double_pendulum": 9360.0, "CartpoleBalance": 1000.0,
+    "CartpoleSwingup": 1000.0, "AcrobotSwingup": 1000.0, "PendulumSwingup": 1000.0, "FingerSpin": 1000.0, "PointMass": 1000.0,
+    # DM Control's sparse tasks pay 1 per step inside the target region: at most 1000 per episode
+    "CartpoleSwingupSparse": 1000.0, "CartpoleBalanceSparse": 1000.0, "BallInCup": 1000.0,
+}
+CANDIDATES = ("inverted_pendulum", "inverted_double_pendulum", "CartpoleBalance", "CartpoleSwingup",
+              "AcrobotSwingup", "PendulumSwingup")
+LEARN_FRACTION, SATURATION, LAG_LOSS, MIN_PROGRESS = 0.5, 0.95, 0.10, 0.10
+SEEDS = (100, 101)
+
+
+@dataclasses.dataclass
+class Args:
+    """Screens: learnability and lag sensitivity of candidate tasks for the study."""
+
+    tasks: tuple[str, ...] = CANDIDATES  # candidate tasks to screen
+    out: str = "runs/screen"  # run directory (the screen table is written there)
+    total_env_steps: int = 300_000  # env steps per run: the budget being screened
+    num_envs: int = 64  # parallel envs per run
+    num_evals: int = 10  # evaluations per run (learning-curve points)
+    eval_episodes: int = 8  # episodes per evaluation (stochastic: docs/evaluation.md)
+    learning_rate: float | None = None  # None: the Config default (3e-4); the study's tuning grid tops at 1e-3
+    progress: bool = True  # a progress bar per group (--no-progress for logs)
+
+
+def screen_rows(run_dir: str, tasks) -> list[dict]:
+    from vaco_jax.analysis import results
+    scores = results.load_scores(run_dir)
+    curves = results.load_curves(run_dir)
+    random = results.load_random_scores(run_dir) or {}
+    out = []
+    for task in tasks:
+        rnd, top = random.get(task, np.nan), REACHABLE.get(task, np.nan)
+
+        def final(b):
+            vals = [float(r["final_eval_return"]) for r in scores if r["env"] == task and int(r["lag_depth"]) == b
+                    and str(r["diverged"]) not in ("True", "1")]
+            return float(np.mean(vals)) if vals else np.nan
+
+        sync, lagged = final(1), final(16)
+        chunks = sorted({int(r["chunk"]) for r in curves if r["env"] == task})
+        mid = chunks[len(chunks) // 2 - 1] if len(chunks) >= 2 else None
+        half = np.mean([float(r["eval_return"]) for r in curves if r["env"] == task and int(r["lag_depth"]) == 1
+                        and int(r["chunk"]) == mid]) if mid is not None else np.nan
+        learned = (sync - rnd) / (top - rnd)
+        half_share = (half - rnd) / (sync - rnd) if sync != rnd else np.nan
+        loss = 1 - (lagged - rnd) / (sync - rnd) if sync != rnd else np.nan
+        learnable = bool(learned >= LEARN_FRACTION and half_share < SATURATION)
+        sensitive = bool(learned >= MIN_PROGRESS and loss >= LAG_LOSS)
+        out.append({"env": task, "random": rnd, "reachable": top, "ppo_clip_b1": sync, "ppo_clip_b1_half": half,
+                    "ppo_clip_b16": lagged, "learned_fraction": learned, "half_over_final": half_share,
+                    "lag_loss_b16": loss, "learnable": learnable, "lag_sensitive": sensitive,
+                    "chosen": learnable and sensitive, "seeds": len(SEEDS)})
+    return out
+
+
+def write_table(run_dir: str, tasks) -> list[dict]:
+    """``screens.csv`` from a finished screen run, printed."""
+    from vaco_jax.analysis import results
+    rows = screen_rows(run_dir, tasks)
+    results.atomic_write_text(os.path.join(run_dir, "screens.csv"), results.rows_to_csv(rows))
+    print(f"\n{'task':<26}{'B=1':>9}{'learned':>9}{'half/fin':>9}{'B=16':>9}{'lag loss':>9}  learnable  sensitive")
+    for r in rows:
+        print(f"{r['env']:<26}{r['ppo_clip_b1']:>9.1f}{r['learned_fraction']:>9.2f}{r['half_over_final']:>9.2f}"
+              f"{r['ppo_clip_b16']:>9.1f}{r['lag_loss_b16']:>9.2f}  {str(r['learnable']):<10} {r['lag_sensitive']}")
+    return rows
+
+
+def main(args: Args) -> list[dict]:
+    from vaco_jax.core.knobs import ConfigError
+
+    unknown = [t for t in args.tasks if t not in REACHABLE]
+    if unknown:
+        raise ConfigError(f"tasks: {unknown} have no reachable score here; allowed values: {', '.join(REACHABLE)}")
+    from vaco_jax.studies import lag_sweep
+
+    lag_sweep.main(lag_sweep.Args(**sweep_settings(args)))
+    return write_table(args.out, args.tasks)
+
+
+def sweep_settings(args: Args) -> dict:
+    """The lag sweep a screen runs: PPO-Clip at B = 1 and 16 on the screen's seeds, minibatches drawn
+    with ``minibatch_shuffle='sort'`` like every screen in FINDINGS.md."""
+    return dict(preset="cpu", out=args.out, tasks=tuple(args.tasks), methods=("ppo_clip",), lag_depths=(1, 16),
+                seeds=SEEDS, total_env_steps=args.total_env_steps, num_envs=args.num_envs, num_evals=args.num_evals,
+                eval_episodes=args.eval_episodes, learning_rate=args.learning_rate, figures=False,
+                progress=args.progress, bootstrap_reps=200,
+                # the committed screens were drawn with it (docs/estimators.md, "Minibatches"): one protocol
+                minibatch_shuffle="sort")
+
+
+def cli() -> None:
+    """The command line (`experiments/screen.py`, `python -m vaco_jax screen`)."""
+    from vaco_jax.driver.cli import parse_args
+    from vaco_jax.driver.cli import cli_main
+
+    cli_main(main, parse_args(Args))
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,0 +1,301 @@
+"""Does the simulator predict a real asynchronous actor–learner? (docs/real_async.md)
+
+    python experiments/sim_vs_real.py plan                 # the protocol and what is left to run
+    python experiments/sim_vs_real.py real                 # the real runs (threads; not reproducible bit for bit)
+    python experiments/sim_vs_real.py sim                  # their simulated counterparts (reproducible)
+    python experiments/sim_vs_real.py report               # verdicts, wall clock, histograms
+
+For each real configuration (a number of actors with unequal speeds, or the lockstep reference) and
+method, the real system runs on every seed and records its age histogram. The simulator then runs
+the same training three ways, one cell per seed each: (a) ``ages`` with the real runs' pooled
+histogram, (b) ``uniform`` with the lag depth whose mean age is nearest the real mean (as weights
+1, ..., 1: the same draws as ``uniform``), (c) a negative control, the real histogram shifted
+``CONTROL_SHIFT`` versions older. The decision rule, fixed here before any run: the simulator
+*predicts* a (configuration, method, score) when the 90% bootstrap CI of mean(sim) - mean(real),
+divided by the mean of the method's real lockstep runs, lies inside +-``MARGIN``; it *differs* when
+the CI lies wholly outside; else *inconclusive*. A rule that does not call the negative control
+*differs* cannot tell, and the report says so.
+
+The protocol (the preset's numbers and the rule) is written to ``OUT/protocol.json`` by the first run;
+a later run with other numbers is refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Literal
+
+import numpy as np
+from tyro.conf import Positional
+
+from vaco_jax.core.config import ConfigError
+
+# Equivalence margin, as a fraction of the method's real lockstep mean. Hopper's seed spread is about
+# 10-12% of the mean (the locomotion pilot: pooled std 270 on a final return of ~2,600): with 10 seeds a
+# side a 90% CI of a difference of means spans about +-0.09, so +-0.15 can be met when the true
+# difference is below ~0.06 and cannot when it is above 0.15.
+MARGIN = 0.15
+CONFIDENCE = 0.90
+CONTROL_SHIFT = 8  # versions the negative control's histogram is moved older
+SCORES = ("auc_eval_return", "final_eval_return")
+VARIANTS = ("histogram", "uniform", "control")
+
+PRESETS = {
+    # Hopper-v4 with its task defaults (16 envs x 128 steps a batch, 10 epochs x 32 minibatches)
+    "cpu": dict(task="Hopper-v4", methods=("ppo_clip", "vaco"), actors=(2, 4, 8), slowest=2.0, sync_actors=4,
+                seeds=tuple(range(10)), total_env_steps=300_000, num_evals=10, eval_episodes=8, buffer_capacity=32,
+                sizes={}),
+    # the tiny pure-JAX task, for tests: seconds
+    "tiny": dict(task="point_mass", methods=("ppo_clip", "vaco"), actors=(2, 4), slowest=2.0, sync_actors=2,
+                 seeds=(0, 1), total_env_steps=8 * 16 * 8, num_evals=2, eval_episodes=2, buffer_capacity=16,
+                 sizes=dict(num_envs=8, unroll_length=16, episode_length=50, num_epochs=2, num_minibatches=2)),
+}
+
+
+@dataclasses.dataclass
+class Args:
+    """The simulator against a real asynchronous actor-learner: plan, real, sim, report."""
+
+    stage: Positional[Literal["plan", "real", "sim", "report"]]
+    preset: Literal["cpu", "tiny"] = "cpu"  # the study's numbers (PRESETS)
+    out: str = ""  # the study's directory; default runs/sim_vs_real_<preset>
+    progress: bool = True  # a line per real run and a progress bar per simulated group
+    bootstrap_reps: int = 2000  # bootstrap resamples of the report's intervals
+
+
+def configurations(spec: dict) -> list[dict]:
+    """The real configurations: the lockstep reference, then each actor count with speeds spread
+    evenly from 1 (full speed) to ``slowest`` times slower."""
+    out = [dict(name=f"sync{spec['sync_actors']}", num_actors=spec["sync_actors"], slowdown=(), mode="sync")]
+    for a in spec["actors"]:
+        slow = tuple(float(x) for x in np.round(np.linspace(1.0, spec["slowest"], a), 3))
+        out.append(dict(name=f"async{a}", num_actors=a, slowdown=slow, mode="async"))
+    return out
+
+
+def base_config(spec: dict, method: str):
+    from vaco_jax.core.config import Config
+
+    return Config.for_task(spec["task"], method=method, total_env_steps=spec["total_env_steps"],
+                           num_evals=spec["num_evals"], eval_episodes=spec["eval_episodes"],
+                           buffer_capacity=spec["buffer_capacity"], **spec["sizes"])
+
+
+def _real_dir(out: str, config: dict, method: str, seed: int) -> str:
+    return os.path.join(out, "real", config["name"], method, f"seed{seed}")
+
+
+def protocol(spec: dict) -> dict:
+    return {"preset": spec, "configurations": configurations(spec), "margin": MARGIN, "confidence": CONFIDENCE,
+            "control_shift": CONTROL_SHIFT, "scores": list(SCORES), "variants": list(VARIANTS)}
+
+
+def _fix_protocol(out: str, spec: dict) -> None:
+    from vaco_jax.analysis import results
+
+    path = os.path.join(out, "protocol.json")
+    mine = protocol(spec)
+    if os.path.exists(path):
+        theirs = {k: v for k, v in results.read_json(path).items() if k != "sha256"}
+        import json
+
+        if json.loads(json.dumps(mine)) != theirs:
+            raise ConfigError(f"out: {out} holds a study run under another protocol ({path}); use another --out")
+        return
+    os.makedirs(out, exist_ok=True)
+    results.write_json(path, mine)
+
+
+def real(args: Args, spec: dict) -> list[dict]:
+    """Every real run not yet finished (a run's ``score.json`` marks it finished)."""
+    from vaco_jax.driver.actor_learner import RealSettings, run_real, write_real_run
+
+    done = []
+    # seed by seed across every configuration: a study spread over sessions (and machines) then has
+    # whole blocks of seeds, each configuration's runs of a seed made on the same machine
+    for seed in spec["seeds"]:
+        for c in configurations(spec):
+            settings = RealSettings(num_actors=c["num_actors"], slowdown=c["slowdown"],
+                                    queue_capacity=c["num_actors"], mode=c["mode"])
+            for method in spec["methods"]:
+                config = base_config(spec, method)
+                settings.check(config)
+                where = _real_dir(args.out, c, method, seed)
+                if os.path.exists(os.path.join(where, "score.json")):
+                    continue
+                run = run_real(config, settings, seed=seed)
+                score = write_real_run(where, run, config, settings, seed)
+                done.append(score)
+                if args.progress:
+                    print(f"real {c['name']} {method} seed {seed}: AUC {score['auc_eval_return']:.1f}, "
+                          f"{score['env_steps_per_second']:.0f} env steps/s, mean age {score['mean_age']:.2f}",
+                          flush=True)
+    return done
+
+
+def pooled_histogram(out: str, c: dict, method: str, seeds) -> tuple[float, ...]:
+    from vaco_jax.driver.histogram import read_age_histogram
+
+    total: np.ndarray = np.zeros(0)
+    for seed in seeds:
+        path = os.path.join(_real_dir(out, c, method, seed), "age_histogram.csv")
+        if not os.path.exists(os.path.join(_real_dir(out, c, method, seed), "score.json")):
+            raise ConfigError(f"sim: the real run {os.path.dirname(path)} has not finished; run the 'real' stage first")
+        h = np.asarray(read_age_histogram(path))
+        total = np.pad(total, (0, max(0, len(h) - len(total)))) + np.pad(h, (0, max(0, len(total) - len(h))))
+    return tuple(float(x) for x in total)
+
+
+def variant_weights(hist: tuple[float, ...]) -> dict[str, tuple[float, ...]]:
+    """The three simulated counterparts of one real histogram (see the module's docstring)."""
+    h = np.asarray(hist, float)
+    mean = float(np.dot(np.arange(len(h)), h) / h.sum())
+    depth = int(np.argmin([abs((b - 1) / 2 - mean) for b in range(1, 2 * len(h) + 2)])) + 1
+    p = tuple(float(x) for x in h / h.sum())
+    return {"histogram": p, "uniform": (1.0,) * depth, "control": (0.0,) * CONTROL_SHIFT + p}
+
+
+def sim(args: Args, spec: dict) -> None:
+    """One lag sweep per (configuration, method): the variants' weights as an ``age_weights`` axis x
+    the seeds, with as many envs per simulated actor as a real actor steps."""
+    from vaco_jax.studies import lag_sweep
+
+    for c in configurations(spec):
+        for method in spec["methods"]:
+            weights = variant_weights(pooled_histogram(args.out, c, method, spec["seeds"]))
+            axis = ",".join(str(w) for w in dict.fromkeys(weights.values()))  # lockstep: histogram = uniform
+            config = base_config(spec, method)
+            sizes = {k: v for k, v in spec["sizes"].items() if k in ("num_envs", "unroll_length")}
+            extra = {k: v for k, v in spec["sizes"].items() if k not in sizes}
+            lag_sweep.main(lag_sweep.Args(
+                preset="tiny", tasks=(spec["task"],), methods=(method,), lag_model="ages", sweep=(f"age_weights={axis}",),
+                seeds=tuple(spec["seeds"]), total_env_steps=spec["total_env_steps"],
+                num_envs=sizes.get("num_envs", config.num_envs), unroll_length=sizes.get("unroll_length", config.unroll_length),
+                num_evals=spec["num_evals"], eval_episodes=spec["eval_episodes"], buffer_capacity=spec["buffer_capacity"],
+                envs_per_actor=config.num_envs // c["num_actors"], out=os.path.join(args.out, "sim", c["name"], method),
+                progress=args.progress, figures=False, bootstrap_reps=min(args.bootstrap_reps, 200), **extra))
+
+
+def _real_scores(out: str, c: dict, method: str, seeds) -> list[dict]:
+    from vaco_jax.analysis import results
+
+    return [results.read_json(os.path.join(_real_dir(out, c, method, s), "score.json")) for s in seeds]
+
+
+def _sim_scores(out: str, c: dict, method: str, task: str) -> list[dict]:
+    from vaco_jax.analysis import results
+
+    return results.read_table(os.path.join(out, "sim", c["name"], method, task, method, "scores.csv"))
+
+
+def report_rows(out: str, spec: dict, reps: int = 2000) -> list[dict]:
+    """One row per (configuration, method, variant, score): real and simulated means, the scaled
+    difference with its CI, and the verdict; plus each configuration's wall clock."""
+    from vaco_jax.analysis.stats import contrast_ci
+
+    rows = []
+    configs = configurations(spec)
+    for method in spec["methods"]:
+        sync = _real_scores(out, configs[0], method, spec["seeds"])
+        for c in configs:
+            real_runs = _real_scores(out, c, method, spec["seeds"])
+            weights = variant_weights(pooled_histogram(out, c, method, spec["seeds"]))
+            sim_rows = _sim_scores(out, c, method, spec["task"])
+            for variant, w in weights.items():
+                mine = [r for r in sim_rows if tuple(float(x) for x in _weights_of(r)) == tuple(float(x) for x in w)]
+                for score in SCORES:
+                    scale = abs(float(np.mean([r[score] for r in sync])))
+                    x = np.array([[r[score]] for r in mine if not r["diverged"]], float) / scale
+                    y = np.array([[r[score]] for r in real_runs if not r["diverged"]], float) / scale
+                    point, lo, hi = contrast_ci(x, y, aggregate="mean", reps=reps, confidence=CONFIDENCE)
+                    verdict = ("predicts" if -MARGIN <= lo and hi <= MARGIN else
+                               "differs" if lo > MARGIN or hi < -MARGIN else "inconclusive")
+                    rows.append({"configuration": c["name"], "method": method, "variant": variant, "score": score,
+                                 "margin": MARGIN,
+                                 "real_mean": float(np.mean([r[score] for r in real_runs])),
+                                 "sim_mean": float(np.mean([r[score] for r in mine])) if mine else float("nan"),
+                                 "scaled_difference": point, "low": lo, "high": hi, "verdict": verdict,
+                                 "real_mean_age": float(np.mean([r["mean_age"] for r in real_runs])),
+                                 "sim_mean_age": float(np.dot(np.arange(len(w)), w) / np.sum(w)),
+                                 "real_env_steps_per_second": float(np.mean([r["env_steps_per_second"]
+                                                                             for r in real_runs])),
+                                 "n_real": len(y), "n_sim": len(x),
+                                 "diverged": sum(bool(r["diverged"]) for r in real_runs + mine)})
+    return rows
+
+
+def _weights_of(row: dict) -> tuple:
+    import ast
+
+    value = row["age_weights"]
+    return tuple(ast.literal_eval(value)) if isinstance(value, str) else tuple(value)
+
+
+def report(args: Args, spec: dict) -> list[dict]:
+    from vaco_jax.analysis import results
+
+    from vaco_jax.analysis import figures
+
+    rows = report_rows(args.out, spec, args.bootstrap_reps)
+    results.write_table(os.path.join(args.out, "verdicts.csv"), rows)
+    histograms = {c["name"]: variant_weights(pooled_histogram(args.out, c, spec["methods"][0], spec["seeds"]))
+                  for c in configurations(spec)}
+    paths = [p for score in SCORES for p in figures.plot_sim_vs_real(args.out, rows, histograms, score)]
+    print(f"{'configuration':<10} {'method':<9} {'variant':<10} {'score':<18} {'real':>9} {'sim':>9} "
+          f"{'(sim-real)/sync':>16} {'90% CI':>17}  verdict")
+    for r in rows:
+        print(f"{r['configuration']:<10} {r['method']:<9} {r['variant']:<10} {r['score']:<18} {r['real_mean']:>9.1f} "
+              f"{r['sim_mean']:>9.1f} {r['scaled_difference']:>16.3f} [{r['low']:>7.3f}, {r['high']:>7.3f}]  "
+              f"{r['verdict']}")
+    controls = [r for r in rows if r["variant"] == "control" and not r["configuration"].startswith("sync")]
+    if controls and not all(r["verdict"] == "differs" for r in controls):
+        print(f"the negative control is not called 'differs' in {sum(r['verdict'] != 'differs' for r in controls)} "
+              f"of {len(controls)} rows: with these seeds the rule cannot tell a wrong histogram from a right one")
+    print("wall clock, real runs (env steps per second, mean over seeds and methods):")
+    for c in configurations(spec):
+        sps = [r["real_env_steps_per_second"] for r in rows if r["configuration"] == c["name"]]
+        print(f"  {c['name']:<8} {np.mean(sps):>10.0f}")
+    print("figures:", *paths, sep="\n  ")
+    return rows
+
+
+def plan_text(args: Args, spec: dict) -> str:
+    lines = [f"protocol: margin +-{MARGIN} of the lockstep mean, {CONFIDENCE:.0%} bootstrap CI, control shift "
+             f"{CONTROL_SHIFT}; task {spec['task']}, methods {', '.join(spec['methods'])}, seeds {list(spec['seeds'])}, "
+             f"{spec['total_env_steps']} env steps a run"]
+    for c in configurations(spec):
+        left = sum(not os.path.exists(os.path.join(_real_dir(args.out, c, m, s), "score.json"))
+                   for m in spec["methods"] for s in spec["seeds"])
+        lines.append(f"  {c['name']:<8} {c['num_actors']} actors, {c['mode']}, slowdown {list(c['slowdown']) or 1}: "
+                     f"{left} real runs to go")
+    return "\n".join(lines)
+
+
+def main(args: Args):
+    spec = dict(PRESETS[args.preset])
+    args.out = args.out or os.path.join("runs", f"sim_vs_real_{args.preset}")
+    if not isinstance(args.bootstrap_reps, int) or args.bootstrap_reps < 1:
+        raise ConfigError(f"bootstrap_reps={args.bootstrap_reps!r} must be a positive integer")
+    for method in spec["methods"]:  # every setting checked before anything runs
+        base_config(spec, method)
+    if args.stage == "plan":
+        print(plan_text(args, spec))
+        return None
+    _fix_protocol(args.out, spec)
+    if args.stage == "real":
+        return real(args, spec)
+    if args.stage == "sim":
+        return sim(args, spec)
+    return report(args, spec)
+
+
+def cli() -> None:
+    """The command line (`experiments/sim_vs_real.py`, `python -m vaco_jax sim-vs-real`)."""
+    from vaco_jax.driver.cli import cli_main, parse_args
+
+    cli_main(main, parse_args(Args))
+
+
+if __name__ == "__main__":
+    cli()
