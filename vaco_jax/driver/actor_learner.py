@@ -197,7 +197,6 @@ def run_real(config: Config, settings: RealSettings, seed: int = 0, log=None) ->
     produced: list[Batch] = []
     produced_lock = threading.Lock()
     actor_keys = [jax.random.fold_in(jax.random.fold_in(run_key, ACTOR_STREAM), a) for a in range(settings.num_actors)]
-    t0 = time.perf_counter()  # reset when the threads start
 
     # every actor's envs reset, and everything compiled, before the clock starts
     reset_jit = jax.jit(lambda key: reset_batch(env, key, per_actor))

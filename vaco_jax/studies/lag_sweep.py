@@ -135,12 +135,13 @@ def age_weights(args: Args) -> list[tuple] | None:
     return weights
 
 
-def base_config(args: Args, spec: dict, task: str, method: str) -> Config:
-    """The task's own defaults (Config.for_task), then the preset's sizes (None: the task's), then flags."""
+def base_config(args: Args, spec: dict, task: str, method: str, weights: list[tuple] | None = None) -> Config:
+    """The task's own defaults (Config.for_task), then the preset's sizes (None: the task's), then flags.
+    ``weights``: :func:`age_weights`' vectors with a lag model that reads them (the first is the
+    config's; a sweep axis replaces it per cell)."""
     sizes = {k: spec[k] for k in ("total_env_steps", "num_envs", "unroll_length", "num_evals", "eval_episodes",
                                   "buffer_capacity") if spec.get(k) is not None}
-    weights = age_weights(args)
-    ages = {"age_weights": weights[0]} if weights else {}  # a sweep axis replaces it per cell
+    ages = {"age_weights": weights[0]} if weights else {}
     return Config.for_task(task, method=method, lag_model=args.lag_model, episode_length=args.episode_length,
                            **sizes, **ages)
 
@@ -149,10 +150,11 @@ def plan(args: Args, spec: dict) -> list:
     """Every group (task x method x static sweep values) with its cells, validated, nothing compiled."""
     from vaco_jax.driver import grid
     keys = [(t, m) for t in spec["tasks"] for m in spec["methods"]]
-    configs = grid.with_knobs([base_config(args, spec, t, m) for t, m in keys],
+    weights = age_weights(args)  # the histogram files read once
+    configs = grid.with_knobs([base_config(args, spec, t, m, weights) for t, m in keys],
                                dict(learning_rate=args.learning_rate, clip_epsilon=args.clip_epsilon,
                                     tv_budget=args.tv_budget))
-    ages = age_weights(args) is not None
+    ages = weights is not None
     depths = (configs[0].effective_lag_depth(),) if ages else spec["lag_depths"]  # a sweep axis sets it per cell
     cells = tuple(grid.grid(depths, spec["seeds"]))
     groups = [grid.Group(c, cells, os.path.join(t, m), f"{t}/{m}") for (t, m), c in zip(keys, configs)]
