@@ -31,10 +31,7 @@ from tyro.conf import Positional
 
 from vaco_jax.core.config import ConfigError
 
-# Equivalence margin, as a fraction of the method's real lockstep mean. Hopper's seed spread is about
-# 10-12% of the mean (the locomotion pilot: pooled std 270 on a final return of ~2,600): with 10 seeds a
-# side a 90% CI of a difference of means spans about +-0.09, so +-0.15 can be met when the true
-# difference is below ~0.06 and cannot when it is above 0.15.
+# Equivalence margin, as a fraction of the method's real lockstep mean; why this value: docs/real_async.md
 MARGIN = 0.15
 CONFIDENCE = 0.90
 CONTROL_SHIFT = 8  # versions the negative control's histogram is moved older
