@@ -16,6 +16,12 @@ every step); scaled rewards are not clipped at +-10 (CleanRL clips them; they ra
 
 Writes ``OUT/<task>_<settings>.json`` (per-seed scores, curve, steps/s) and prints the table beside
 CleanRL's figures, with whether our seed mean falls inside their mean +- 2 std.
+
+CleanRL's own script run on this machine is a second reference (its published table was made with
+other versions of MuJoCo and Gymnasium): ``--cleanrl-logs LOG ... --label TEXT --tasks TASK`` reads
+the ``global_step=N, episodic_return=[R]`` lines its ``ppo_continuous_action.py`` prints, one log per
+seed, scores each by the same rule (episodes ending in the last 5% of ``total_env_steps``) and writes
+``OUT/<task>_cleanrl_code_<label>.json``. BENCHMARKS.md ("The peer check") gives the commands.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import time
 
 import jax
@@ -60,6 +67,34 @@ class Args:
     out: str = "results/peer_check"  # directory of the JSON records (one per task and settings)
     table: bool = False  # run nothing: print the markdown table of every record in OUT
     truncation_as_termination: bool = False  # CleanRL's handling of time limits (a diagnostic): no bootstrap at truncation
+    cleanrl_logs: tuple[str, ...] = ()  # run nothing: score these logs of CleanRL's own script (one per seed) as a record
+    label: str = ""  # with --cleanrl-logs: what tells this reference apart (e.g. the mujoco version it ran with)
+
+
+EPISODE_LINE = re.compile(r"global_step=(\d+), episodic_return=\[?\s*([-+0-9.eE]+)")
+
+
+def cleanrl_log_score(path: str, total_env_steps: int, fraction: float = 0.05) -> tuple[float, int]:
+    """(mean return of the episodes that end after ``(1 - fraction) * total_env_steps``, their count)
+    from a log of CleanRL's ``ppo_continuous_action.py``; NaN when none ended there."""
+    with open(path) as f:
+        episodes = [(int(m[1]), float(m[2])) for m in map(EPISODE_LINE.search, f) if m]
+    if not episodes:
+        raise ConfigError(f"cleanrl_logs: {path} holds no 'global_step=N, episodic_return=[R]' line")
+    last = [r for step, r in episodes if step > (1 - fraction) * total_env_steps]
+    return (float(np.mean(last)) if last else float("nan")), len(last)
+
+
+def cleanrl_record(args: Args) -> dict:
+    if len(args.tasks) != 1 or not args.label or not re.fullmatch(r"[A-Za-z0-9_.+-]+", args.label):
+        raise ConfigError("cleanrl_logs: give one task (--tasks TASK) and a --label of letters, digits and _.+- "
+                          f"(got tasks={list(args.tasks)}, label={args.label!r})")
+    scored = [cleanrl_log_score(p, args.total_env_steps) for p in args.cleanrl_logs]
+    return {"task": args.tasks[0], "settings": f"cleanrl_code_{args.label}", "label": args.label,
+            "logs": [os.path.basename(p) for p in args.cleanrl_logs], "episodes_scored": [n for _, n in scored],
+            "scores": [None if not np.isfinite(s) else s for s, _ in scored], "diverged": [False] * len(scored),
+            "total_env_steps": args.total_env_steps, "machine": {"cpus": os.cpu_count()},
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
 
 def _truncation_as_termination(config: Config):
@@ -134,6 +169,12 @@ def report(record: dict) -> str:
 
 def main(args: Args) -> None:
     if args.table:
+        print(table(args.out))
+        return
+    if args.cleanrl_logs:
+        record = cleanrl_record(args)
+        os.makedirs(args.out, exist_ok=True)
+        results.write_json(os.path.join(args.out, f"{record['task']}_{record['settings']}.json"), record)
         print(table(args.out))
         return
     if args.settings not in SETTINGS:

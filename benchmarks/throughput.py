@@ -11,68 +11,25 @@ as steps/s and as ratios:
      episode bookkeeping and auto-reset instead of ours), a reference for (c);
 (b)  our trainer: ``jax.jit(trainer.run_chunk)`` with ``phases_per_chunk = phases``, method
      ``ppo_clip``, lag depth ``B = 1``, no evaluation;
+(b') ours at each of ``compare_lag_depths`` and (b'') ours synchronous: the cost pair, whose ratio is
+     the lag machinery's cost per env step; (b''') (b'') timed again, an A/A control of the pair;
 (c)  Brax's trainer ``brax.training.agents.ppo.train.train`` on the same task with the same env steps
-     and gradient steps per update and the same networks (see ``bench_brax`` and ``BRAX_METHOD``).
+     and gradient steps per update and the same networks (``brax_ppo.bench_brax``, ``BRAX_METHOD``).
 
-How it is timed. (a), (a') and (b) are compiled ahead of time (``jit(f).lower(...).compile()``, the
-"compile s" column), then run ``warmup`` untimed calls. (c) is a closed host loop that compiles
-during its first epoch; its steady state is read from the wall-clock times of its ``progress_fn``
-callbacks (one after every epoch of ``phases`` training steps). The ``repeats`` timed rounds are
-interleaved: each round holds ``brax_epochs_per_round`` (k, default 3) timed Brax epochs; inside
-Brax's ``progress_fn`` (and outside the interval charged to Brax), before a round's first epoch one
-timed call each of (a) and (a') and the round of (b''), (b') and (b''') run, so load drift on a
-shared machine hits every measurement alike; right before every epoch (b) runs, and right after it
-(b) runs once more. The round's ours / Brax ratio is taken from its 2 k calls of (b) together (env
-steps over their seconds), which bracket its k epochs in time (a machine that speeds up or slows
-down moves both sides alike), over the k epochs together (env steps over their seconds): more
-epochs a round, a steadier round (BENCHMARKS.md).
-When Brax runs (and ``phases`` is even), (b)'s calls are of ``phases / 2`` phases and its warm-up is
-twice Brax's untimed epochs, so at the start and at the end of every timed Brax epoch our run and
-Brax's have taken the same number of env steps: the simulator's cost per step changes as a policy
-learns, and two runs at different stages of training would compare that instead.
-The cost pair, (b') at each ``compare_lag_depths`` and (b'') the synchronous path, runs
-``cost_cycles`` (default 20) cycles A B ... B A per round ((b''), (b'), then the reverse; cycle i rotated by i places) of short calls
-of ``cost_phases_per_call`` phases (default 1), and a round's ratio is each side's env steps over
-its summed seconds: this machine's speed swings by tens of percent within seconds, and only calls
-this short and this finely interleaved see the same swings; many cycles a round average them out
-(BENCHMARKS.md: the A/A control's rounds spanned 0.84..1.09 with 5 cycles, 0.95..1.03 with 20).
-Every half-cycle starts both from the synchronous run's env states (``--no-cost-same-states``: each
-from its own), since an MJX step's cost depends on the state. The pair learns at
-``cost_learning_rate`` (default 1e-9), which holds both policies near their common initialisation:
-they send the simulator the same kind of actions, so the ratio is the lag machinery's cost alone,
-what the target is about. ``--cost-learning-rate 3e-4`` (the others' rate) lets them learn; the ratio
-then also holds what the simulator charges for the states a lagged policy's actions lead to (an MJX
-step's constraint solve costs more for a fallen pendulum), a cost of the simulated task that any
-implementation of lag would pay (BENCHMARKS.md: medians 1.04..1.07 while learning).
-(b''') the A/A control (``--cost-control``, on by default): the synchronous run's compiled program and
-state timed a second time in the same cycles (A B C C B A, rotated); it computes exactly what (b'') does,
-so its ratio to (b'') round by round is the noise of this machine and this protocol alone, printed
-beside the cost target, which is decided by the rule below all the same.
-Python's garbage collector is disabled inside every timed call and every timed Brax epoch and runs
-between them, as ``timeit`` does (``--gc-during-timing`` lets it run there; either way its pauses
-of 5 ms or more are logged): a full collection of this process's objects stalled one call for
-~0.6 s, at the same point of every run (the same objects are allocated each time), and that one
-call had decided the cost target (BENCHMARKS.md).
-Each timed call ends with ``block_until_ready``; each reported steps/s is the median over the
-rounds (for (b): over its calls before the epochs; the bracketing rate is reported beside it). A ``jax.monitoring`` listener counts the XLA
-compilations inside every timed interval, so a timing that contains a compile is flagged.
+How the rounds are interleaved and timed, and why: docs/benchmarks.md, "How throughput is timed".
+The timing harness is ``benchmarks.timing``; Brax's side, (a') and (c), is ``benchmarks.brax_ppo``.
 
 Usage (``python -m benchmarks.throughput --help`` lists every flag)::
 
     python -m benchmarks.throughput                                   # inverted_double_pendulum, 256 envs
     python -m benchmarks.throughput --env halfcheetah --phases 2 --repeats 2
 
-Brax 0.14.2's trainer calls ``jax.device_put_replicated``, which jax 0.10 removed; this benchmark
-(and nothing else in the project) supplies a stand-in while Brax's trainer runs (``_brax_shim``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
-import functools
-import gc
-import importlib.metadata
 import json
 import math
 import os
@@ -81,13 +38,13 @@ import shlex
 import sys
 import time
 import traceback
-import warnings
 from typing import Any, Callable
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
+from benchmarks.brax_ppo import bench_brax, prepare_raw_brax
+from benchmarks.timing import CompileLog, GcLog, Program, prepare, raw_env_program
 from vaco_jax.core.config import Config, make_traced
 from vaco_jax.envs import make_env
 from vaco_jax.core.train import make_train
@@ -128,161 +85,7 @@ class Args:
     out: str | None = None  # JSON output; default runs/benchmarks/throughput_<env>.json
 
 
-# ----------------------------------------------------------------------------- timing helpers
-
-class GcLog:
-    """Records every collection of Python's garbage collector of at least ``min_seconds`` (start, seconds,
-    generation) through ``gc.callbacks``."""
-
-    def __init__(self, min_seconds: float = 0.005):
-        self.min_seconds, self.pauses, self._start = min_seconds, [], None
-        gc.callbacks.append(self._listen)
-
-    def _listen(self, phase: str, info: dict) -> None:
-        if phase == "start":
-            self._start = time.perf_counter()
-        elif self._start is not None:
-            seconds = time.perf_counter() - self._start
-            if seconds >= self.min_seconds:
-                self.pauses.append((self._start, seconds, info.get("generation")))
-            self._start = None
-
-    def close(self) -> None:
-        if self._listen in gc.callbacks:
-            gc.callbacks.remove(self._listen)
-
-    def summary(self, programs: list) -> dict:
-        """The pauses, and for each program how many began inside one of its timed calls."""
-        inside = {p.label: sum(any(t0 <= t < t0 + sec for *_, sec, t0 in p.call_seconds) for t, _, _ in self.pauses)
-                  for p in programs}
-        return {"min_seconds": self.min_seconds, "pauses": self.pauses, "inside_timed_calls": inside,
-                "longest_seconds": max((sec for _, sec, _ in self.pauses), default=0.0)}
-
-
-class CompileLog:
-    """Records every XLA backend compilation (end time, seconds) through ``jax.monitoring``."""
-
-    EVENT = "/jax/core/compile/backend_compile_duration"
-
-    def __init__(self):
-        self.events: list[tuple[float, float]] = []
-        jax.monitoring.register_event_duration_secs_listener(self._listen)
-
-    def _listen(self, event: str, duration: float, **kwargs) -> None:
-        if event == self.EVENT:
-            self.events.append((time.perf_counter(), float(duration)))
-
-    def between(self, t0: float, t1: float) -> tuple[int, float]:
-        """(count, seconds) of the compilations that ended inside [t0, t1]."""
-        hits = [d for t, d in self.events if t0 <= t <= t1]
-        return len(hits), float(sum(hits))
-
-
-@dataclasses.dataclass
-class Program:
-    """A compiled program whose timed calls are chained: each call's output feeds the next call."""
-
-    label: str
-    compiled: Callable
-    args: tuple
-    next_args: Callable[[Any, tuple], tuple]
-    steps_per_call: int
-    compile_seconds: float
-    xla_compile_seconds: float
-    extra: dict = dataclasses.field(default_factory=dict)
-    seconds: list = dataclasses.field(default_factory=list)
-    seconds_after: list = dataclasses.field(default_factory=list)  # bracketing calls (see ``timed_call``)
-    compiles: int = 0
-    calls_per_round: int = 1  # calls summed into a round's seconds (``steps_per_call`` counts them all)
-    call_seconds: list = dataclasses.field(default_factory=list)  # every timed call, in order: (round, after, seconds, start)
-    gc_off: bool = True  # Python's garbage collector disabled inside a call (``Args.gc_during_timing``)
-
-    def call(self) -> float:
-        """One call, blocked until ready; returns its wall-clock seconds."""
-        was_on = gc.isenabled()
-        if self.gc_off:
-            gc.disable()
-        try:
-            t0 = time.perf_counter()
-            out = jax.block_until_ready(self.compiled(*self.args))
-            t1 = time.perf_counter()
-        finally:
-            if was_on:
-                gc.enable()
-        self.args = self.next_args(out, self.args)
-        return t1 - t0
-
-    def timed_call(self, log: CompileLog, after: bool = False, more: bool = False) -> float:
-        """One timed call of round r; ``after=True``: the second call of round r, made right after the
-        Brax epoch that the round's first call preceded (the two bracket that epoch in time).
-        ``more=True``: the call adds its seconds to round r's (a round of several short calls)."""
-        t0 = time.perf_counter()
-        seconds = self.call()
-        times = self.seconds_after if after else self.seconds
-        self.call_seconds.append((len(times) - (1 if more else 0), after, seconds, t0))
-        if more:
-            times[-1] += seconds
-        else:
-            times.append(seconds)
-        self.compiles += log.between(t0, time.perf_counter())[0]
-        return self.steps_per_call / self.calls_per_round / seconds  # this call's rate
-
-    def summary(self) -> dict:
-        per_call = [self.steps_per_call / s for s in self.seconds]
-        bracket = {}
-        if self.seconds_after:  # round r: its two calls' env steps over their seconds together
-            each = [2 * self.steps_per_call / (a + b) for a, b in zip(self.seconds, self.seconds_after)]
-            bracket = {"bracket_steps_per_second_each": each, "bracket_steps_per_second": float(np.median(each)),
-                       "seconds_after_each": list(self.seconds_after)}
-        return {
-            "steps_per_second": float(np.median(per_call)),
-            "steps_per_second_each": per_call,
-            **bracket,
-            "seconds_each": list(self.seconds),
-            "call_seconds": list(self.call_seconds),
-            "env_steps_per_call": self.steps_per_call,
-            "compile_seconds": self.compile_seconds,
-            "xla_compile_seconds": self.xla_compile_seconds,
-            "compiles_during_timing": self.compiles,
-            **self.extra,
-        }
-
-
-def prepare(label: str, fn: Callable, args: tuple, next_args: Callable, *, steps_per_call: int,
-            warmup: int, log: CompileLog, **extra) -> Program:
-    """Compile ``fn`` ahead of time (timed) and run ``warmup`` untimed calls."""
-    t0 = time.perf_counter()
-    compiled = jax.jit(fn).lower(*args).compile()
-    t1 = time.perf_counter()
-    program = Program(label, compiled, args, next_args, steps_per_call, t1 - t0, log.between(t0, t1)[1],
-                      extra=dict(extra))
-    for _ in range(warmup):
-        program.call()
-    return program
-
-
-# ----------------------------------------------------------------------------- (a), (a') raw env
-
-def raw_env_program(step: Callable, num_envs: int, action_size: int, unroll_length: int, phases: int):
-    """``phases`` x a ``lax.scan`` of ``unroll_length`` batched steps with uniform random actions."""
-
-    def run(state, key):
-        def one_step(carry, _):
-            s, k = carry
-            k, k_act = jax.random.split(k)
-            action = jax.random.uniform(k_act, (num_envs, action_size), minval=-1.0, maxval=1.0)
-            s, reward = step(s, action)
-            return (s, k), jnp.sum(reward)
-
-        def one_phase(carry, _):
-            carry, rewards = jax.lax.scan(one_step, carry, None, length=unroll_length)
-            return carry, jnp.sum(rewards)
-
-        (state, key), rewards = jax.lax.scan(one_phase, (state, key), None, length=phases)
-        return state, key, jnp.sum(rewards)  # the reward sum keeps every step observable
-
-    return run
-
+# ----------------------------------------------------------------------------- (a) raw env
 
 def prepare_raw(args: Args, log: CompileLog, env_state) -> Program:
     """(a): our ``make_env`` step; ``env_state`` is the batch our trainer's ``init`` reset."""
@@ -297,34 +100,6 @@ def prepare_raw(args: Args, log: CompileLog, env_state) -> Program:
     return prepare("raw_env", program, (env_state, key), lambda out, _: out[:2],
                    steps_per_call=args.phases * args.num_envs * args.unroll_length, warmup=args.warmup,
                    log=log)
-
-
-def prepare_raw_brax(args: Args, log: CompileLog) -> Program:
-    """(a'): the env exactly as Brax's trainer steps it, with Brax's own wrappers and auto-reset.
-
-    ``brax.envs.training.wrap`` = VmapWrapper + EpisodeWrapper(episode_length) + AutoResetWrapper.
-    (Brax's bare ``env.step`` without any auto-reset is no throughput reference: finished episodes
-    keep simulating, e.g. a fallen double pendulum, whose constraint solve costs far more per step.)
-    """
-    from brax import envs as brax_envs
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        env = brax_envs.training.wrap(brax_envs.get_environment(args.env, backend=args.backend),
-                                      episode_length=args.episode_length)
-    key = jax.random.PRNGKey(args.seed)
-    t0 = time.perf_counter()
-    state = jax.block_until_ready(jax.jit(env.reset)(jax.random.split(key, args.num_envs)))
-    reset_seconds = time.perf_counter() - t0
-
-    def step(s, a):
-        nxt = env.step(s, a)
-        return nxt, nxt.reward
-
-    program = raw_env_program(step, args.num_envs, env.action_size, args.unroll_length, args.phases)
-    return prepare("raw_brax_env", program, (state, jax.random.fold_in(key, 1)), lambda out, _: out[:2],
-                   steps_per_call=args.phases * args.num_envs * args.unroll_length, warmup=args.warmup,
-                   log=log, reset_seconds=reset_seconds)
 
 
 # ----------------------------------------------------------------------------- (b) our trainer
@@ -408,182 +183,6 @@ def epoch_hooks(k: int, repeats: int, run_round: Callable[[int], None], ours: Pr
               f"{ours.timed_call(log, after=True, more=j % k > 0):,.0f}", flush=True)
 
     return before_epoch, after_epoch
-
-
-# ----------------------------------------------------------------------------- (c) Brax's trainer
-
-BRAX_METHOD = (
-    "Brax's ppo.train is a closed host loop: num_evals - 1 epochs, each ONE pmapped call of "
-    "`phases` training steps; a training step = batch_size x num_minibatches = num_envs "
-    "trajectories of unroll_length steps (num_envs x unroll_length env steps, our phase), then "
-    "num_updates_per_batch = num_epochs passes over num_minibatches minibatches (our E x M). With "
-    "run_evals=False, progress_fn is called right after every epoch. The first epoch compiles "
-    "(untimed, with any further warm-up epochs). Steps/s of a timed epoch = (env_steps at its "
-    "callback - env_steps at the previous callback) / (wall time from the return of the previous "
-    "callback to the entry of this one), so it holds the epoch and Brax's own per-epoch host work "
-    "(weak-type stripping, metric means, parameter unreplication) and nothing of ours: the timed "
-    "calls of (a), (a') and (b) run inside the callback, between the two timestamps. A round is "
-    "k = brax_epochs_per_round consecutive timed epochs, its steps/s their env steps over their "
-    "seconds together; median over the rounds. Brax's own 'training/sps' (the epoch call alone) is kept as a cross-check. "
-    "Compile seconds = wall time from the train() call to the first callback minus one steady epoch.")
-
-SHIM_NOTE = (
-    "jax.device_put_replicated is gone in jax {jax} (removed in 0.10: `AttributeError: {err}`); "
-    "Brax {brax}'s ppo.train calls it once, to replicate the initial TrainingState over the local "
-    "devices before its pmapped training epoch. The benchmark sets jax.device_put_replicated to a "
-    "stand-in for the duration of the Brax run only: every leaf stacked len(devices) times along a "
-    "new leading axis and placed with NamedSharding(Mesh(devices, ('{axis}',)), P('{axis}')), one "
-    "copy per device - what the removed function returned, except that the mesh axis carries the "
-    "name of Brax's pmap axis ('{axis}'), which is the sharding jax 0.10's shard_map-based pmap "
-    "gives its outputs. (With any other axis name, e.g. the removed function's own, the second "
-    "epoch retraces and recompiles the whole training epoch, because its inputs then come from "
-    "the pmap with a different sharding.) Nothing else in ppo.train needed a change with jax "
-    "{jax}.")
-
-
-def _brax_shim(axis_name: str, brax_version: str) -> tuple[bool, str, Callable[[], None]]:
-    """Install a stand-in for ``jax.device_put_replicated`` if this jax lacks it.
-
-    Returns (installed, explanation, undo).
-    """
-    try:
-        jax.device_put_replicated  # noqa: B018  (jax 0.10 raises AttributeError via __getattr__)
-        return False, "jax.device_put_replicated exists in this jax; no shim needed", lambda: None
-    except AttributeError as err:
-        message = str(err)
-
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec
-
-    def device_put_replicated(x: Any, devices) -> Any:
-        devices = list(devices)
-        sharding = NamedSharding(Mesh(np.array(devices), (axis_name,)), PartitionSpec(axis_name))
-
-        def put(leaf):
-            leaf = jnp.asarray(leaf)
-            return jax.device_put(jnp.broadcast_to(leaf[None], (len(devices),) + leaf.shape), sharding)
-
-        return jax.tree.map(put, x)
-
-    jax.device_put_replicated = device_put_replicated
-
-    def undo():
-        try:
-            del jax.device_put_replicated
-        except AttributeError:
-            pass
-
-    return True, SHIM_NOTE.format(jax=jax.__version__, brax=brax_version, err=message, axis=axis_name), undo
-
-
-def bench_brax(args: Args, log: CompileLog, between_epochs: Callable[[int], None],
-               after_epoch: Callable[[int], None] | None = None) -> dict:
-    """Time Brax's PPO trainer (method: ``BRAX_METHOD``); ``between_epochs(j)`` runs right before timed
-    epoch ``j`` and ``after_epoch(j)`` (if given) right after it, so a measurement taken in both
-    brackets the epoch in time. There are ``repeats`` x ``brax_epochs_per_round`` timed epochs; round r
-    is epochs r k ... r k + k - 1, its rate their env steps over their seconds together."""
-    from brax import envs as brax_envs
-    from brax.training.agents.ppo import networks as ppo_networks
-    from brax.training.agents.ppo import train as ppo_train
-    from flax import linen
-
-    if args.num_envs % args.num_minibatches:
-        raise ValueError(f"Brax needs num_minibatches={args.num_minibatches} to divide "
-                         f"num_envs={args.num_envs} (batch_size = num_envs // num_minibatches)")
-    batch_size = args.num_envs // args.num_minibatches
-    steps_per_epoch = args.phases * batch_size * args.num_minibatches * args.unroll_length
-    untimed = max(args.warmup, 1)  # the first epoch compiles
-    timed = args.repeats * args.brax_epochs_per_round
-    num_evals = untimed + timed + 1  # num_evals - 1 epochs, one callback after each
-    num_timesteps = (num_evals - 1) * steps_per_epoch  # -> exactly `phases` training steps per epoch
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        environment = brax_envs.get_environment(args.env, backend=args.backend)
-    # Same hidden sizes as ours, and our activation (tanh), distribution (Gaussian with a
-    # state-independent log-std, no tanh squashing) and policy initialisation (orthogonal, mean layer
-    # scaled 0.01, std exp(init_log_std)): both trainers do the same network arithmetic and start by
-    # sending the same action distribution to the simulator, whose cost per step depends on the state.
-    init_std = math.exp(our_config(args).init_log_std)
-    network_factory = functools.partial(
-        ppo_networks.make_ppo_networks, policy_hidden_layer_sizes=tuple(args.policy_hidden),
-        value_hidden_layer_sizes=tuple(args.value_hidden), activation=linen.tanh,
-        distribution_type="normal", noise_std_type="log", init_noise_std=init_std,
-        policy_network_kernel_init_fn=jax.nn.initializers.orthogonal,
-        policy_network_kernel_init_kwargs={"scale": math.sqrt(2.0)},
-        mean_kernel_init_fn=jax.nn.initializers.orthogonal, mean_kernel_init_kwargs={"scale": 0.01})
-    train_kwargs = dict(
-        num_timesteps=num_timesteps, episode_length=args.episode_length, num_envs=args.num_envs,
-        unroll_length=args.unroll_length, batch_size=batch_size, num_minibatches=args.num_minibatches,
-        num_updates_per_batch=args.num_epochs, num_evals=num_evals, run_evals=False,
-        normalize_observations=True, learning_rate=args.learning_rate, entropy_cost=0.0, discounting=0.99,
-        gae_lambda=0.95, clipping_epsilon=0.2, max_grad_norm=0.5, normalize_advantage=True,
-        seed=args.seed, max_devices_per_host=args.brax_devices)
-
-    stamps: list[tuple[float, float, int, float]] = []  # (entry, exit, env_steps, Brax's sps)
-
-    def progress_fn(step, metrics):
-        entry = time.perf_counter()
-        if not args.gc_during_timing:
-            gc.enable()  # off during the epoch that just ended, on between epochs
-        index = len(stamps)  # this callback follows epoch index + 1
-        if after_epoch is not None and untimed <= index < untimed + timed:
-            after_epoch(index - untimed)  # right after timed epoch j
-        if untimed - 1 <= index < untimed - 1 + timed:
-            between_epochs(index - (untimed - 1))  # right before timed epoch j
-        if not args.gc_during_timing:
-            gc.collect()  # what the epoch's garbage would have cost it, outside its interval (and ours)
-            gc.disable()
-        stamps.append((entry, time.perf_counter(), int(step), float(metrics.get("training/sps", math.nan))))
-
-    shim_used, shim_note, undo = _brax_shim(getattr(ppo_train, "_PMAP_AXIS_NAME", "i"),
-                                            importlib.metadata.version("brax"))
-    t_start = time.perf_counter()
-    try:
-        ppo_train.train(environment=environment, network_factory=network_factory,
-                        progress_fn=progress_fn, **train_kwargs)
-    finally:
-        undo()
-        gc.enable()
-    t_end = time.perf_counter()
-
-    if len(stamps) != num_evals - 1:
-        raise RuntimeError(f"expected {num_evals - 1} progress callbacks from Brax, got {len(stamps)}")
-    per_epoch, seconds, own_sps, compiles = [], [], [], 0  # per timed epoch
-    for (_, left, s0, _), (entry, _, s1, sps) in zip(stamps[untimed - 1:-1], stamps[untimed:]):
-        if s1 - s0 != steps_per_epoch:
-            raise RuntimeError(f"a Brax epoch ran {s1 - s0} env steps, expected {steps_per_epoch}")
-        per_epoch.append((s1 - s0) / (entry - left))
-        seconds.append(entry - left)
-        own_sps.append(sps)
-        compiles += log.between(left, entry)[0]
-    k = args.brax_epochs_per_round  # round r: epochs r k ... r k + k - 1, env steps over seconds together
-    round_seconds = [sum(seconds[r * k:(r + 1) * k]) for r in range(args.repeats)]
-    per_round = [k * steps_per_epoch / sec for sec in round_seconds]
-    return {
-        "steps_per_second": float(np.median(per_round)),
-        "steps_per_second_each": per_round,
-        "steps_per_second_each_epoch": per_epoch,
-        "epochs_per_round": k,
-        "seconds_each": round_seconds,
-        "seconds_each_epoch": seconds,
-        "env_steps_per_call": k * steps_per_epoch,
-        "compile_seconds": (stamps[0][0] - t_start) - float(np.median(seconds)),
-        "xla_compile_seconds": log.between(t_start, stamps[0][0])[1],
-        "compiles_during_timing": compiles,
-        "brax_reported_sps_each": own_sps,
-        "brax_reported_sps": float(np.median(own_sps)),
-        "total_seconds": t_end - t_start,
-        "train_kwargs": train_kwargs,
-        "network_factory": (f"make_ppo_networks(policy_hidden_layer_sizes={tuple(args.policy_hidden)}, "
-                            f"value_hidden_layer_sizes={tuple(args.value_hidden)}, activation=linen.tanh, "
-                            f"distribution_type='normal', noise_std_type='log', init_noise_std={init_std:.4f}, "
-                            "policy_network_kernel_init_fn=orthogonal, policy_network_kernel_init_kwargs="
-                            "{'scale': sqrt(2)}, mean_kernel_init_fn=orthogonal, "
-                            "mean_kernel_init_kwargs={'scale': 0.01})"),
-        "shim_used": shim_used,
-        "shim": shim_note,
-        "method": BRAX_METHOD,
-    }
 
 
 # ----------------------------------------------------------------------------- report

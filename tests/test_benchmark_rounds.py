@@ -3,8 +3,9 @@ bracket that epoch, and the targets are decided round by round (BENCHMARKS.md)."
 
 import pytest
 
-from benchmarks import throughput
-from benchmarks.throughput import Args, Program, targets
+from benchmarks import brax_ppo, throughput
+from benchmarks.throughput import Args, targets
+from benchmarks.timing import CompileLog, Program
 
 
 def test_the_hooks_run_right_before_and_right_after_each_timed_epoch(monkeypatch):
@@ -22,7 +23,7 @@ def test_the_hooks_run_right_before_and_right_after_each_timed_epoch(monkeypatch
 
     monkeypatch.setattr(ppo_train, "train", fake_train)
     args = Args(num_envs=8, unroll_length=4, num_minibatches=2, phases=2, repeats=3, warmup=2, brax_epochs_per_round=1)
-    out = throughput.bench_brax(args, throughput.CompileLog(), lambda r: events.append(("before", r)),
+    out = brax_ppo.bench_brax(args, CompileLog(), lambda r: events.append(("before", r)),
                                 lambda r: events.append(("after", r)))
     # epochs 0 and 1 are untimed (warm-up 2); timed epoch r is epoch r + 2
     assert events == [("epoch", 0), ("epoch", 1), ("before", 0), ("epoch", 2), ("after", 0), ("before", 1),
@@ -47,7 +48,7 @@ def test_rounds_of_several_brax_epochs(monkeypatch):
             progress_fn((epoch + 1) * per_epoch, {})
 
     monkeypatch.setattr(ppo_train, "train", fake_train)
-    monkeypatch.setattr(throughput.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(brax_ppo.time, "perf_counter", lambda: clock[0])
     ours = Program("ours", None, (), None, steps_per_call=100, compile_seconds=0.0, xla_compile_seconds=0.0)
     ours.call = lambda: events.append("ours") or 0.5
     ours.steps_per_call *= 2
@@ -55,11 +56,11 @@ def test_rounds_of_several_brax_epochs(monkeypatch):
 
     def run_round(r):
         events.append(("round", r))
-        ours.timed_call(throughput.CompileLog())
+        ours.timed_call(CompileLog())
 
     args = Args(num_envs=8, unroll_length=4, num_minibatches=2, phases=2, repeats=2, warmup=1, brax_epochs_per_round=2)
-    out = throughput.bench_brax(args, throughput.CompileLog(),
-                                *throughput.epoch_hooks(2, 2, run_round, ours, throughput.CompileLog()))
+    out = brax_ppo.bench_brax(args, CompileLog(),
+                                *throughput.epoch_hooks(2, 2, run_round, ours, CompileLog()))
     assert events == [("epoch", 0), ("round", 0), "ours", ("epoch", 1), "ours", "ours", ("epoch", 2), "ours",
                       ("round", 1), "ours", ("epoch", 3), "ours", "ours", ("epoch", 4), "ours"]
     steps = 2 * 8 * 4  # phases x num_envs x unroll_length per epoch
@@ -120,7 +121,7 @@ def test_the_cost_pair_runs_a_b_b_a_cycles_from_the_same_env_states_and_sums_a_r
                        steps_per_call=10, compile_seconds=0.0, xla_compile_seconds=0.0)
 
     sync, lagged = program("ours_sync", 1), program("ours_b32", 100)
-    rates = throughput.cost_pair_round([sync, lagged], 2, throughput.CompileLog())
+    rates = throughput.cost_pair_round([sync, lagged], 2, CompileLog())
     # A B | B A, then rotated: B A | A B; each half-cycle starts from the env state the synchronous run has reached
     assert [c[0] for c in calls] == ["ours_sync", "ours_b32", "ours_b32", "ours_sync",
                                      "ours_b32", "ours_sync", "ours_sync", "ours_b32"]
@@ -129,10 +130,10 @@ def test_the_cost_pair_runs_a_b_b_a_cycles_from_the_same_env_states_and_sums_a_r
     assert len(sync.seconds) == len(sync.seconds_after) == 1 == len(lagged.seconds)  # one round
     assert set(rates) == {"ours_sync", "ours_b32"} and all(r > 0 for r in rates.values())
     calls.clear()
-    throughput.cost_pair_round([sync, lagged], 1, throughput.CompileLog(), same_states=False)
+    throughput.cost_pair_round([sync, lagged], 1, CompileLog(), same_states=False)
     assert [c[1] for c in calls] == [4, 103, 203, 5]  # each continues from its own states (b32: 3 + 100)
     assert len(sync.seconds) == 2  # a second round
-    assert throughput.cost_pair_round([], 3, throughput.CompileLog()) == {}  # --no-synchronous, no depths
+    assert throughput.cost_pair_round([], 3, CompileLog()) == {}  # --no-synchronous, no depths
 
 
 def test_the_cost_pair_needs_a_call_and_a_cycle():
@@ -159,9 +160,9 @@ def test_the_garbage_collector_is_off_inside_a_timed_call_and_its_pauses_are_log
         p = Program("p", compiled, (), lambda out, prev: prev, steps_per_call=1, compile_seconds=0.0,
                     xla_compile_seconds=0.0)
         assert gc.isenabled()
-        p.timed_call(throughput.CompileLog())
+        p.timed_call(CompileLog())
         p.gc_off = False
-        p.timed_call(throughput.CompileLog(), more=True)
+        p.timed_call(CompileLog(), more=True)
         assert seen == [False, True] and gc.isenabled()
         summary = log.summary([p])
         assert summary["inside_timed_calls"] == {"p": 2} and len(summary["pauses"]) >= 2

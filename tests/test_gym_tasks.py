@@ -25,7 +25,8 @@ from vaco_jax.envs import make_env, reset_batch
 from vaco_jax.envs import cengine
 from vaco_jax.envs.gymnasium_tasks import GYM_TASKS
 
-TASKS = ["Hopper-v4", "Walker2d-v4", "HalfCheetah-v4", "Ant-v4", "Humanoid-v4"]
+TASKS = ["Hopper-v4", "Walker2d-v4", "HalfCheetah-v4", "Ant-v4", "Humanoid-v4",
+         "Hopper-v5", "Walker2d-v5", "HalfCheetah-v5", "Ant-v5", "Humanoid-v5"]
 SPEC = mujoco.mjtState.mjSTATE_INTEGRATION
 
 
@@ -61,9 +62,11 @@ def test_steps_equal_gymnasium(name):
     gobs, _ = genv.reset(seed=1)
     state = _adopt(env, env.reset(jax.random.PRNGKey(0)), genv, gobs)
     ends = {"terminated": 0, "truncated": 0}
+    infos = []
     for t in range(160):
         action = rng.uniform(low, high).astype(np.float32)
-        gobs, greward, gterm, gtrunc, _ = genv.step(action)
+        gobs, greward, gterm, gtrunc, info = genv.step(action)
+        infos.append(info)
         state, out = step(state, jnp.asarray(action))
         ours = cengine._float64(np.asarray(state.core.physics))
         if not (gterm or gtrunc):  # the physics itself, bit for bit (after an end ours has reset)
@@ -77,8 +80,12 @@ def test_steps_equal_gymnasium(name):
             gobs, _ = genv.reset(seed=int(rng.integers(1 << 30)))
             state = _adopt(env, state, genv, gobs)
     assert sum(ends.values()) >= 2, ends
-    if name == "HalfCheetah-v4":
+    if name.startswith("HalfCheetah"):
         assert ends["truncated"] >= 3
+    if name.endswith("-v5") and GYM_TASKS[name].healthy is not None:  # v5's unpaid healthy reward was met
+        assert ends["terminated"] >= 1 and any(i["reward_survive"] == 0 for i in infos), name
+    if GYM_TASKS[name].contact_cost_weight:  # and its contact cost
+        assert any(i["reward_contact"] != 0 for i in infos), name
     assert int(state.core.unstable_steps) == 0
 
 

@@ -199,3 +199,21 @@ def test_the_report_applies_the_primary_rule_with_holm_and_names_what_has_no_dat
     assert {r["verdict"] for r in claim2} == {"holds"}
     text = study.report(p, str(tmp_path))
     assert os.path.exists(tmp_path / "verdicts.csv") and "primary" in text
+
+
+def test_the_report_draws_the_study_figures_pooled_and_per_task(tmp_path, capsys):
+    study = study_module("locomotion")
+    _study_scores(str(tmp_path), 0.4)
+    p = {**_protocol_for_report(tmp_path), "tasks": ["Hopper-v4", "Walker2d-v4"]}  # HalfCheetah-v4's runs: not drawn
+    figs = tmp_path / "figures"
+    paths = study.draw_figures(p, str(tmp_path), str(figs), reps=50)
+    names = sorted(os.path.basename(x) for x in paths)
+    assert not any(n.startswith("HalfCheetah-v4") for n in names)
+    for view in ("all", "Hopper-v4"):
+        assert f"{view}_auc_vs_lag.png" in names and f"{view}_final_retention.png" in names
+    assert "all_probability_of_improvement.png" in names and "all_performance_profiles.png" in names
+    assert "Hopper-v4_probability_of_improvement.png" not in names  # pooled figures: the pooled view only
+    assert not any(n.startswith("Walker2d-v4") for n in names)  # no units yet: named, not drawn
+    out = capsys.readouterr().out
+    assert "no study unit of Walker2d-v4" in out and "skipped Hopper-v4_learning_curves.png" in out
+    assert all(os.path.getsize(x) > 1000 for x in paths)

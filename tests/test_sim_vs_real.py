@@ -27,19 +27,30 @@ def test_the_three_counterparts_of_a_real_histogram():
 def test_the_study_end_to_end_on_point_mass(tmp_path, monkeypatch, capsys):
     svr = study_module("sim_vs_real")
     monkeypatch.setitem(svr.PRESETS, "tiny", {**svr.PRESETS["tiny"], "methods": ("ppo_clip",), "actors": (2,)})
-    out = str(tmp_path / "svr")
-    args = lambda stage: svr.Args(stage=stage, preset="tiny", out=out, progress=False, bootstrap_reps=50)  # noqa: E731
+    out, work = str(tmp_path / "svr"), str(tmp_path / "work")
+    args = lambda stage, **kw: svr.Args(stage=stage, preset="tiny", out=out, work=work, progress=False,  # noqa: E731
+                                        bootstrap_reps=50, **kw)
     svr.main(args("plan"))
     assert "sync2" in capsys.readouterr().out
     with pytest.raises(ConfigError, match="run the 'real' stage first"):
         svr.main(args("sim"))
-    done = svr.main(args("real"))
+    first = svr.main(args("real", minutes=1e-6))  # the first run always starts; the budget then stops
+    assert len(first) == 1 and "--minutes 1e-06 reached" in capsys.readouterr().out
+    done = first + svr.main(args("real"))
     assert len(done) == 2 * 2  # (sync2, async2) x 2 seeds
     assert svr.main(args("real")) == []  # finished runs are kept
     for seed in (0, 1):
         run = os.path.join(out, "real", "async2", "ppo_clip", f"seed{seed}")
         assert sorted(os.listdir(run)) == ["age_histogram.csv", "curve.csv", "record.csv", "score.json"]
+    svr.main(args("sim", minutes=1e-6))
+    assert "--minutes 1e-06 reached" in capsys.readouterr().out
+    assert sorted(os.listdir(os.path.join(out, "sim", "sync2", "ppo_clip"))) == sorted(svr.SIM_TABLES)
+    assert not os.path.exists(os.path.join(out, "sim", "async2"))
+    with pytest.raises(ConfigError, match="run the 'sim' stage first"):
+        svr.main(args("report"))
     svr.main(args("sim"))
+    assert os.path.exists(os.path.join(work, "sim", "async2", "ppo_clip"))  # checkpoints stay in WORK
+    assert not any(f.endswith(".npz") for _, _, files in os.walk(out) for f in files)  # OUT: tables only
     rows = svr.main(args("report"))
     assert len(rows) == 2 * 1 * 3 * 2  # configurations x methods x variants x scores
     assert {r["verdict"] for r in rows} <= {"predicts", "differs", "inconclusive"}

@@ -42,6 +42,8 @@ TASK_DEFAULTS: dict[str, dict] = {
     "Hopper-v4": dict(num_envs=16, unroll_length=128, num_epochs=10, num_minibatches=32, anneal_lr=True,
                       init_log_std=0.0, value_clip_epsilon=0.2),
 }
+# Hopper-v5 steps the same model as Hopper-v4 and differs only in the terminating step's reward: the same start
+TASK_DEFAULTS["Hopper-v5"] = TASK_DEFAULTS["Hopper-v4"]
 
 __all__ = ["Config", "ConfigError", "TASK_DEFAULTS", "STATIC_FIELDS", "TRACED_FIELDS", "TracedParams", "make_traced",
            "stack_traced"]

@@ -54,7 +54,7 @@ def _humanoid_healthy(xp, qpos, qvel):
 
 @dataclasses.dataclass(frozen=True)
 class LocomotionTask:
-    """One Gymnasium locomotion task (its constructor's defaults; Gymnasium's ``*_v4.py``)."""
+    """One Gymnasium locomotion task (its constructor's defaults; Gymnasium's ``*_v4.py``, ``*_v5.py``)."""
 
     name: str
     model_file: str  # in gymnasium/envs/mujoco/assets
@@ -62,12 +62,17 @@ class LocomotionTask:
     observation_size: int
     forward_reward_weight: float
     ctrl_cost_weight: float
-    healthy_reward: float  # paid on every step, the terminating one included (terminate_when_unhealthy)
+    healthy_reward: float  # v4: paid on every step, the terminating one included; v5: see healthy_reward_if_healthy
     healthy: Callable | None  # (xp, qpos, qvel) -> bool[batch]; None: never terminates
     position: str  # what the forward reward differentiates: 'qpos_x', 'torso_xy' or 'mass_center_xy'
     obs_exclude: int  # leading qpos entries left out of the observation
     qvel_clip: float | None  # the observation's velocities are clipped to +-this (Hopper, Walker2d)
     obs_fields: tuple[str, ...] = ()  # MjData fields appended to the observation, flattened, in order
+    obs_fields_from: tuple[int, ...] = ()  # per obs field: leading rows left out (v5: the world body; 6 free-joint dofs)
+    obs_force_clip: float | None = None  # cfrc_ext in the observation clipped to +-this (Ant-v5)
+    healthy_reward_if_healthy: bool = False  # v5: the healthy reward only on healthy steps (0 on the terminating one)
+    contact_cost_weight: float = 0.0  # v5: this times the sum of squared cfrc_ext (every body)
+    contact_cost_max: float | None = None  # v5 Humanoid: the contact cost clipped to at most this
     reset_noise_scale: float = 0.0
     qvel_noise: str = "uniform"  # 'uniform' on [-s, s], or 'normal' (s times a standard normal)
     ctrl_cost_of: str = "action"  # 'action' (the action as given) or 'ctrl' (data.ctrl, float64)
@@ -76,13 +81,14 @@ class LocomotionTask:
     @property
     def needs_rne_post(self) -> bool:
         """Gymnasium calls mj_rnePostConstraint after every step; only cfrc_ext reads its result."""
-        return "cfrc_ext" in self.obs_fields
+        return "cfrc_ext" in self.read_fields()
 
     def read_fields(self) -> tuple[str, ...]:
         """The MjData fields an engine hands the definition after a step (besides qpos and qvel)."""
         extra = {"torso_xy": ("xpos",), "mass_center_xy": ("xipos",)}.get(self.position, ())
         ctrl = ("ctrl",) if self.ctrl_cost_of == "ctrl" else ()
-        return tuple(dict.fromkeys(extra + self.obs_fields + ctrl))
+        contact = ("cfrc_ext",) if self.contact_cost_weight else ()
+        return tuple(dict.fromkeys(extra + self.obs_fields + ctrl + contact))
 
     # ----- the definition proper; every function takes batched arrays ([..., n])
     def observation(self, xp, fields: dict):
@@ -90,7 +96,12 @@ class LocomotionTask:
         vel = qvel if self.qvel_clip is None else xp.clip(qvel, -self.qvel_clip, self.qvel_clip)
         lead = qpos.shape[:-1]
         parts = [qpos[..., self.obs_exclude:], vel]
-        parts += [xp.reshape(fields[f], lead + (-1,)) for f in self.obs_fields]
+        skips = self.obs_fields_from or (0,) * len(self.obs_fields)
+        for f, skip in zip(self.obs_fields, skips):
+            x = fields[f][(slice(None),) * len(lead) + (slice(skip, None),)]
+            if f == "cfrc_ext" and self.obs_force_clip is not None:
+                x = xp.clip(x, -self.obs_force_clip, self.obs_force_clip)
+            parts.append(xp.reshape(x, lead + (-1,)))
         return xp.concatenate(parts, axis=-1)
 
     def forward_position(self, xp, fields: dict, consts: dict):
@@ -110,7 +121,20 @@ class LocomotionTask:
         x_velocity = (after[..., 0] - before[..., 0]) / dt
         ctrl = fields["ctrl"] if self.ctrl_cost_of == "ctrl" else action
         ctrl_cost = self.ctrl_cost_weight * xp.sum(xp.square(ctrl), axis=-1)
-        return self.forward_reward_weight * x_velocity + self.healthy_reward - ctrl_cost
+        healthy = self.healthy_reward
+        if self.healthy_reward_if_healthy and self.healthy is not None:
+            healthy = self.healthy_reward * self.healthy(xp, fields["qpos"], fields["qvel"])
+        reward = self.forward_reward_weight * x_velocity + healthy - ctrl_cost
+        if self.contact_cost_weight:
+            forces = fields["cfrc_ext"]
+            if self.obs_force_clip is not None:  # Ant-v5 charges the clipped forces
+                forces = xp.clip(forces, -self.obs_force_clip, self.obs_force_clip)
+            lead = forces.shape[:x_velocity.ndim]
+            contact = self.contact_cost_weight * xp.sum(xp.square(xp.reshape(forces, lead + (-1,))), axis=-1)
+            if self.contact_cost_max is not None:
+                contact = xp.minimum(contact, self.contact_cost_max)
+            reward = reward - contact
+        return reward
 
     def terminated(self, xp, fields: dict):
         if self.healthy is None:
@@ -150,6 +174,28 @@ GYM_TASKS: dict[str, LocomotionTask] = {t.name: t for t in (
                    healthy_reward=5.0, healthy=_humanoid_healthy, position="mass_center_xy", obs_exclude=2,
                    qvel_clip=None, obs_fields=("cinert", "cvel", "qfrc_actuator", "cfrc_ext"),
                    reset_noise_scale=1e-2, ctrl_cost_of="ctrl"),
+    # v5 (Gymnasium 1.x): the healthy reward only on healthy steps; Walker2d's own model (both feet alike);
+    # Ant's observation adds its clipped contact forces and its reward a contact cost; Humanoid leaves the
+    # world body (and the free joint's 6 actuator dofs) out of its observation and charges contact forces.
+    LocomotionTask("Hopper-v5", "hopper.xml", 4, 11, forward_reward_weight=1.0, ctrl_cost_weight=1e-3,
+                   healthy_reward=1.0, healthy=_hopper_healthy, position="qpos_x", obs_exclude=1,
+                   qvel_clip=10.0, reset_noise_scale=5e-3, healthy_reward_if_healthy=True),
+    LocomotionTask("Walker2d-v5", "walker2d_v5.xml", 4, 17, forward_reward_weight=1.0, ctrl_cost_weight=1e-3,
+                   healthy_reward=1.0, healthy=_walker_healthy, position="qpos_x", obs_exclude=1,
+                   qvel_clip=10.0, reset_noise_scale=5e-3, healthy_reward_if_healthy=True),
+    LocomotionTask("HalfCheetah-v5", "half_cheetah.xml", 5, 17, forward_reward_weight=1.0,
+                   ctrl_cost_weight=0.1, healthy_reward=0.0, healthy=None, position="qpos_x", obs_exclude=1,
+                   qvel_clip=None, reset_noise_scale=0.1, qvel_noise="normal"),
+    LocomotionTask("Ant-v5", "ant.xml", 5, 105, forward_reward_weight=1.0, ctrl_cost_weight=0.5,
+                   healthy_reward=1.0, healthy=_ant_healthy, position="torso_xy", obs_exclude=2,
+                   qvel_clip=None, obs_fields=("cfrc_ext",), obs_fields_from=(1,), obs_force_clip=1.0,
+                   reset_noise_scale=0.1, qvel_noise="normal", healthy_reward_if_healthy=True,
+                   contact_cost_weight=5e-4),
+    LocomotionTask("Humanoid-v5", "humanoid.xml", 5, 348, forward_reward_weight=1.25, ctrl_cost_weight=0.1,
+                   healthy_reward=5.0, healthy=_humanoid_healthy, position="mass_center_xy", obs_exclude=2,
+                   qvel_clip=None, obs_fields=("cinert", "cvel", "qfrc_actuator", "cfrc_ext"),
+                   obs_fields_from=(1, 1, 6, 1), reset_noise_scale=1e-2, ctrl_cost_of="ctrl",
+                   healthy_reward_if_healthy=True, contact_cost_weight=5e-7, contact_cost_max=10.0),
 )}
 
 

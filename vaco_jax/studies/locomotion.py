@@ -4,7 +4,8 @@ explained in ``protocol.md`` beside it).
     python experiments/locomotion.py plan                 # every unit, its cost, what is done; runs nothing
     python experiments/locomotion.py run --minutes 80     # the next unfinished units that fit in 80 minutes
     python experiments/locomotion.py run --units tune/vaco study/Hopper-v4/vaco
-    python experiments/locomotion.py report               # every rule on the committed scores -> verdicts.csv
+    python experiments/locomotion.py report               # every rule on the committed scores -> verdicts.csv,
+                                                          # and the study's figures -> docs/figures/locomotion/
 
 The study is cut into **units**, one compiled group each, in the protocol's order of priority:
 
@@ -47,6 +48,21 @@ RESULTS = os.path.join("results", "locomotion")
 RUNS = os.path.join("runs", "locomotion")
 PROTOCOL = os.path.join(RESULTS, "protocol.json")
 COPIED = ("scores.csv", "curves.csv", "cells.json", "config.json")
+FIGURES = os.path.join("docs", "figures", "locomotion")
+# The report's figures, per view (every task pooled, then each task alone), from the runs at each
+# method's B = 1 tuning: (file name, figures function, its arguments, views it is drawn for)
+STUDY_FIGURES = (
+    ("auc_vs_lag", "plot_aggregate_vs_lag", ("auc_eval_return", "normalized"), "all"),
+    ("final_vs_lag", "plot_aggregate_vs_lag", ("final_eval_return", "normalized"), "all"),
+    ("auc_retention", "plot_aggregate_vs_lag", ("auc_eval_return", "own_b1"), "all"),
+    ("final_retention", "plot_aggregate_vs_lag", ("final_eval_return", "own_b1"), "all"),
+    ("auc_vs_lag_raw", "plot_aggregate_vs_lag", ("auc_eval_return", "raw"), "task"),
+    ("final_vs_lag_raw", "plot_aggregate_vs_lag", ("final_eval_return", "raw"), "task"),
+    ("learning_curves", "plot_learning_curves", (), "task"),
+    ("interval_estimates_auc", "plot_interval_estimates", ("auc_eval_return", "normalized"), "pooled"),
+    ("probability_of_improvement", "plot_probability_of_improvement", ("auc_eval_return",), "pooled"),
+    ("performance_profiles", "plot_performance_profiles", ("auc_eval_return",), "pooled"),
+)
 
 
 @dataclasses.dataclass
@@ -64,7 +80,8 @@ class Args:
     deviation: str = ""  # run: record a change of the protocol since earlier units ran (text, dated)
     progress: bool = True  # a progress bar per group (--no-progress for logs)
     max_chunks: int | None = None  # stop every group after this many chunks; rerun to continue
-    bootstrap_reps: int = 2000  # bootstrap resamples of each run directory's summary
+    bootstrap_reps: int = 2000  # bootstrap resamples of each run directory's summary (and of the report's figures)
+    figures: str = FIGURES  # report: where the study's figures go
 
 
 @dataclasses.dataclass(frozen=True)
@@ -494,6 +511,66 @@ def verdicts(p: dict, results_dir: str) -> list[dict]:
     return out
 
 
+def _study_view(results_dir: str, dst: str, tasks: list[str]) -> list[str]:
+    """A run directory at ``dst`` holding the study units of ``tasks`` at each method's B = 1 tuning (the
+    lag-aware runs, a second setting, are left out: the figures compare methods over one setting).
+    Returns the tasks it holds."""
+    src = os.path.join(results_dir, "study")
+    held = []
+    for name in ("run.json", "random_scores.json"):
+        if os.path.exists(os.path.join(src, name)):
+            os.makedirs(dst, exist_ok=True)
+            shutil.copyfile(os.path.join(src, name), os.path.join(dst, name))
+    for task in tasks:
+        for method in sorted(os.listdir(os.path.join(src, task))) if os.path.isdir(os.path.join(src, task)) else []:
+            group = os.path.join(src, task, method)
+            if not os.path.exists(os.path.join(group, "scores.csv")):
+                continue
+            os.makedirs(os.path.join(dst, task, method), exist_ok=True)
+            for name in COPIED:
+                if os.path.exists(os.path.join(group, name)):
+                    shutil.copyfile(os.path.join(group, name), os.path.join(dst, task, method, name))
+            held.append(task)
+    return sorted(set(held))
+
+
+def draw_figures(p: dict, results_dir: str, figures_dir: str, reps: int = 2000) -> list[str]:
+    """``STUDY_FIGURES`` from the committed study units: ``<figures_dir>/<view>_<name>.png`` for the view
+    ``all`` (every task with units, pooled by the stratified bootstrap) and each task alone; a figure
+    whose data are absent is skipped with a note. Returns the PNG paths written."""
+    import tempfile
+
+    from matplotlib import style
+
+    from vaco_jax.analysis import figures, tables
+
+    written = []
+    os.makedirs(figures_dir, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp, style.context("default"):
+        views = [("all", list(p["tasks"]))] + [(t, [t]) for t in p["tasks"]]
+        for view, tasks in views:
+            run_dir = os.path.join(tmp, view)
+            if not _study_view(results_dir, run_dir, tasks):
+                print(f"[report] no study unit of {', '.join(tasks)} yet: no {view}_*.png")
+                continue
+            tables.summarise(run_dir, reps=reps)
+            for name, function, fargs, where in STUDY_FIGURES:
+                if not {"all": True, "pooled": view == "all", "task": view != "all"}[where]:
+                    continue
+                try:
+                    paths = getattr(figures, function)(run_dir, *fargs, figures_dir=os.path.join(tmp, "out"))
+                except figures.NoData as e:
+                    print(f"[report] skipped {view}_{name}.png: {e}")
+                    continue
+                for path in (q for q in paths if q.endswith(".png")):
+                    stem = os.path.basename(path)[:-4]
+                    suffix = stem.split(view, 1)[1] if function == "plot_learning_curves" else ""
+                    dst = os.path.join(figures_dir, f"{view}_{name}{suffix}.png")
+                    shutil.copyfile(path, dst)
+                    written.append(dst)
+    return written
+
+
 def report(p: dict, results_dir: str) -> str:
     """Write ``verdicts.csv`` under ``results_dir`` and return the table as text."""
     from vaco_jax.analysis import results
@@ -588,7 +665,9 @@ def main(args: Args) -> list[str]:
     check_protocol(p)
     if args.stage == "report":
         print(report(p, args.results))
-        return []
+        paths = draw_figures(p, args.results, args.figures, args.bootstrap_reps)
+        print("figures:", *paths, sep="\n  ")
+        return paths
     units, tuned, state = all_units(p, args)
     if args.stage == "plan":
         print(f"protocol {args.protocol} sha256 {digest}")

@@ -414,8 +414,13 @@ def summary_block(build: Build) -> str:
                 + (f"; on the AUC {_claim_verdicts(build.dst(CLAIMS_AUC))}" if os.path.exists(build.dst(CLAIMS_AUC))
                    else "") + ". Two of its tasks sit at their ceiling (below), so these verdicts cannot tell "
                 "VACO from a tuned PPO-Clip; the locomotion study is the test.", ""]
+    loco_figures = sorted(glob.glob(os.path.join(build.src("docs", "figures", "locomotion"), "*.png")))
     out += ["- **Figures**: `docs/figures/study_*.png` (the pendulum-suite study: `python experiments/rebuild_docs.py`); "
-            "the README's figure (`make demo`)."]
+            + (f"`docs/figures/locomotion/` ({len(loco_figures)} figures of the locomotion study, pooled and per "
+               "task: `python experiments/locomotion.py report`); " if loco_figures else
+               "the locomotion study's (`docs/figures/locomotion/`) are drawn by `python experiments/locomotion.py "
+               "report` once its units are done; ")
+            + "the README's figure (`make demo`)."]
     return "\n".join(out).rstrip("\n") + "\n"
 
 

@@ -1,8 +1,8 @@
 """Does the simulator predict a real asynchronous actor–learner? (docs/real_async.md)
 
     python experiments/sim_vs_real.py plan                 # the protocol and what is left to run
-    python experiments/sim_vs_real.py real                 # the real runs (threads; not reproducible bit for bit)
-    python experiments/sim_vs_real.py sim                  # their simulated counterparts (reproducible)
+    python experiments/sim_vs_real.py real --minutes 80    # real runs (threads; not reproducible bit for bit)
+    python experiments/sim_vs_real.py sim --minutes 80     # their simulated counterparts (reproducible)
     python experiments/sim_vs_real.py report               # verdicts, wall clock, histograms
 
 For each real configuration (a number of actors with unequal speeds, or the lockstep reference) and
@@ -17,13 +17,18 @@ the CI lies wholly outside; else *inconclusive*. A rule that does not call the n
 *differs* cannot tell, and the report says so.
 
 The protocol (the preset's numbers and the rule) is written to ``OUT/protocol.json`` by the first run;
-a later run with other numbers is refused.
+a later run with other numbers is refused. ``OUT`` holds only small tables (the real runs' records,
+the simulated sweeps' scores and curves, the verdicts), so the ``cpu`` preset keeps it under
+``results/`` to be committed; the simulator's run directories (checkpoints) live in ``WORK``.
+Both stages are resumable: a real run is finished when its ``score.json`` exists, a simulated sweep
+resumes from its checkpoints; ``--minutes`` stops starting new work once the next piece would not fit.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import time
 from typing import Literal
 
 import numpy as np
@@ -56,7 +61,9 @@ class Args:
 
     stage: Positional[Literal["plan", "real", "sim", "report"]]
     preset: Literal["cpu", "tiny"] = "cpu"  # the study's numbers (PRESETS)
-    out: str = ""  # the study's directory; default runs/sim_vs_real_<preset>
+    out: str = ""  # the study's tables; default results/sim_vs_real (preset cpu), runs/sim_vs_real_tiny (tiny)
+    work: str = ""  # the simulator's run directories (checkpoints); default runs/sim_vs_real_<preset>
+    minutes: float | None = None  # real, sim: start no run or sweep that would end after this many minutes
     progress: bool = True  # a line per real run and a progress bar per simulated group
     bootstrap_reps: int = 2000  # bootstrap resamples of the report's intervals
 
@@ -104,11 +111,28 @@ def _fix_protocol(out: str, spec: dict) -> None:
     results.write_json(path, mine)
 
 
+class _Budget:
+    """``--minutes``: start a piece of work only if it should end within the budget, judged from the
+    pieces this session ran (the first always starts)."""
+
+    def __init__(self, minutes: float | None):
+        self.minutes, self.start, self.spent = minutes, time.monotonic(), []
+
+    def fits(self, size: float = 1.0) -> bool:
+        if self.minutes is None or not self.spent:
+            return True
+        per_unit = sum(s for s, _ in self.spent) / sum(n for _, n in self.spent)
+        return time.monotonic() - self.start + per_unit * size <= self.minutes * 60
+
+    def record(self, seconds: float, size: float = 1.0) -> None:
+        self.spent.append((seconds, size))
+
+
 def real(args: Args, spec: dict) -> list[dict]:
-    """Every real run not yet finished (a run's ``score.json`` marks it finished)."""
+    """Every real run not yet finished (a run's ``score.json`` marks it finished), while ``--minutes`` allows."""
     from vaco_jax.driver.actor_learner import RealSettings, run_real, write_real_run
 
-    done = []
+    done, budget = [], _Budget(args.minutes)
     # seed by seed across every configuration: a study spread over sessions (and machines) then has
     # whole blocks of seeds, each configuration's runs of a seed made on the same machine
     for seed in spec["seeds"]:
@@ -121,8 +145,13 @@ def real(args: Args, spec: dict) -> list[dict]:
                 where = _real_dir(args.out, c, method, seed)
                 if os.path.exists(os.path.join(where, "score.json")):
                     continue
+                if not budget.fits():
+                    print(f"real: --minutes {args.minutes:g} reached; {len(done)} run(s) this time, rerun to go on")
+                    return done
+                started = time.monotonic()
                 run = run_real(config, settings, seed=seed)
                 score = write_real_run(where, run, config, settings, seed)
+                budget.record(time.monotonic() - started)
                 done.append(score)
                 if args.progress:
                     print(f"real {c['name']} {method} seed {seed}: AUC {score['auc_eval_return']:.1f}, "
@@ -153,25 +182,52 @@ def variant_weights(hist: tuple[float, ...]) -> dict[str, tuple[float, ...]]:
     return {"histogram": p, "uniform": (1.0,) * depth, "control": (0.0,) * CONTROL_SHIFT + p}
 
 
+SIM_TABLES = ("scores.csv", "curves.csv", "cells.json", "config.json")
+
+
+def _sim_dir(out: str, c: dict, method: str) -> str:
+    return os.path.join(out, "sim", c["name"], method)
+
+
 def sim(args: Args, spec: dict) -> None:
     """One lag sweep per (configuration, method): the variants' weights as an ``age_weights`` axis x
-    the seeds, with as many envs per simulated actor as a real actor steps."""
+    the seeds, with as many envs per simulated actor as a real actor steps. The sweep runs in
+    ``WORK``; its small tables are copied to ``OUT/sim/<configuration>/<method>/`` when it finishes."""
+    import shutil
+
     from vaco_jax.studies import lag_sweep
 
+    budget = _Budget(args.minutes)
     for c in configurations(spec):
         for method in spec["methods"]:
+            dst = _sim_dir(args.out, c, method)
+            if os.path.exists(os.path.join(dst, "scores.csv")):
+                continue
             weights = variant_weights(pooled_histogram(args.out, c, method, spec["seeds"]))
-            axis = ",".join(str(w) for w in dict.fromkeys(weights.values()))  # lockstep: histogram = uniform
+            variants = list(dict.fromkeys(weights.values()))  # lockstep: histogram = uniform
+            cells = len(variants) * len(spec["seeds"])
+            if not budget.fits(cells):
+                print(f"sim: --minutes {args.minutes:g} reached; rerun to go on")
+                return
+            started = time.monotonic()
+            axis = ",".join(str(w) for w in variants)
             config = base_config(spec, method)
             sizes = {k: v for k, v in spec["sizes"].items() if k in ("num_envs", "unroll_length")}
             extra = {k: v for k, v in spec["sizes"].items() if k not in sizes}
+            work = os.path.join(args.work, "sim", c["name"], method)
             lag_sweep.main(lag_sweep.Args(
                 preset="tiny", tasks=(spec["task"],), methods=(method,), lag_model="ages", sweep=(f"age_weights={axis}",),
                 seeds=tuple(spec["seeds"]), total_env_steps=spec["total_env_steps"],
                 num_envs=sizes.get("num_envs", config.num_envs), unroll_length=sizes.get("unroll_length", config.unroll_length),
                 num_evals=spec["num_evals"], eval_episodes=spec["eval_episodes"], buffer_capacity=spec["buffer_capacity"],
-                envs_per_actor=config.num_envs // c["num_actors"], out=os.path.join(args.out, "sim", c["name"], method),
+                envs_per_actor=config.num_envs // c["num_actors"], out=work,
                 progress=args.progress, figures=False, bootstrap_reps=min(args.bootstrap_reps, 200), **extra))
+            src = os.path.join(work, spec["task"], method)
+            os.makedirs(dst, exist_ok=True)
+            for name in SIM_TABLES[1:] + SIM_TABLES[:1]:  # scores.csv last: it marks the sweep copied
+                shutil.copyfile(os.path.join(src, name), os.path.join(dst, name + ".tmp"))
+                os.replace(os.path.join(dst, name + ".tmp"), os.path.join(dst, name))
+            budget.record(time.monotonic() - started, cells)
 
 
 def _real_scores(out: str, c: dict, method: str, seeds) -> list[dict]:
@@ -180,10 +236,13 @@ def _real_scores(out: str, c: dict, method: str, seeds) -> list[dict]:
     return [results.read_json(os.path.join(_real_dir(out, c, method, s), "score.json")) for s in seeds]
 
 
-def _sim_scores(out: str, c: dict, method: str, task: str) -> list[dict]:
+def _sim_scores(out: str, c: dict, method: str) -> list[dict]:
     from vaco_jax.analysis import results
 
-    return results.read_table(os.path.join(out, "sim", c["name"], method, task, method, "scores.csv"))
+    path = os.path.join(_sim_dir(out, c, method), "scores.csv")
+    if not os.path.exists(path):
+        raise ConfigError(f"report: the simulated sweep {os.path.dirname(path)} has not finished; run the 'sim' stage first")
+    return results.read_table(path)
 
 
 def report_rows(out: str, spec: dict, reps: int = 2000) -> list[dict]:
@@ -198,7 +257,7 @@ def report_rows(out: str, spec: dict, reps: int = 2000) -> list[dict]:
         for c in configs:
             real_runs = _real_scores(out, c, method, spec["seeds"])
             weights = variant_weights(pooled_histogram(out, c, method, spec["seeds"]))
-            sim_rows = _sim_scores(out, c, method, spec["task"])
+            sim_rows = _sim_scores(out, c, method)
             for variant, w in weights.items():
                 mine = [r for r in sim_rows if tuple(float(x) for x in _weights_of(r)) == tuple(float(x) for x in w)]
                 for score in SCORES:
@@ -271,7 +330,10 @@ def plan_text(args: Args, spec: dict) -> str:
 
 def main(args: Args):
     spec = dict(PRESETS[args.preset])
-    args.out = args.out or os.path.join("runs", f"sim_vs_real_{args.preset}")
+    args.work = args.work or os.path.join("runs", f"sim_vs_real_{args.preset}")
+    args.out = args.out or (os.path.join("results", "sim_vs_real") if args.preset == "cpu" else args.work)
+    if args.minutes is not None and not args.minutes > 0:
+        raise ConfigError(f"minutes={args.minutes!r} must be a positive number of minutes (or left unset: no limit)")
     if not isinstance(args.bootstrap_reps, int) or args.bootstrap_reps < 1:
         raise ConfigError(f"bootstrap_reps={args.bootstrap_reps!r} must be a positive integer")
     for method in spec["methods"]:  # every setting checked before anything runs

@@ -1,0 +1,42 @@
+"""The peer check's reading of CleanRL's own logs: the same score rule as ours (episodes that end in
+the last 5% of the env steps), and bad input refused in one line."""
+
+import pytest
+
+from benchmarks.peer_check import Args, cleanrl_log_score, cleanrl_record
+from vaco_jax.analysis.peer import summary
+from vaco_jax.core.config import ConfigError
+
+
+def _log(tmp_path, name, episodes):
+    path = tmp_path / name
+    lines = ["noise line", "SPS: 400"]
+    lines += [f"global_step={step}, episodic_return=[{ret}]" for step, ret in episodes]
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def test_only_the_episodes_ending_in_the_last_five_percent_count(tmp_path):
+    log = _log(tmp_path, "s1.log", [(100, -5.0), (949_000, 10.0), (950_000, 20.0), (950_001, 30.0), (999_000, 50.0)])
+    assert cleanrl_log_score(log, 1_000_000) == (40.0, 2)  # 950,000 itself is not after 95%
+    assert cleanrl_log_score(_log(tmp_path, "early.log", [(10, 1.0)]), 1_000_000)[1] == 0
+
+
+def test_a_record_of_several_seeds_reads_like_ours(tmp_path):
+    logs = [_log(tmp_path, f"s{i}.log", [(990_000, 1400.0 + 10 * i)]) for i in range(3)]
+    record = cleanrl_record(Args(tasks=("HalfCheetah-v4",), cleanrl_logs=tuple(logs), label="mujoco-3.17.0"))
+    row = summary(record)
+    assert row["settings"] == "cleanrl_code_mujoco-3.17.0" and row["seeds"] == [1400.0, 1410.0, 1420.0]
+    assert row["inside"] is True  # CleanRL's published 1442.64 +- 2 x 46.03
+
+
+def test_bad_logs_and_labels_are_one_line(tmp_path):
+    empty = tmp_path / "empty.log"
+    empty.write_text("SPS: 1\n")
+    with pytest.raises(ConfigError, match="holds no"):
+        cleanrl_log_score(str(empty), 1_000_000)
+    log = _log(tmp_path, "s.log", [(990_000, 1.0)])
+    with pytest.raises(ConfigError, match="one task"):
+        cleanrl_record(Args(tasks=("Hopper-v4", "HalfCheetah-v4"), cleanrl_logs=(log,), label="x"))
+    with pytest.raises(ConfigError, match="label"):
+        cleanrl_record(Args(tasks=("Hopper-v4",), cleanrl_logs=(log,), label="a b/c"))
