@@ -193,8 +193,7 @@ def sim(args: Args, spec: dict) -> None:
     """One lag sweep per (configuration, method): the variants' weights as an ``age_weights`` axis x
     the seeds, with as many envs per simulated actor as a real actor steps. The sweep runs in
     ``WORK``; its small tables are copied to ``OUT/sim/<configuration>/<method>/`` when it finishes."""
-    import shutil
-
+    from vaco_jax.analysis import results
     from vaco_jax.studies import lag_sweep
 
     budget = _Budget(args.minutes)
@@ -225,8 +224,8 @@ def sim(args: Args, spec: dict) -> None:
             src = os.path.join(work, spec["task"], method)
             os.makedirs(dst, exist_ok=True)
             for name in SIM_TABLES[1:] + SIM_TABLES[:1]:  # scores.csv last: it marks the sweep copied
-                shutil.copyfile(os.path.join(src, name), os.path.join(dst, name + ".tmp"))
-                os.replace(os.path.join(dst, name + ".tmp"), os.path.join(dst, name))
+                with open(os.path.join(src, name), "rb") as f:
+                    results.atomic_write_bytes(os.path.join(dst, name), f.read())
             budget.record(time.monotonic() - started, cells)
 
 
