@@ -136,7 +136,7 @@ class Engine:
         self._ctrl_slice = slice(offset(before_ctrl), offset(before_ctrl) + self.nu)
         shapes = {"xpos": (self.model.nbody, 3), "xipos": (self.model.nbody, 3), "cinert": (self.model.nbody, 10),
                   "cvel": (self.model.nbody, 6), "cfrc_ext": (self.model.nbody, 6), "qfrc_actuator": (self.nv,),
-                  "ctrl": (self.nu,)}
+                  "ctrl": (self.nu,), "site_xpos": (self.model.nsite, 3), "qfrc_constraint": (self.nv,)}
         self._derived_shapes = {f: shapes[f] for f in task.read_fields()}  # the fields the definition reads
         mujoco.mj_resetData(self.model, data)
         self._reset_row = np.empty(self.state_size)

@@ -52,6 +52,11 @@ def _humanoid_healthy(xp, qpos, qvel):
     return (1.0 < qpos[..., 2]) & (qpos[..., 2] < 2.0)
 
 
+def _inverted_pendulum_healthy(xp, qpos, qvel):
+    finite = xp.all(xp.isfinite(xp.concatenate([qpos, qvel], axis=-1)), axis=-1)
+    return finite & (xp.abs(qpos[..., 1]) <= 0.2)
+
+
 @dataclasses.dataclass(frozen=True)
 class LocomotionTask:
     """One Gymnasium locomotion task (its constructor's defaults; Gymnasium's ``*_v4.py``, ``*_v5.py``)."""
@@ -124,7 +129,10 @@ class LocomotionTask:
         healthy = self.healthy_reward
         if self.healthy_reward_if_healthy and self.healthy is not None:
             healthy = self.healthy_reward * self.healthy(xp, fields["qpos"], fields["qvel"])
-        reward = self.forward_reward_weight * x_velocity + healthy - ctrl_cost
+        # a task without a forward reward (InvertedPendulum) pays its healthy reward even where the state
+        # is no longer finite, as Gymnasium does: 0 times a non-finite velocity would be nan
+        forward = self.forward_reward_weight * x_velocity if self.forward_reward_weight else 0.0
+        reward = forward + healthy - ctrl_cost
         if self.contact_cost_weight:
             forces = fields["cfrc_ext"]
             if self.obs_force_clip is not None:  # Ant-v5 charges the clipped forces
@@ -155,6 +163,37 @@ class LocomotionTask:
             return dq, -s + 2.0 * s * u[..., nq:nq + nv]
         u1, u2 = 1.0 - u[..., nq:nq + nv], u[..., nq + nv:nq + 2 * nv]  # 1 - u in (0, 1]: a finite log
         return dq, s * xp.sqrt(-2.0 * xp.log(u1)) * xp.cos(2.0 * np.pi * u2)
+
+
+@dataclasses.dataclass(frozen=True)
+class InvertedDoublePendulumTask(LocomotionTask):
+    """Gymnasium's InvertedDoublePendulum: its reward and termination read the pole tip (the model's
+    first site, ``site_xpos`` after the step); its observation is the cart's position, the sines and
+    cosines of the two hinge angles, the velocities clipped to +-10 and the leading constraint forces
+    (``qfrc_constraint``) clipped to +-10. The reward: the healthy reward (v5: on healthy steps only)
+    minus 0.01 x_tip^2 + (z_tip - 2)^2 minus 1e-3 qvel[1]^2 + 5e-3 qvel[2]^2; it ends when z_tip <= 1."""
+
+    constraint_obs: int = 3  # leading qfrc_constraint entries observed (v4: all 3; v5: 1)
+
+    def read_fields(self) -> tuple[str, ...]:
+        return ("site_xpos", "qfrc_constraint")
+
+    def observation(self, xp, fields: dict):
+        qpos, qvel = fields["qpos"], fields["qvel"]
+        return xp.concatenate([qpos[..., :1], xp.sin(qpos[..., 1:]), xp.cos(qpos[..., 1:]), xp.clip(qvel, -10.0, 10.0),
+                               xp.clip(fields["qfrc_constraint"][..., :self.constraint_obs], -10.0, 10.0)], axis=-1)
+
+    def reward(self, xp, before, after, action, fields: dict, dt: float):
+        tip, qvel = fields["site_xpos"][..., 0, :], fields["qvel"]
+        distance = 0.01 * tip[..., 0] ** 2 + (tip[..., 2] - 2.0) ** 2
+        velocity = 1e-3 * qvel[..., 1] ** 2 + 5e-3 * qvel[..., 2] ** 2
+        healthy = self.healthy_reward
+        if self.healthy_reward_if_healthy:
+            healthy = self.healthy_reward * ~self.terminated(xp, fields)
+        return healthy - distance - velocity
+
+    def terminated(self, xp, fields: dict):
+        return fields["site_xpos"][..., 0, 2] <= 1.0
 
 
 GYM_TASKS: dict[str, LocomotionTask] = {t.name: t for t in (
@@ -196,6 +235,27 @@ GYM_TASKS: dict[str, LocomotionTask] = {t.name: t for t in (
                    qvel_clip=None, obs_fields=("cinert", "cvel", "qfrc_actuator", "cfrc_ext"),
                    obs_fields_from=(1, 1, 6, 1), reset_noise_scale=1e-2, ctrl_cost_of="ctrl",
                    healthy_reward_if_healthy=True, contact_cost_weight=5e-7, contact_cost_max=10.0),
+    # the small tasks (each v5 differs from its v4 only where the arguments differ)
+    LocomotionTask("Swimmer-v4", "swimmer.xml", 4, 8, forward_reward_weight=1.0, ctrl_cost_weight=1e-4,
+                   healthy_reward=0.0, healthy=None, position="qpos_x", obs_exclude=2, qvel_clip=None,
+                   reset_noise_scale=0.1),
+    LocomotionTask("Swimmer-v5", "swimmer.xml", 4, 8, forward_reward_weight=1.0, ctrl_cost_weight=1e-4,
+                   healthy_reward=0.0, healthy=None, position="qpos_x", obs_exclude=2, qvel_clip=None,
+                   reset_noise_scale=0.1),
+    LocomotionTask("InvertedPendulum-v4", "inverted_pendulum.xml", 2, 4, forward_reward_weight=0.0,
+                   ctrl_cost_weight=0.0, healthy_reward=1.0, healthy=_inverted_pendulum_healthy, position="qpos_x",
+                   obs_exclude=0, qvel_clip=None, reset_noise_scale=0.01),
+    LocomotionTask("InvertedPendulum-v5", "inverted_pendulum.xml", 2, 4, forward_reward_weight=0.0,
+                   ctrl_cost_weight=0.0, healthy_reward=1.0, healthy=_inverted_pendulum_healthy, position="qpos_x",
+                   obs_exclude=0, qvel_clip=None, reset_noise_scale=0.01, healthy_reward_if_healthy=True),
+    InvertedDoublePendulumTask("InvertedDoublePendulum-v4", "inverted_double_pendulum.xml", 5, 11,
+                               forward_reward_weight=0.0, ctrl_cost_weight=0.0, healthy_reward=10.0, healthy=None,
+                               position="qpos_x", obs_exclude=0, qvel_clip=None, reset_noise_scale=0.1,
+                               qvel_noise="normal"),
+    InvertedDoublePendulumTask("InvertedDoublePendulum-v5", "inverted_double_pendulum.xml", 5, 9,
+                               forward_reward_weight=0.0, ctrl_cost_weight=0.0, healthy_reward=10.0, healthy=None,
+                               position="qpos_x", obs_exclude=0, qvel_clip=None, reset_noise_scale=0.1,
+                               qvel_noise="normal", healthy_reward_if_healthy=True, constraint_obs=1),
 )}
 
 
