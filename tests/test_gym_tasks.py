@@ -28,7 +28,7 @@ from vaco_jax.envs.gymnasium_tasks import GYM_TASKS
 TASKS = ["Hopper-v4", "Walker2d-v4", "HalfCheetah-v4", "Ant-v4", "Humanoid-v4",
          "Hopper-v5", "Walker2d-v5", "HalfCheetah-v5", "Ant-v5", "Humanoid-v5",
          "Swimmer-v4", "InvertedPendulum-v4", "InvertedDoublePendulum-v4",
-         "Swimmer-v5", "InvertedPendulum-v5", "InvertedDoublePendulum-v5"]
+         "Swimmer-v5", "InvertedPendulum-v5", "InvertedDoublePendulum-v5", "Reacher-v4", "Reacher-v5"]
 SPEC = mujoco.mjtState.mjSTATE_INTEGRATION
 
 
@@ -91,7 +91,7 @@ def test_steps_equal_gymnasium(name):
     assert int(state.core.unstable_steps) == 0
 
 
-@pytest.mark.parametrize("name", ["Hopper-v4", "HalfCheetah-v4"])
+@pytest.mark.parametrize("name", ["Hopper-v4", "HalfCheetah-v4", "Reacher-v4"])
 def test_reset_distribution_is_gymnasiums(name):
     """Ours: 2,000 resets in one call; Gymnasium: 2,000 seeded resets. Each coordinate's distribution
     (qpos: uniform; qvel: uniform for Hopper, normal for HalfCheetah) agrees by a two-sample KS test."""
@@ -110,13 +110,16 @@ def test_reset_distribution_is_gymnasiums(name):
     gq, gv = g[:, 1:1 + eng.nq], g[:, 1 + eng.nq:1 + eng.nq + eng.nv]
     pvalues = [stats.ks_2samp(a, b).pvalue for a, b in zip(np.c_[qpos, qvel].T, np.c_[gq, gv].T)]
     assert min(pvalues) > 1e-4, pvalues
+    if name.startswith("Reacher"):  # the target uniform in the disc of radius 0.2, at rest
+        assert np.all(np.hypot(qpos[:, -2], qpos[:, -1]) < 0.2) and np.all(qvel[:, -2:] == 0)
+        return
     s = GYM_TASKS[name].reset_noise_scale
     assert np.all(np.abs(qpos - eng.init_qpos) <= s)
     # the first observation is Gymnasium's function of that state (after mj_forward)
     np.testing.assert_array_equal(np.asarray(ours.core.obs)[:, :eng.nq - 1], qpos[:, 1:].astype(np.float32))
 
 
-@pytest.mark.parametrize("name", ["Swimmer-v4", "InvertedPendulum-v5", "InvertedDoublePendulum-v4"])
+@pytest.mark.parametrize("name", ["Swimmer-v4", "InvertedPendulum-v5", "InvertedDoublePendulum-v4", "Reacher-v4"])
 def test_a_reset_observation_is_gymnasiums_of_the_reset_state(name):
     """Our reset's observation equals Gymnasium's ``_get_obs`` of the same state after its ``set_state``
     (which calls mj_forward): InvertedDoublePendulum's reads a derived field (qfrc_constraint)."""
@@ -383,10 +386,10 @@ def test_a_batch_reset_equals_gymnasiums_reset_through_mujoco(name):
     fast = eng.host_reset(keys, episodes)
     states = np.empty((50, eng.state_size))
     fields = eng._field_buffers(50)
-    dq, dv = eng.reset_noise(keys, episodes)
+    qpos, qvel = eng.reset_states(keys, episodes)
     data = mujoco.MjData(eng.model)
     for i in range(50):
-        eng._reset_one(data, dq[i], dv[i], fields, i, states[i])
+        eng._reset_one(data, qpos[i], qvel[i], fields, i, states[i])
     np.testing.assert_array_equal(fast[0], states)
     np.testing.assert_array_equal(fast[1], eng._position(fields))
     np.testing.assert_array_equal(fast[2], eng._obs(fields))

@@ -96,7 +96,7 @@ class LocomotionTask:
         return tuple(dict.fromkeys(extra + self.obs_fields + ctrl + contact))
 
     # ----- the definition proper; every function takes batched arrays ([..., n])
-    def observation(self, xp, fields: dict):
+    def observation(self, xp, fields: dict, consts: dict):
         qpos, qvel = fields["qpos"], fields["qvel"]
         vel = qvel if self.qvel_clip is None else xp.clip(qvel, -self.qvel_clip, self.qvel_clip)
         lead = qpos.shape[:-1]
@@ -149,6 +149,12 @@ class LocomotionTask:
             return xp.zeros(fields["qpos"].shape[:-1], bool)
         return ~self.healthy(xp, fields["qpos"], fields["qvel"])
 
+    def reset_state(self, xp, u, init_qpos, init_qvel):
+        """The reset's qpos and qvel ([..., nq], [..., nv]) from uniforms ``u`` [..., uniforms_per_reset]
+        on [0, 1): the model's initial state plus ``reset_noise``."""
+        dq, dv = self.reset_noise(xp, u, init_qpos.shape[-1], init_qvel.shape[-1])
+        return init_qpos + dq, init_qvel + dv
+
     def uniforms_per_reset(self, nq: int, nv: int) -> int:
         """Uniforms on [0, 1) one reset reads: one per qpos entry, one (or two for a normal) per qvel."""
         return nq + (2 if self.qvel_noise == "normal" else 1) * nv
@@ -178,7 +184,7 @@ class InvertedDoublePendulumTask(LocomotionTask):
     def read_fields(self) -> tuple[str, ...]:
         return ("site_xpos", "qfrc_constraint")
 
-    def observation(self, xp, fields: dict):
+    def observation(self, xp, fields: dict, consts: dict):
         qpos, qvel = fields["qpos"], fields["qvel"]
         return xp.concatenate([qpos[..., :1], xp.sin(qpos[..., 1:]), xp.cos(qpos[..., 1:]), xp.clip(qvel, -10.0, 10.0),
                                xp.clip(fields["qfrc_constraint"][..., :self.constraint_obs], -10.0, 10.0)], axis=-1)
@@ -194,6 +200,52 @@ class InvertedDoublePendulumTask(LocomotionTask):
 
     def terminated(self, xp, fields: dict):
         return fields["site_xpos"][..., 0, 2] <= 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class ReacherTask(LocomotionTask):
+    """Gymnasium's Reacher: the fingertip-to-target vector (``xpos`` of bodies 'fingertip' and 'target')
+    is observed after the step (v4: all 3 coordinates; v5: x and y); the reward is minus its length minus
+    ||a||^2 — v4 measures the length before the step (carried from the last one as the forward position),
+    v5 after it. A reset draws the arm's qpos uniform on +-0.1 around the model's, the target uniform in
+    the disc of radius 0.2 (Gymnasium draws it by rejection from the square; here from its polar form:
+    the same distribution), the arm's qvel uniform on +-0.005 and the target's 0. Never terminates."""
+
+    vector_obs: int = 3  # leading coordinates of the fingertip-to-target vector observed (v4: 3; v5: 2)
+    reward_before_step: bool = True  # v4: the distance before the step; v5: after it
+
+    def read_fields(self) -> tuple[str, ...]:
+        return ("xpos",)
+
+    def _vector(self, xp, fields: dict, consts: dict):
+        xpos = fields["xpos"]
+        return xpos[..., consts["fingertip"], :] - xpos[..., consts["target"], :]
+
+    def observation(self, xp, fields: dict, consts: dict):
+        qpos, qvel = fields["qpos"], fields["qvel"]
+        return xp.concatenate([xp.cos(qpos[..., :2]), xp.sin(qpos[..., :2]), qpos[..., 2:], qvel[..., :2],
+                               self._vector(xp, fields, consts)[..., :self.vector_obs]], axis=-1)
+
+    def forward_position(self, xp, fields: dict, consts: dict):
+        """[..., 2]: the fingertip's distance to the target, and 0."""
+        d = xp.sqrt(xp.sum(xp.square(self._vector(xp, fields, consts)), axis=-1))
+        return xp.stack([d, xp.zeros_like(d)], axis=-1)
+
+    def reward(self, xp, before, after, action, fields: dict, dt: float):
+        distance = before[..., 0] if self.reward_before_step else after[..., 0]
+        return -distance - xp.sum(xp.square(action), axis=-1)
+
+    def uniforms_per_reset(self, nq: int, nv: int) -> int:
+        return nq + nv + 2
+
+    def reset_state(self, xp, u, init_qpos, init_qvel):
+        nq, nv = init_qpos.shape[-1], init_qvel.shape[-1]
+        arm = init_qpos[:-2] + (-0.1 + 0.2 * u[..., :nq - 2])
+        radius, angle = 0.2 * xp.sqrt(u[..., nq + nv]), 2.0 * np.pi * u[..., nq + nv + 1]
+        target = xp.stack([radius * xp.cos(angle), radius * xp.sin(angle)], axis=-1)
+        arm_v = init_qvel[:-2] + (-0.005 + 0.01 * u[..., nq:nq + nv - 2])
+        return (xp.concatenate([arm, target], axis=-1),
+                xp.concatenate([arm_v, xp.zeros_like(u[..., nq + nv - 2:nq + nv])], axis=-1))
 
 
 GYM_TASKS: dict[str, LocomotionTask] = {t.name: t for t in (
@@ -256,6 +308,12 @@ GYM_TASKS: dict[str, LocomotionTask] = {t.name: t for t in (
                                forward_reward_weight=0.0, ctrl_cost_weight=0.0, healthy_reward=10.0, healthy=None,
                                position="qpos_x", obs_exclude=0, qvel_clip=None, reset_noise_scale=0.1,
                                qvel_noise="normal", healthy_reward_if_healthy=True, constraint_obs=1),
+    ReacherTask("Reacher-v4", "reacher.xml", 2, 11, forward_reward_weight=0.0, ctrl_cost_weight=1.0,
+                healthy_reward=0.0, healthy=None, position="qpos_x", obs_exclude=0, qvel_clip=None,
+                max_episode_steps=50),
+    ReacherTask("Reacher-v5", "reacher.xml", 2, 10, forward_reward_weight=0.0, ctrl_cost_weight=1.0,
+                healthy_reward=0.0, healthy=None, position="qpos_x", obs_exclude=0, qvel_clip=None,
+                max_episode_steps=50, vector_obs=2, reward_before_step=False),
 )}
 
 
@@ -299,4 +357,7 @@ def model_constants(task: LocomotionTask, model) -> dict:
               "body_mass": np.asarray(model.body_mass, np.float64).copy()}
     if task.position == "torso_xy":
         consts["torso"] = int(mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, "torso"))
+    if isinstance(task, ReacherTask):
+        for body in ("fingertip", "target"):
+            consts[body] = int(mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, body))
     return consts
