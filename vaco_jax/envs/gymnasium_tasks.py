@@ -248,6 +248,17 @@ class ReacherTask(LocomotionTask):
                 xp.concatenate([arm_v, xp.zeros_like(u[..., nq + nv - 2:nq + nv])], axis=-1))
 
 
+@dataclasses.dataclass(frozen=True)
+class HumanoidStandupTask(LocomotionTask):
+    """Gymnasium's HumanoidStandup: Humanoid's model lying down and its observation; the reward pays the
+    torso's height over MuJoCo's timestep (the env step's dt over its frame skip), plus 1, minus
+    0.1 ||ctrl||^2 and the contact cost min(5e-7 ||cfrc_ext||^2, 10). Never terminates."""
+
+    def reward(self, xp, before, after, action, fields: dict, dt: float):
+        up = fields["qpos"][..., 2] / (dt / self.frame_skip)
+        return up + super().reward(xp, before, after, action, fields, dt)
+
+
 GYM_TASKS: dict[str, LocomotionTask] = {t.name: t for t in (
     LocomotionTask("Hopper-v4", "hopper.xml", 4, 11, forward_reward_weight=1.0, ctrl_cost_weight=1e-3,
                    healthy_reward=1.0, healthy=_hopper_healthy, position="qpos_x", obs_exclude=1,
@@ -308,6 +319,16 @@ GYM_TASKS: dict[str, LocomotionTask] = {t.name: t for t in (
                                forward_reward_weight=0.0, ctrl_cost_weight=0.0, healthy_reward=10.0, healthy=None,
                                position="qpos_x", obs_exclude=0, qvel_clip=None, reset_noise_scale=0.1,
                                qvel_noise="normal", healthy_reward_if_healthy=True, constraint_obs=1),
+    HumanoidStandupTask("HumanoidStandup-v4", "humanoidstandup.xml", 5, 376, forward_reward_weight=0.0,
+                        ctrl_cost_weight=0.1, healthy_reward=1.0, healthy=None, position="qpos_x", obs_exclude=2,
+                        qvel_clip=None, obs_fields=("cinert", "cvel", "qfrc_actuator", "cfrc_ext"),
+                        reset_noise_scale=1e-2, ctrl_cost_of="ctrl", contact_cost_weight=0.5e-6,
+                        contact_cost_max=10.0),
+    HumanoidStandupTask("HumanoidStandup-v5", "humanoidstandup.xml", 5, 348, forward_reward_weight=0.0,
+                        ctrl_cost_weight=0.1, healthy_reward=1.0, healthy=None, position="qpos_x", obs_exclude=2,
+                        qvel_clip=None, obs_fields=("cinert", "cvel", "qfrc_actuator", "cfrc_ext"),
+                        obs_fields_from=(1, 1, 6, 1), reset_noise_scale=1e-2, ctrl_cost_of="ctrl",
+                        contact_cost_weight=0.5e-6, contact_cost_max=10.0),
     ReacherTask("Reacher-v4", "reacher.xml", 2, 11, forward_reward_weight=0.0, ctrl_cost_weight=1.0,
                 healthy_reward=0.0, healthy=None, position="qpos_x", obs_exclude=0, qvel_clip=None,
                 max_episode_steps=50),
