@@ -347,7 +347,7 @@ class CState:
     """A C-engine env's state (with the fields of a ``brax.envs.State`` the wrappers read)."""
 
     physics: jnp.ndarray  # uint32 [2 * state_size]: mj_getState(mjSTATE_INTEGRATION), float64 bits
-    position: jnp.ndarray  # uint32 [4]: the forward-reward (x, y) read after the last step, float64 bits
+    position: jnp.ndarray  # uint32 [4]: the forward position (x, y; Reacher: a distance) after the last step, float64 bits
     key: jnp.ndarray  # uint32 [2]: this env's reset-noise key (the host derives each episode's noise from it)
     episode: jnp.ndarray  # int32: episodes this env began (0: the first); numbers its reset noise
     obs: jnp.ndarray  # float32 [obs]

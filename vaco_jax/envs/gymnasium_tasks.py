@@ -1,4 +1,5 @@
-"""Gymnasium's MuJoCo locomotion tasks, defined as Gymnasium 1.4.0 defines them, for any engine.
+"""Gymnasium's MuJoCo tasks (the locomotion tasks, HumanoidStandup, Swimmer, the inverted pendulums and
+Reacher), defined as Gymnasium 1.4.0 defines them, for any engine.
 
 A task here is a model file plus its definition: which MuJoCo fields it reads after a step, its
 observation, reward, termination and reset noise. The definition never steps physics: an engine
@@ -298,7 +299,7 @@ GYM_TASKS: dict[str, LocomotionTask] = {t.name: t for t in (
                    qvel_clip=None, obs_fields=("cinert", "cvel", "qfrc_actuator", "cfrc_ext"),
                    obs_fields_from=(1, 1, 6, 1), reset_noise_scale=1e-2, ctrl_cost_of="ctrl",
                    healthy_reward_if_healthy=True, contact_cost_weight=5e-7, contact_cost_max=10.0),
-    # the small tasks (each v5 differs from its v4 only where the arguments differ)
+    # the other tasks (each v5 differs from its v4 only where the arguments differ)
     LocomotionTask("Swimmer-v4", "swimmer.xml", 4, 8, forward_reward_weight=1.0, ctrl_cost_weight=1e-4,
                    healthy_reward=0.0, healthy=None, position="qpos_x", obs_exclude=2, qvel_clip=None,
                    reset_noise_scale=0.1),
