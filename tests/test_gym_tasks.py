@@ -29,7 +29,7 @@ TASKS = ["Hopper-v4", "Walker2d-v4", "HalfCheetah-v4", "Ant-v4", "Humanoid-v4",
          "Hopper-v5", "Walker2d-v5", "HalfCheetah-v5", "Ant-v5", "Humanoid-v5",
          "Swimmer-v4", "InvertedPendulum-v4", "InvertedDoublePendulum-v4",
          "Swimmer-v5", "InvertedPendulum-v5", "InvertedDoublePendulum-v5", "Reacher-v4", "Reacher-v5",
-         "HumanoidStandup-v4", "HumanoidStandup-v5"]
+         "HumanoidStandup-v4", "HumanoidStandup-v5", "Pusher-v5"]
 SPEC = mujoco.mjtState.mjSTATE_INTEGRATION
 
 
@@ -93,7 +93,7 @@ def test_steps_equal_gymnasium(name):
     assert int(state.core.unstable_steps) == 0
 
 
-@pytest.mark.parametrize("name", ["Hopper-v4", "HalfCheetah-v4", "Reacher-v4"])
+@pytest.mark.parametrize("name", ["Hopper-v4", "HalfCheetah-v4", "Reacher-v4", "Pusher-v5"])
 def test_reset_distribution_is_gymnasiums(name):
     """Ours: 2,000 resets in one call; Gymnasium: 2,000 seeded resets. Each coordinate's distribution
     (qpos: uniform; qvel: uniform for Hopper, normal for HalfCheetah) agrees by a two-sample KS test."""
@@ -115,13 +115,18 @@ def test_reset_distribution_is_gymnasiums(name):
     if name.startswith("Reacher"):  # the target uniform in the disc of radius 0.2, at rest
         assert np.all(np.hypot(qpos[:, -2], qpos[:, -1]) < 0.2) and np.all(qvel[:, -2:] == 0)
         return
+    if name.startswith("Pusher"):  # the object outside the goal's disc of radius 0.17, both at rest
+        assert np.all(np.hypot(qpos[:, -4], qpos[:, -3]) > 0.17) and np.all(qvel[:, -4:] == 0)
+        assert np.all(qpos[:, :7] == eng.init_qpos[:7]) and np.all(qpos[:, -2:] == 0)
+        return
     s = GYM_TASKS[name].reset_noise_scale
     assert np.all(np.abs(qpos - eng.init_qpos) <= s)
     # the first observation is Gymnasium's function of that state (after mj_forward)
     np.testing.assert_array_equal(np.asarray(ours.core.obs)[:, :eng.nq - 1], qpos[:, 1:].astype(np.float32))
 
 
-@pytest.mark.parametrize("name", ["Swimmer-v4", "InvertedPendulum-v5", "InvertedDoublePendulum-v4", "Reacher-v4"])
+@pytest.mark.parametrize("name", ["Swimmer-v4", "InvertedPendulum-v5", "InvertedDoublePendulum-v4", "Reacher-v4",
+                                  "Pusher-v5"])
 def test_a_reset_observation_is_gymnasiums_of_the_reset_state(name):
     """Our reset's observation equals Gymnasium's ``_get_obs`` of the same state after its ``set_state``
     (which calls mj_forward): InvertedDoublePendulum's reads a derived field (qfrc_constraint)."""

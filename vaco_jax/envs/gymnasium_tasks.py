@@ -83,6 +83,7 @@ class LocomotionTask:
     qvel_noise: str = "uniform"  # 'uniform' on [-s, s], or 'normal' (s times a standard normal)
     ctrl_cost_of: str = "action"  # 'action' (the action as given) or 'ctrl' (data.ctrl, float64)
     max_episode_steps: int = 1000  # Gymnasium's registered TimeLimit
+    bodies: tuple[str, ...] = ()  # bodies whose index the definition reads (consts[name]; Reacher, Pusher)
 
     @property
     def needs_rne_post(self) -> bool:
@@ -214,6 +215,7 @@ class ReacherTask(LocomotionTask):
 
     vector_obs: int = 3  # leading coordinates of the fingertip-to-target vector observed (v4: 3; v5: 2)
     reward_before_step: bool = True  # v4: the distance before the step; v5: after it
+    bodies: tuple[str, ...] = ("fingertip", "target")
 
     def read_fields(self) -> tuple[str, ...]:
         return ("xpos",)
@@ -247,6 +249,76 @@ class ReacherTask(LocomotionTask):
         arm_v = init_qvel[:-2] + (-0.005 + 0.01 * u[..., nq:nq + nv - 2])
         return (xp.concatenate([arm, target], axis=-1),
                 xp.concatenate([arm_v, xp.zeros_like(u[..., nq + nv - 2:nq + nv])], axis=-1))
+
+
+def _pusher_object_start(xp, u1, u2):
+    """The object's start, uniform on [-0.3, 0] x [-0.2, 0.2] outside the disc of radius 0.17 around
+    the goal (the origin) — what Gymnasium's rejection loop draws — from two uniforms: x by inverting
+    its marginal distribution (bisection, 60 halvings), then y uniform on the part of [-0.2, 0.2] left
+    at that x."""
+    r2 = 0.17 ** 2
+
+    def area_left_of(x):  # the region's area with first coordinate below x
+        t = xp.clip(x, -0.17, 0.17)
+        disc = 0.5 * (t * xp.sqrt(xp.maximum(r2 - t * t, 0.0)) + r2 * xp.arcsin(t / 0.17)) + r2 * np.pi / 4
+        return 0.4 * (x + 0.3) - 2.0 * disc
+
+    target = u1 * area_left_of(xp.zeros_like(u1))
+    lo, hi = xp.full_like(u1, -0.3), xp.zeros_like(u1)
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        below = area_left_of(mid) < target
+        lo, hi = xp.where(below, mid, lo), xp.where(below, hi, mid)
+    x = 0.5 * (lo + hi)
+    h = xp.sqrt(xp.maximum(r2 - x * x, 0.0))  # the half-chord the disc takes out at x (0 left of -0.17)
+    t = u2 * 2.0 * (0.2 - h)
+    y = xp.where(t < 0.2 - h, -0.2 + t, h + (t - (0.2 - h)))
+    return xp.stack([x, y], axis=-1)
+
+
+@dataclasses.dataclass(frozen=True)
+class PusherTask(LocomotionTask):
+    """Gymnasium's Pusher: the observation is the arm's 7 joint positions and velocities and the positions
+    (``xpos``) of the arm's tip, the object and the goal; the reward is -||object - goal|| - 0.5
+    ||object - tip|| - 0.1 ||a||^2, the distances after the step (``reward_before_step``: before it, carried
+    as the forward position, as Gymnasium's Pusher-v4 does; that version needs mujoco < 3). A reset puts the arm at the model's pose, at rest but for a velocity uniform on
+    +-0.005 per arm joint, the goal at the origin and the object uniform outside the disc of radius
+    0.17 around it (``_pusher_object_start``). Never terminates."""
+
+    reward_before_step: bool = True
+    bodies: tuple[str, ...] = ("tips_arm", "object", "goal")
+
+    def read_fields(self) -> tuple[str, ...]:
+        return ("xpos",)
+
+    def observation(self, xp, fields: dict, consts: dict):
+        xpos = fields["xpos"]
+        return xp.concatenate([fields["qpos"][..., :7], fields["qvel"][..., :7]]
+                              + [xpos[..., consts[b], :] for b in self.bodies], axis=-1)
+
+    def forward_position(self, xp, fields: dict, consts: dict):
+        """[..., 2]: the object's distance to the arm's tip, and to the goal."""
+        xpos = fields["xpos"]
+        obj = xpos[..., consts["object"], :]
+        near = xp.sqrt(xp.sum(xp.square(obj - xpos[..., consts["tips_arm"], :]), axis=-1))
+        far = xp.sqrt(xp.sum(xp.square(obj - xpos[..., consts["goal"], :]), axis=-1))
+        return xp.stack([near, far], axis=-1)
+
+    def reward(self, xp, before, after, action, fields: dict, dt: float):
+        d = before if self.reward_before_step else after
+        return -d[..., 1] - 0.1 * xp.sum(xp.square(action), axis=-1) - 0.5 * d[..., 0]
+
+    def uniforms_per_reset(self, nq: int, nv: int) -> int:
+        return nv + 2
+
+    def reset_state(self, xp, u, init_qpos, init_qvel):
+        nv = init_qvel.shape[-1]
+        lead = u.shape[:-1]
+        obj = _pusher_object_start(xp, u[..., nv], u[..., nv + 1])
+        qpos = xp.concatenate([xp.broadcast_to(init_qpos[:-4], lead + (init_qpos.shape[-1] - 4,)), obj,
+                               xp.zeros_like(obj)], axis=-1)
+        arm_v = init_qvel[:-4] + (-0.005 + 0.01 * u[..., :nv - 4])
+        return qpos, xp.concatenate([arm_v, xp.zeros(lead + (4,), arm_v.dtype)], axis=-1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -336,6 +408,10 @@ GYM_TASKS: dict[str, LocomotionTask] = {t.name: t for t in (
     ReacherTask("Reacher-v5", "reacher.xml", 2, 10, forward_reward_weight=0.0, ctrl_cost_weight=1.0,
                 healthy_reward=0.0, healthy=None, position="qpos_x", obs_exclude=0, qvel_clip=None,
                 max_episode_steps=50, vector_obs=2, reward_before_step=False),
+    # Pusher-v5 alone: Gymnasium refuses Pusher-v4 with mujoco >= 3
+    PusherTask("Pusher-v5", "pusher_v5.xml", 5, 23, forward_reward_weight=0.0, ctrl_cost_weight=0.1, healthy_reward=0.0,
+               healthy=None, position="qpos_x", obs_exclude=0, qvel_clip=None, max_episode_steps=100,
+               reward_before_step=False),
 )}
 
 
@@ -379,7 +455,6 @@ def model_constants(task: LocomotionTask, model) -> dict:
               "body_mass": np.asarray(model.body_mass, np.float64).copy()}
     if task.position == "torso_xy":
         consts["torso"] = int(mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, "torso"))
-    if isinstance(task, ReacherTask):
-        for body in ("fingertip", "target"):
-            consts[body] = int(mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, body))
+    for body in task.bodies:
+        consts[body] = int(mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, body))
     return consts
