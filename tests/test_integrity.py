@@ -95,6 +95,15 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary_file(tmp_path, monk
         results.write_table(path, ROWS[:1])
     assert open(path).read() == before
     assert os.listdir(tmp_path) == ["t.csv"]
+    # a copy into results (a study's tables) is the same kind of write
+    src = tmp_path / "src.bin"
+    src.write_bytes(b"new")
+    with pytest.raises(OSError, match="No space"):
+        results.atomic_copy(str(src), path)
+    assert open(path).read() == before and sorted(os.listdir(tmp_path)) == ["src.bin", "t.csv"]
+    monkeypatch.undo()
+    results.atomic_copy(str(src), path)
+    assert open(path, "rb").read() == b"new"
 
 
 def test_reading_results_imports_no_jax():

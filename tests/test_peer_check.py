@@ -28,6 +28,9 @@ def test_a_record_of_several_seeds_reads_like_ours(tmp_path):
     row = summary(record)
     assert row["settings"] == "cleanrl_code_mujoco-3.17.0" and row["seeds"] == [1400.0, 1410.0, 1420.0]
     assert row["inside"] is True  # CleanRL's published 1442.64 +- 2 x 46.03
+    assert row["trainer"] == "CleanRL's script"
+    ours = summary({"task": "HalfCheetah-v4", "settings": "cleanrl", "scores": [1500.0, None], "diverged": [0, 1]})
+    assert ours["trainer"] == "vaco_jax" and ours["n_diverged"] == 1
 
 
 def test_bad_logs_and_labels_are_one_line(tmp_path):

@@ -140,13 +140,17 @@ def test_interrupted_group_resumes_to_the_same_result_and_finished_group_is_skip
 def test_every_setting_is_a_flag_of_every_study_script():
     import importlib
 
-    from vaco_jax.driver.cli import config_flags
+    from vaco_jax.driver.cli import DRIVER_FLAGS, config_flags
 
+    driver = {name for name, *_ in DRIVER_FLAGS}
     for script in ("lag_sweep", "forward_lag", "delta_sweep", "mismatch"):
         module = importlib.import_module(f"vaco_jax.studies.{script}")
         flags = {f.name for f in __import__("dataclasses").fields(module.Args)}
         config_fields = {f.name for f in __import__("dataclasses").fields(Config)}
         assert config_fields - set(module.PER_GROUP) <= flags, script
+        # the driver's flags come from one declaration, not the script's own
+        own = {f.name for f in __import__("dataclasses").fields(module.StudyArgs)}
+        assert driver <= flags and not driver & own, script
         args = module.Args(gamma=0.95, activation="relu")
         given = config_flags(args, module.StudyArgs, exclude=module.PER_GROUP)
         assert given == {"gamma": 0.95, "activation": "relu"}

@@ -1,6 +1,7 @@
 """The peer check's records (``benchmarks/peer_check.py`` writes them, ``results/peer_check/``) beside
-CleanRL's published PPO table: ours per seed, our mean ± std, and whether it falls inside their
-mean ± 2 std. No jax: FINDINGS.md's summary and BENCHMARKS.md read them the same way."""
+CleanRL's published PPO table: per seed, mean ± std, and whether it falls inside their mean ± 2 std.
+A record is ours (vaco_jax's trainer) or, when ``peer_check --cleanrl-logs`` wrote it, CleanRL's own
+script run on this machine; the table says which. No jax: FINDINGS.md's summary and BENCHMARKS.md read them the same way."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ def summary(record: dict) -> dict:
     std = float(ok.std(ddof=1)) if len(ok) > 1 else float("nan")
     ref = CLEANRL.get(record["task"])
     inside = None if ref is None or not np.isfinite(mean) else ref[0] - 2 * ref[1] <= mean <= ref[0] + 2 * ref[1]
-    return {"task": record["task"], "settings": record["settings"], "mean": mean, "std": std, "seeds": ok.tolist(),
+    trainer = "CleanRL's script" if "logs" in record else "vaco_jax"
+    return {"task": record["task"], "settings": record["settings"], "trainer": trainer, "mean": mean, "std": std, "seeds": ok.tolist(),
             "n_diverged": int(np.sum(record.get("diverged", []))), "cleanrl": ref, "inside": inside}
 
 
@@ -31,14 +33,14 @@ def records(folder: str) -> list[dict]:
 
 
 def table(folder: str) -> str:
-    """A markdown table of every record in ``folder``: ours beside CleanRL's published figure."""
-    lines = ["| task | settings | ours: mean ± std (seeds) | per seed | CleanRL 1M | inside ± 2 std |",
-             "|---|---|---|---|---|---|"]
+    """A markdown table of every record in ``folder`` beside CleanRL's published figure."""
+    lines = ["| task | trainer | settings | mean ± std (seeds) | per seed | CleanRL 1M | inside ± 2 std |",
+             "|---|---|---|---|---|---|---|"]
     for r in records(folder):
         ref = r["cleanrl"]
         inside = "—" if r["inside"] is None else ("yes" if r["inside"] else
                                                   "**no**, " + ("above" if r["mean"] > ref[0] else "below"))
-        lines.append(f"| {r['task']} | {r['settings']} | {r['mean']:.1f} ± {r['std']:.1f} ({len(r['seeds'])}) | "
+        lines.append(f"| {r['task']} | {r['trainer']} | {r['settings']} | {r['mean']:.1f} ± {r['std']:.1f} ({len(r['seeds'])}) | "
                      f"{', '.join(f'{v:.0f}' for v in r['seeds'])} | "
                      f"{'' if not ref else f'{ref[0]:.2f} ± {ref[1]:.2f}'} | {inside} |")
     return "\n".join(lines)

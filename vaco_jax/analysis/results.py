@@ -70,6 +70,12 @@ def atomic_write_bytes(path: str, data: bytes) -> None:
         raise
 
 
+def atomic_copy(src: str, dst: str) -> None:
+    """Copy ``src`` to ``dst`` so that a reader (or an interrupted copy) never sees a partial file."""
+    with open(src, "rb") as f:
+        atomic_write_bytes(dst, f.read())
+
+
 def atomic_write_text(path: str, text: str) -> None:
     atomic_write_bytes(path, text.encode())
 

@@ -44,6 +44,9 @@ TASK_DEFAULTS: dict[str, dict] = {
 }
 # Hopper-v5 steps the same model as Hopper-v4 and differs only in the terminating step's reward: the same start
 TASK_DEFAULTS["Hopper-v5"] = TASK_DEFAULTS["Hopper-v4"]
+# Reacher's episodes are 50 steps, Pusher's 100 (Gymnasium's registered time limits; the other tasks': 1,000)
+TASK_DEFAULTS["Reacher-v4"] = TASK_DEFAULTS["Reacher-v5"] = dict(episode_length=50)
+TASK_DEFAULTS["Pusher-v5"] = dict(episode_length=100)
 
 __all__ = ["Config", "ConfigError", "TASK_DEFAULTS", "STATIC_FIELDS", "TRACED_FIELDS", "TracedParams", "make_traced",
            "stack_traced"]

@@ -22,7 +22,7 @@ from vaco_jax.analysis.results import ResultsError
 
 FIELD_HELP = {
     "env": "task: a Gymnasium locomotion task (Hopper-v4, Walker2d-v4, HalfCheetah-v4, Ant-v4, Humanoid-v4, "
-           "and their -v5 versions; "
+           "their -v5 versions, and HumanoidStandup, Swimmer, InvertedPendulum, InvertedDoublePendulum, Reacher -v4/-v5, Pusher-v5; "
            "MuJoCo's C engine), a Brax MuJoCo task, any Brax- or user-registered env, point_mass, or a MuJoCo "
            "Playground DM Control task (extra 'playground'); docs/envs.md",
     "backend": "physics: 'mujoco' (MuJoCo's C engine, the default of the Gymnasium tasks) or 'mjx' for a "
@@ -141,16 +141,35 @@ def config_from_args(args, defaults: Config | None = None) -> Config:
     return Config(**values)
 
 
+# How a sweep script runs its groups: declared here once, added by ``with_config_flags`` after the
+# script's own fields (name, type, default, help)
+DRIVER_FLAGS: tuple[tuple[str, Any, Any, str], ...] = (
+    ("max_chunks", Optional[int], None, "stop every group after this many chunks (a time-limited job); rerun to continue"),
+    ("sweep", tuple[str, ...], (), "any setting as an axis of the grid, e.g. gamma=0.99,0.995 "
+                                   "learning_rate=1e-4,3e-4 num_epochs=2,4 (one program per static value)"),
+    ("shard", Optional[str], None, '"I/N": run only part I (0-based) of N disjoint parts of the study (docs/scale.md)'),
+    ("cell", Optional[str], None, '"K" or "GROUP:J": re-run one planned cell alone into RUN/rerun/ and compare '
+                                  "(docs/scale.md)"),
+    ("progress", bool, True, "a progress bar per group (--no-progress for logs)"),
+    ("tensorboard", bool, False, "live metrics: TensorBoard event files in OUT/tensorboard/ (not in the identity)"),
+    ("max_cells_per_program", Optional[int], None, "run a larger group as parts of this many cells, one program each"),
+    ("distributed", bool, False, "one sweep over several processes/hosts (jax.distributed; docs/scale.md)"),
+)
+
+
 def with_config_flags(base: type, name: str = "Args", exclude: tuple = ()) -> type:
-    """A study script's ``Args`` dataclass plus every ``Config`` field it lacks, as an optional flag
-    (None = what the preset or ``Config`` sets) with its choices and help line, so every setting is
-    reachable from every script. ``exclude``: fields the script sets per group itself (e.g. ``env``
-    and ``method`` through ``--tasks`` / ``--methods``). ``config_flags(args, base)`` returns the
-    ones given."""
+    """A study script's ``Args`` dataclass plus ``DRIVER_FLAGS`` and every ``Config`` field it lacks,
+    as an optional flag (None = what the preset or ``Config`` sets) with its choices and help line, so
+    every setting is reachable from every script. ``exclude``: fields the script sets per group itself
+    (e.g. ``env`` and ``method`` through ``--tasks`` / ``--methods``). ``config_flags(args, base)``
+    returns the ones given."""
     hints = typing.get_type_hints(Config)
     own = {f.name for f in dataclasses.fields(base)} | set(exclude)
     choices = field_choices(skip=own)
     fields = _own_help(base)
+    for fname, ftype, fdefault, fhelp in DRIVER_FLAGS:
+        if fname not in own:
+            fields.append((fname, Annotated[ftype, _arg(fhelp)], dataclasses.field(default=fdefault)))
     for f in dataclasses.fields(Config):
         if f.name in own:
             continue

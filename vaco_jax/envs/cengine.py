@@ -136,7 +136,7 @@ class Engine:
         self._ctrl_slice = slice(offset(before_ctrl), offset(before_ctrl) + self.nu)
         shapes = {"xpos": (self.model.nbody, 3), "xipos": (self.model.nbody, 3), "cinert": (self.model.nbody, 10),
                   "cvel": (self.model.nbody, 6), "cfrc_ext": (self.model.nbody, 6), "qfrc_actuator": (self.nv,),
-                  "ctrl": (self.nu,)}
+                  "ctrl": (self.nu,), "site_xpos": (self.model.nsite, 3), "qfrc_constraint": (self.nv,)}
         self._derived_shapes = {f: shapes[f] for f in task.read_fields()}  # the fields the definition reads
         mujoco.mj_resetData(self.model, data)
         self._reset_row = np.empty(self.state_size)
@@ -173,25 +173,25 @@ class Engine:
         for f in self._derived_shapes:
             fields[f][i] = getattr(data, f)
 
-    def reset_noise(self, keys: np.ndarray, episodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Reset noise for a batch of envs: each env's stream of 53-bit uniforms is SplitMix64 seeded by its
-        key (two uint32 words the program carries) and the number of its episode, so a run is a pure
-        function of its seed and the program draws nothing per step; then the task's own noise
-        (``LocomotionTask.reset_noise``)."""
+    def reset_states(self, keys: np.ndarray, episodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The reset qpos and qvel of a batch of envs: each env's stream of 53-bit uniforms is SplitMix64
+        seeded by its key (two uint32 words the program carries) and the number of its episode, so a run
+        is a pure function of its seed and the program draws nothing per step; then the task's own reset
+        (``LocomotionTask.reset_state``)."""
         k = keys.astype(np.uint64)
         seed = _mix64((k[:, 0] << np.uint64(32)) | k[:, 1]) ^ _mix64(episodes.astype(np.uint64) + np.uint64(1))
         count = self.task.uniforms_per_reset(self.nq, self.nv)
         z = _mix64(seed[:, None] + _GOLDEN * np.arange(1, count + 1, dtype=np.uint64)[None, :])
         u = (z >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
-        return self.task.reset_noise(np, u, self.nq, self.nv)
+        return self.task.reset_state(np, u, self.init_qpos, self.init_qvel)
 
-    def _reset_one(self, data, dq: np.ndarray, dv: np.ndarray, fields: dict, i: int, state_out: np.ndarray) -> None:
-        """Gymnasium's reset: ``mj_resetData``, the noisy initial qpos and qvel, ``mj_forward``."""
+    def _reset_one(self, data, qpos: np.ndarray, qvel: np.ndarray, fields: dict, i: int, state_out: np.ndarray) -> None:
+        """Gymnasium's reset: ``mj_resetData``, the reset's qpos and qvel, ``mj_forward``."""
         import mujoco
 
         mujoco.mj_resetData(self.model, data)
-        data.qpos[:] = self.init_qpos + dq
-        data.qvel[:] = self.init_qvel + dv
+        data.qpos[:] = qpos
+        data.qvel[:] = qvel
         mujoco.mj_forward(self.model, data)
         mujoco.mj_getState(self.model, data, state_out, self.spec)
         self._read(data, fields, i)
@@ -199,14 +199,14 @@ class Engine:
     # ----- the host functions the callbacks call (flat batches)
     def host_reset(self, keys: np.ndarray, episodes: np.ndarray):
         n = keys.shape[0]
-        dq, dv = self.reset_noise(keys, episodes)
+        qpos, qvel = self.reset_states(keys, episodes)
         if not self._derived_shapes:
             # The observation and the forward position read qpos and qvel alone: the reset state is the
             # model's default state row with the noisy qpos and qvel (mj_forward writes no part of the
             # state), built for the whole batch at once
             states = np.repeat(self._reset_row[None], n, axis=0)
-            states[:, self._qpos_slice] = self.init_qpos + dq
-            states[:, self._qvel_slice] = self.init_qvel + dv
+            states[:, self._qpos_slice] = qpos
+            states[:, self._qvel_slice] = qvel
             fields = {"qpos": states[:, self._qpos_slice], "qvel": states[:, self._qvel_slice]}
             return states, self._position(fields), self._obs(fields)
         states = np.empty((n, self.state_size))
@@ -214,7 +214,7 @@ class Engine:
 
         def work(data, lo, hi):
             for i in range(lo, hi):
-                self._reset_one(data, dq[i], dv[i], fields, i, states[i])
+                self._reset_one(data, qpos[i], qvel[i], fields, i, states[i])
 
         self._run(work, n)
         return states, self._position(fields), self._obs(fields)
@@ -325,7 +325,7 @@ class Engine:
         return self.task.forward_position(np, fields, self.consts)
 
     def _obs(self, fields):
-        return self.task.observation(np, fields).astype(np.float32)
+        return self.task.observation(np, fields, self.consts).astype(np.float32)
 
 
 _ENGINES: dict[str, Engine] = {}
@@ -347,7 +347,7 @@ class CState:
     """A C-engine env's state (with the fields of a ``brax.envs.State`` the wrappers read)."""
 
     physics: jnp.ndarray  # uint32 [2 * state_size]: mj_getState(mjSTATE_INTEGRATION), float64 bits
-    position: jnp.ndarray  # uint32 [4]: the forward-reward (x, y) read after the last step, float64 bits
+    position: jnp.ndarray  # uint32 [4]: the forward position (x, y; Reacher: a distance) after the last step, float64 bits
     key: jnp.ndarray  # uint32 [2]: this env's reset-noise key (the host derives each episode's noise from it)
     episode: jnp.ndarray  # int32: episodes this env began (0: the first); numbers its reset noise
     obs: jnp.ndarray  # float32 [obs]

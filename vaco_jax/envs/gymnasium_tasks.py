@@ -1,4 +1,5 @@
-"""Gymnasium's MuJoCo locomotion tasks, defined as Gymnasium 1.4.0 defines them, for any engine.
+"""Gymnasium's MuJoCo tasks (the locomotion tasks, HumanoidStandup, Swimmer, the inverted pendulums and
+Reacher), defined as Gymnasium 1.4.0 defines them, for any engine.
 
 A task here is a model file plus its definition: which MuJoCo fields it reads after a step, its
 observation, reward, termination and reset noise. The definition never steps physics: an engine
@@ -52,6 +53,11 @@ def _humanoid_healthy(xp, qpos, qvel):
     return (1.0 < qpos[..., 2]) & (qpos[..., 2] < 2.0)
 
 
+def _inverted_pendulum_healthy(xp, qpos, qvel):
+    finite = xp.all(xp.isfinite(xp.concatenate([qpos, qvel], axis=-1)), axis=-1)
+    return finite & (xp.abs(qpos[..., 1]) <= 0.2)
+
+
 @dataclasses.dataclass(frozen=True)
 class LocomotionTask:
     """One Gymnasium locomotion task (its constructor's defaults; Gymnasium's ``*_v4.py``, ``*_v5.py``)."""
@@ -77,6 +83,7 @@ class LocomotionTask:
     qvel_noise: str = "uniform"  # 'uniform' on [-s, s], or 'normal' (s times a standard normal)
     ctrl_cost_of: str = "action"  # 'action' (the action as given) or 'ctrl' (data.ctrl, float64)
     max_episode_steps: int = 1000  # Gymnasium's registered TimeLimit
+    bodies: tuple[str, ...] = ()  # bodies whose index the definition reads (consts[name]; Reacher, Pusher)
 
     @property
     def needs_rne_post(self) -> bool:
@@ -91,7 +98,7 @@ class LocomotionTask:
         return tuple(dict.fromkeys(extra + self.obs_fields + ctrl + contact))
 
     # ----- the definition proper; every function takes batched arrays ([..., n])
-    def observation(self, xp, fields: dict):
+    def observation(self, xp, fields: dict, consts: dict):
         qpos, qvel = fields["qpos"], fields["qvel"]
         vel = qvel if self.qvel_clip is None else xp.clip(qvel, -self.qvel_clip, self.qvel_clip)
         lead = qpos.shape[:-1]
@@ -124,7 +131,10 @@ class LocomotionTask:
         healthy = self.healthy_reward
         if self.healthy_reward_if_healthy and self.healthy is not None:
             healthy = self.healthy_reward * self.healthy(xp, fields["qpos"], fields["qvel"])
-        reward = self.forward_reward_weight * x_velocity + healthy - ctrl_cost
+        # a task without a forward reward (InvertedPendulum) pays its healthy reward even where the state
+        # is no longer finite, as Gymnasium does: 0 times a non-finite velocity would be nan
+        forward = self.forward_reward_weight * x_velocity if self.forward_reward_weight else 0.0
+        reward = forward + healthy - ctrl_cost
         if self.contact_cost_weight:
             forces = fields["cfrc_ext"]
             if self.obs_force_clip is not None:  # Ant-v5 charges the clipped forces
@@ -141,6 +151,12 @@ class LocomotionTask:
             return xp.zeros(fields["qpos"].shape[:-1], bool)
         return ~self.healthy(xp, fields["qpos"], fields["qvel"])
 
+    def reset_state(self, xp, u, init_qpos, init_qvel):
+        """The reset's qpos and qvel ([..., nq], [..., nv]) from uniforms ``u`` [..., uniforms_per_reset]
+        on [0, 1): the model's initial state plus ``reset_noise``."""
+        dq, dv = self.reset_noise(xp, u, init_qpos.shape[-1], init_qvel.shape[-1])
+        return init_qpos + dq, init_qvel + dv
+
     def uniforms_per_reset(self, nq: int, nv: int) -> int:
         """Uniforms on [0, 1) one reset reads: one per qpos entry, one (or two for a normal) per qvel."""
         return nq + (2 if self.qvel_noise == "normal" else 1) * nv
@@ -155,6 +171,165 @@ class LocomotionTask:
             return dq, -s + 2.0 * s * u[..., nq:nq + nv]
         u1, u2 = 1.0 - u[..., nq:nq + nv], u[..., nq + nv:nq + 2 * nv]  # 1 - u in (0, 1]: a finite log
         return dq, s * xp.sqrt(-2.0 * xp.log(u1)) * xp.cos(2.0 * np.pi * u2)
+
+
+@dataclasses.dataclass(frozen=True)
+class InvertedDoublePendulumTask(LocomotionTask):
+    """Gymnasium's InvertedDoublePendulum: its reward and termination read the pole tip (the model's
+    first site, ``site_xpos`` after the step); its observation is the cart's position, the sines and
+    cosines of the two hinge angles, the velocities clipped to +-10 and the leading constraint forces
+    (``qfrc_constraint``) clipped to +-10. The reward: the healthy reward (v5: on healthy steps only)
+    minus 0.01 x_tip^2 + (z_tip - 2)^2 minus 1e-3 qvel[1]^2 + 5e-3 qvel[2]^2; it ends when z_tip <= 1."""
+
+    constraint_obs: int = 3  # leading qfrc_constraint entries observed (v4: all 3; v5: 1)
+
+    def read_fields(self) -> tuple[str, ...]:
+        return ("site_xpos", "qfrc_constraint")
+
+    def observation(self, xp, fields: dict, consts: dict):
+        qpos, qvel = fields["qpos"], fields["qvel"]
+        return xp.concatenate([qpos[..., :1], xp.sin(qpos[..., 1:]), xp.cos(qpos[..., 1:]), xp.clip(qvel, -10.0, 10.0),
+                               xp.clip(fields["qfrc_constraint"][..., :self.constraint_obs], -10.0, 10.0)], axis=-1)
+
+    def reward(self, xp, before, after, action, fields: dict, dt: float):
+        tip, qvel = fields["site_xpos"][..., 0, :], fields["qvel"]
+        distance = 0.01 * tip[..., 0] ** 2 + (tip[..., 2] - 2.0) ** 2
+        velocity = 1e-3 * qvel[..., 1] ** 2 + 5e-3 * qvel[..., 2] ** 2
+        healthy = self.healthy_reward
+        if self.healthy_reward_if_healthy:
+            healthy = self.healthy_reward * ~self.terminated(xp, fields)
+        return healthy - distance - velocity
+
+    def terminated(self, xp, fields: dict):
+        return fields["site_xpos"][..., 0, 2] <= 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class ReacherTask(LocomotionTask):
+    """Gymnasium's Reacher: the fingertip-to-target vector (``xpos`` of bodies 'fingertip' and 'target')
+    is observed after the step (v4: all 3 coordinates; v5: x and y); the reward is minus its length minus
+    ||a||^2 — v4 measures the length before the step (carried from the last one as the forward position),
+    v5 after it. A reset draws the arm's qpos uniform on +-0.1 around the model's, the target uniform in
+    the disc of radius 0.2 (Gymnasium draws it by rejection from the square; here from its polar form:
+    the same distribution), the arm's qvel uniform on +-0.005 and the target's 0. Never terminates."""
+
+    vector_obs: int = 3  # leading coordinates of the fingertip-to-target vector observed (v4: 3; v5: 2)
+    reward_before_step: bool = True  # v4: the distance before the step; v5: after it
+    bodies: tuple[str, ...] = ("fingertip", "target")
+
+    def read_fields(self) -> tuple[str, ...]:
+        return ("xpos",)
+
+    def _vector(self, xp, fields: dict, consts: dict):
+        xpos = fields["xpos"]
+        return xpos[..., consts["fingertip"], :] - xpos[..., consts["target"], :]
+
+    def observation(self, xp, fields: dict, consts: dict):
+        qpos, qvel = fields["qpos"], fields["qvel"]
+        return xp.concatenate([xp.cos(qpos[..., :2]), xp.sin(qpos[..., :2]), qpos[..., 2:], qvel[..., :2],
+                               self._vector(xp, fields, consts)[..., :self.vector_obs]], axis=-1)
+
+    def forward_position(self, xp, fields: dict, consts: dict):
+        """[..., 2]: the fingertip's distance to the target, and 0."""
+        d = xp.sqrt(xp.sum(xp.square(self._vector(xp, fields, consts)), axis=-1))
+        return xp.stack([d, xp.zeros_like(d)], axis=-1)
+
+    def reward(self, xp, before, after, action, fields: dict, dt: float):
+        distance = before[..., 0] if self.reward_before_step else after[..., 0]
+        return -distance - xp.sum(xp.square(action), axis=-1)
+
+    def uniforms_per_reset(self, nq: int, nv: int) -> int:
+        return nq + nv + 2
+
+    def reset_state(self, xp, u, init_qpos, init_qvel):
+        nq, nv = init_qpos.shape[-1], init_qvel.shape[-1]
+        arm = init_qpos[:-2] + (-0.1 + 0.2 * u[..., :nq - 2])
+        radius, angle = 0.2 * xp.sqrt(u[..., nq + nv]), 2.0 * np.pi * u[..., nq + nv + 1]
+        target = xp.stack([radius * xp.cos(angle), radius * xp.sin(angle)], axis=-1)
+        arm_v = init_qvel[:-2] + (-0.005 + 0.01 * u[..., nq:nq + nv - 2])
+        return (xp.concatenate([arm, target], axis=-1),
+                xp.concatenate([arm_v, xp.zeros_like(u[..., nq + nv - 2:nq + nv])], axis=-1))
+
+
+def _pusher_object_start(xp, u1, u2):
+    """The object's start, uniform on [-0.3, 0] x [-0.2, 0.2] outside the disc of radius 0.17 around
+    the goal (the origin) — what Gymnasium's rejection loop draws — from two uniforms: x by inverting
+    its marginal distribution (bisection, 60 halvings), then y uniform on the part of [-0.2, 0.2] left
+    at that x."""
+    r2 = 0.17 ** 2
+
+    def area_left_of(x):  # the region's area with first coordinate below x
+        t = xp.clip(x, -0.17, 0.17)
+        disc = 0.5 * (t * xp.sqrt(xp.maximum(r2 - t * t, 0.0)) + r2 * xp.arcsin(t / 0.17)) + r2 * np.pi / 4
+        return 0.4 * (x + 0.3) - 2.0 * disc
+
+    target = u1 * area_left_of(xp.zeros_like(u1))
+    lo, hi = xp.full_like(u1, -0.3), xp.zeros_like(u1)
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        below = area_left_of(mid) < target
+        lo, hi = xp.where(below, mid, lo), xp.where(below, hi, mid)
+    x = 0.5 * (lo + hi)
+    h = xp.sqrt(xp.maximum(r2 - x * x, 0.0))  # the half-chord the disc takes out at x (0 left of -0.17)
+    t = u2 * 2.0 * (0.2 - h)
+    y = xp.where(t < 0.2 - h, -0.2 + t, h + (t - (0.2 - h)))
+    return xp.stack([x, y], axis=-1)
+
+
+@dataclasses.dataclass(frozen=True)
+class PusherTask(LocomotionTask):
+    """Gymnasium's Pusher: the observation is the arm's 7 joint positions and velocities and the positions
+    (``xpos``) of the arm's tip, the object and the goal; the reward is -||object - goal|| - 0.5
+    ||object - tip|| - 0.1 ||a||^2, the distances after the step (``reward_before_step``: before it, carried
+    as the forward position, as Gymnasium's Pusher-v4 does; that version needs mujoco < 3). A reset puts the arm at the model's pose, at rest but for a velocity uniform on
+    +-0.005 per arm joint, the goal at the origin and the object uniform outside the disc of radius
+    0.17 around it (``_pusher_object_start``). Never terminates."""
+
+    reward_before_step: bool = True
+    bodies: tuple[str, ...] = ("tips_arm", "object", "goal")
+
+    def read_fields(self) -> tuple[str, ...]:
+        return ("xpos",)
+
+    def observation(self, xp, fields: dict, consts: dict):
+        xpos = fields["xpos"]
+        return xp.concatenate([fields["qpos"][..., :7], fields["qvel"][..., :7]]
+                              + [xpos[..., consts[b], :] for b in self.bodies], axis=-1)
+
+    def forward_position(self, xp, fields: dict, consts: dict):
+        """[..., 2]: the object's distance to the arm's tip, and to the goal."""
+        xpos = fields["xpos"]
+        obj = xpos[..., consts["object"], :]
+        near = xp.sqrt(xp.sum(xp.square(obj - xpos[..., consts["tips_arm"], :]), axis=-1))
+        far = xp.sqrt(xp.sum(xp.square(obj - xpos[..., consts["goal"], :]), axis=-1))
+        return xp.stack([near, far], axis=-1)
+
+    def reward(self, xp, before, after, action, fields: dict, dt: float):
+        d = before if self.reward_before_step else after
+        return -d[..., 1] - 0.1 * xp.sum(xp.square(action), axis=-1) - 0.5 * d[..., 0]
+
+    def uniforms_per_reset(self, nq: int, nv: int) -> int:
+        return nv + 2
+
+    def reset_state(self, xp, u, init_qpos, init_qvel):
+        nv = init_qvel.shape[-1]
+        lead = u.shape[:-1]
+        obj = _pusher_object_start(xp, u[..., nv], u[..., nv + 1])
+        qpos = xp.concatenate([xp.broadcast_to(init_qpos[:-4], lead + (init_qpos.shape[-1] - 4,)), obj,
+                               xp.zeros_like(obj)], axis=-1)
+        arm_v = init_qvel[:-4] + (-0.005 + 0.01 * u[..., :nv - 4])
+        return qpos, xp.concatenate([arm_v, xp.zeros(lead + (4,), arm_v.dtype)], axis=-1)
+
+
+@dataclasses.dataclass(frozen=True)
+class HumanoidStandupTask(LocomotionTask):
+    """Gymnasium's HumanoidStandup: Humanoid's model lying down and its observation; the reward pays the
+    torso's height over MuJoCo's timestep (the env step's dt over its frame skip), plus 1, minus
+    0.1 ||ctrl||^2 and the contact cost min(5e-7 ||cfrc_ext||^2, 10). Never terminates."""
+
+    def reward(self, xp, before, after, action, fields: dict, dt: float):
+        up = fields["qpos"][..., 2] / (dt / self.frame_skip)
+        return up + super().reward(xp, before, after, action, fields, dt)
 
 
 GYM_TASKS: dict[str, LocomotionTask] = {t.name: t for t in (
@@ -196,6 +371,47 @@ GYM_TASKS: dict[str, LocomotionTask] = {t.name: t for t in (
                    qvel_clip=None, obs_fields=("cinert", "cvel", "qfrc_actuator", "cfrc_ext"),
                    obs_fields_from=(1, 1, 6, 1), reset_noise_scale=1e-2, ctrl_cost_of="ctrl",
                    healthy_reward_if_healthy=True, contact_cost_weight=5e-7, contact_cost_max=10.0),
+    # the other tasks (each v5 differs from its v4 only where the arguments differ)
+    LocomotionTask("Swimmer-v4", "swimmer.xml", 4, 8, forward_reward_weight=1.0, ctrl_cost_weight=1e-4,
+                   healthy_reward=0.0, healthy=None, position="qpos_x", obs_exclude=2, qvel_clip=None,
+                   reset_noise_scale=0.1),
+    LocomotionTask("Swimmer-v5", "swimmer.xml", 4, 8, forward_reward_weight=1.0, ctrl_cost_weight=1e-4,
+                   healthy_reward=0.0, healthy=None, position="qpos_x", obs_exclude=2, qvel_clip=None,
+                   reset_noise_scale=0.1),
+    LocomotionTask("InvertedPendulum-v4", "inverted_pendulum.xml", 2, 4, forward_reward_weight=0.0,
+                   ctrl_cost_weight=0.0, healthy_reward=1.0, healthy=_inverted_pendulum_healthy, position="qpos_x",
+                   obs_exclude=0, qvel_clip=None, reset_noise_scale=0.01),
+    LocomotionTask("InvertedPendulum-v5", "inverted_pendulum.xml", 2, 4, forward_reward_weight=0.0,
+                   ctrl_cost_weight=0.0, healthy_reward=1.0, healthy=_inverted_pendulum_healthy, position="qpos_x",
+                   obs_exclude=0, qvel_clip=None, reset_noise_scale=0.01, healthy_reward_if_healthy=True),
+    InvertedDoublePendulumTask("InvertedDoublePendulum-v4", "inverted_double_pendulum.xml", 5, 11,
+                               forward_reward_weight=0.0, ctrl_cost_weight=0.0, healthy_reward=10.0, healthy=None,
+                               position="qpos_x", obs_exclude=0, qvel_clip=None, reset_noise_scale=0.1,
+                               qvel_noise="normal"),
+    InvertedDoublePendulumTask("InvertedDoublePendulum-v5", "inverted_double_pendulum.xml", 5, 9,
+                               forward_reward_weight=0.0, ctrl_cost_weight=0.0, healthy_reward=10.0, healthy=None,
+                               position="qpos_x", obs_exclude=0, qvel_clip=None, reset_noise_scale=0.1,
+                               qvel_noise="normal", healthy_reward_if_healthy=True, constraint_obs=1),
+    HumanoidStandupTask("HumanoidStandup-v4", "humanoidstandup.xml", 5, 376, forward_reward_weight=0.0,
+                        ctrl_cost_weight=0.1, healthy_reward=1.0, healthy=None, position="qpos_x", obs_exclude=2,
+                        qvel_clip=None, obs_fields=("cinert", "cvel", "qfrc_actuator", "cfrc_ext"),
+                        reset_noise_scale=1e-2, ctrl_cost_of="ctrl", contact_cost_weight=0.5e-6,
+                        contact_cost_max=10.0),
+    HumanoidStandupTask("HumanoidStandup-v5", "humanoidstandup.xml", 5, 348, forward_reward_weight=0.0,
+                        ctrl_cost_weight=0.1, healthy_reward=1.0, healthy=None, position="qpos_x", obs_exclude=2,
+                        qvel_clip=None, obs_fields=("cinert", "cvel", "qfrc_actuator", "cfrc_ext"),
+                        obs_fields_from=(1, 1, 6, 1), reset_noise_scale=1e-2, ctrl_cost_of="ctrl",
+                        contact_cost_weight=0.5e-6, contact_cost_max=10.0),
+    ReacherTask("Reacher-v4", "reacher.xml", 2, 11, forward_reward_weight=0.0, ctrl_cost_weight=1.0,
+                healthy_reward=0.0, healthy=None, position="qpos_x", obs_exclude=0, qvel_clip=None,
+                max_episode_steps=50),
+    ReacherTask("Reacher-v5", "reacher.xml", 2, 10, forward_reward_weight=0.0, ctrl_cost_weight=1.0,
+                healthy_reward=0.0, healthy=None, position="qpos_x", obs_exclude=0, qvel_clip=None,
+                max_episode_steps=50, vector_obs=2, reward_before_step=False),
+    # Pusher-v5 alone: Gymnasium refuses Pusher-v4 with mujoco >= 3
+    PusherTask("Pusher-v5", "pusher_v5.xml", 5, 23, forward_reward_weight=0.0, ctrl_cost_weight=0.1, healthy_reward=0.0,
+               healthy=None, position="qpos_x", obs_exclude=0, qvel_clip=None, max_episode_steps=100,
+               reward_before_step=False),
 )}
 
 
@@ -239,4 +455,6 @@ def model_constants(task: LocomotionTask, model) -> dict:
               "body_mass": np.asarray(model.body_mass, np.float64).copy()}
     if task.position == "torso_xy":
         consts["torso"] = int(mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, "torso"))
+    for body in task.bodies:
+        consts[body] = int(mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, body))
     return consts

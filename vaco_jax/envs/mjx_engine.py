@@ -57,13 +57,12 @@ class MjxTaskEnv:
     def reset(self, key):
         nq, nv = self._init_qpos.shape[0], self._init_qvel.shape[0]
         u = jax.random.uniform(key, (self.task.uniforms_per_reset(nq, nv),))
-        dq, dv = self.task.reset_noise(jnp, u, nq, nv)
-        qpos, qvel = self._init_qpos + dq, self._init_qvel + dv
+        qpos, qvel = self.task.reset_state(jnp, u, self._init_qpos, self._init_qvel)
         data = self._mjx.forward(self.model, self._mjx.make_data(self.model).replace(qpos=qpos, qvel=qvel))
         fields = self._fields(data)
         zero = jnp.zeros((), jnp.float32)
         return MjxTaskState(pipeline_state=data, position=self.task.forward_position(jnp, fields, self._consts),
-                            obs=self.task.observation(jnp, fields), reward=zero, done=zero)
+                            obs=self.task.observation(jnp, fields, self._consts), reward=zero, done=zero)
 
     def step(self, state: MjxTaskState, action):
         data = state.pipeline_state.replace(ctrl=action)
@@ -72,7 +71,7 @@ class MjxTaskEnv:
         after = self.task.forward_position(jnp, fields, self._consts)
         reward = self.task.reward(jnp, state.position, after, action, fields, self._dt)
         done = self.task.terminated(jnp, fields).astype(jnp.float32)
-        return state.replace(pipeline_state=data, position=after, obs=self.task.observation(jnp, fields),
+        return state.replace(pipeline_state=data, position=after, obs=self.task.observation(jnp, fields, self._consts),
                              reward=reward.astype(jnp.float32), done=done)
 
 

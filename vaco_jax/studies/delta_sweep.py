@@ -54,14 +54,6 @@ class StudyArgs:
     lag_depths: tuple[int, ...] | None = None  # None: the preset's lag depths B (traced: one program)
     seeds: tuple[int, ...] | None = None  # None: the preset's seeds
     total_env_steps: int | None = None  # None: the preset's env steps per run
-    progress: bool = True  # a progress bar per group (--no-progress for logs)
-    tensorboard: bool = False  # live metrics: TensorBoard event files in OUT/tensorboard/ (not in the identity)
-    max_cells_per_program: int | None = None  # run a larger group as parts of this many cells, one program each
-    distributed: bool = False  # one sweep over several processes/hosts (jax.distributed; docs/scale.md)
-    max_chunks: int | None = None  # stop every group after this many chunks (a time-limited job); rerun to continue
-    sweep: tuple[str, ...] = ()  # any other setting, e.g. gamma=0.99,0.995 (see experiments/lag_sweep.py)
-    shard: str | None = None  # "I/N": run only part I (0-based) of N disjoint parts of the study (docs/scale.md)
-    cell: str | None = None  # "K" or "GROUP:J": re-run one planned cell alone into RUN/rerun/ and compare (docs/scale.md)
 
 
 

@@ -73,15 +73,7 @@ class StudyArgs:
     clip_epsilon: float | None = None  # None: each method's default; applied to the methods that read it
     tv_budget: float | None = None  # None: VACO's default (0.2)
     episode_length: int = 1000  # steps before an episode is truncated
-    max_chunks: int | None = None  # stop every group after this many chunks (a time-limited job); rerun to continue
-    sweep: tuple[str, ...] = ()  # any setting, e.g. gamma=0.99,0.995 learning_rate=1e-4,3e-4 num_epochs=2,4
-    shard: str | None = None  # "I/N": run only part I (0-based) of N disjoint parts of the study (docs/scale.md)
-    cell: str | None = None  # "K" or "GROUP:J": re-run one planned cell alone into RUN/rerun/ and compare (docs/scale.md)
     bootstrap_reps: int = 2000  # bootstrap resamples of the summaries' confidence intervals
-    progress: bool = True  # a progress bar per group (--no-progress for logs)
-    tensorboard: bool = False  # live metrics: TensorBoard event files in OUT/tensorboard/ (not in the identity)
-    max_cells_per_program: int | None = None  # run a larger group as parts of this many cells, one program each
-    distributed: bool = False  # one sweep over several processes/hosts (jax.distributed; docs/scale.md)
     figures: bool = True  # draw the figures when the sweep is done
 
 

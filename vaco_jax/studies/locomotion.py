@@ -292,10 +292,10 @@ def collect(unit: Unit, run_dir: str, results_dir: str, digest: str, seconds: fl
     dst = os.path.join(results_dir, unit.stage, unit.group.subdir)
     os.makedirs(dst, exist_ok=True)
     for name in COPIED:
-        shutil.copyfile(os.path.join(src, name), os.path.join(dst, name))
+        results.atomic_copy(os.path.join(src, name), os.path.join(dst, name))
     for name in ("random_scores.json", "run.json"):
         if os.path.exists(os.path.join(run_dir, name)):
-            shutil.copyfile(os.path.join(run_dir, name), os.path.join(results_dir, unit.stage, name))
+            results.atomic_copy(os.path.join(run_dir, name), os.path.join(results_dir, unit.stage, name))
     rows = [r for r in _manifest(results_dir) if r["unit"] != unit.name]
     rows.append({"unit": unit.name, "runs": unit.runs, "protocol_sha256": digest,
                  "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -542,7 +542,7 @@ def draw_figures(p: dict, results_dir: str, figures_dir: str, reps: int = 2000) 
 
     from matplotlib import style
 
-    from vaco_jax.analysis import figures, tables
+    from vaco_jax.analysis import figures, results, tables
 
     written = []
     os.makedirs(figures_dir, exist_ok=True)
@@ -566,7 +566,7 @@ def draw_figures(p: dict, results_dir: str, figures_dir: str, reps: int = 2000) 
                     stem = os.path.basename(path)[:-4]
                     suffix = stem.split(view, 1)[1] if function == "plot_learning_curves" else ""
                     dst = os.path.join(figures_dir, f"{view}_{name}{suffix}.png")
-                    shutil.copyfile(path, dst)
+                    results.atomic_copy(path, dst)
                     written.append(dst)
     return written
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import csv
 import os
-import shutil
 import sys
 
 import numpy as np
@@ -82,15 +81,16 @@ def report(run_dir: str = RUN_DIR) -> str:
         pooled = float(np.sqrt(np.nanmean(np.square(stds))))
         lines.append(f"  pooled seed std {pooled:.1f}; minimum detectable difference with 10 seeds a side "
                      f"(5% two-sided, 80% power): {2.8 * np.sqrt(2.0) * pooled / np.sqrt(10):.1f}")
+    from vaco_jax.analysis import results
+
     text = "\n".join(lines)
     os.makedirs(OUT, exist_ok=True)
     for method in ("ppo_clip", "vaco"):
         for name in ("scores.csv", "curves.csv"):
             src = os.path.join(run_dir, "Hopper-v4", method, name)
             if os.path.exists(src):
-                shutil.copyfile(src, os.path.join(OUT, f"{method}_{name}"))
-    with open(os.path.join(OUT, "report.txt"), "w") as f:
-        f.write(text + "\n")
+                results.atomic_copy(src, os.path.join(OUT, f"{method}_{name}"))
+    results.atomic_write_text(os.path.join(OUT, "report.txt"), text + "\n")
     return text
 
 

@@ -404,7 +404,8 @@ def summary_block(build: Build) -> str:
             if r["inside"] is None:
                 continue
             where = "inside" if r["inside"] else ("above" if r["mean"] > r["cleanrl"][0] else "below")
-            parts.append(f"{r['task']} {r['settings']}: {r['mean']:,.0f} ± {r['std']:,.0f}, {where}")
+            by = "" if r["trainer"] == "vaco_jax" else f" ({r['trainer']})"
+            parts.append(f"{r['task']} {r['settings']}{by}: {r['mean']:,.0f} ± {r['std']:,.0f}, {where}")
         out += ["- **The peer check** against CleanRL's PPO table at 1M steps (`results/peer_check/`, "
                 "`python -m benchmarks.peer_check --table`; inside means CleanRL's mean ± 2 std): "
                 + "; ".join(parts) + ".", ""]
@@ -535,9 +536,8 @@ def write_figures(build: Build) -> list[str]:
             except figures.NoData as e:
                 print(f"[rebuild_docs] skipped {FIGURE_PREFIX}{name}.png: {e}")
                 continue
-            with open(next(p for p in paths if p.endswith(".png")), "rb") as f:
-                rel = os.path.join(FIGURE_DIR, f"{FIGURE_PREFIX}{name}.png")
-                results.atomic_write_bytes(build.dst(rel), f.read())
+            rel = os.path.join(FIGURE_DIR, f"{FIGURE_PREFIX}{name}.png")
+            results.atomic_copy(next(p for p in paths if p.endswith(".png")), build.dst(rel))
             written.append(rel)
     return written
 

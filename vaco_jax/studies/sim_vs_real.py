@@ -224,8 +224,7 @@ def sim(args: Args, spec: dict) -> None:
             src = os.path.join(work, spec["task"], method)
             os.makedirs(dst, exist_ok=True)
             for name in SIM_TABLES[1:] + SIM_TABLES[:1]:  # scores.csv last: it marks the sweep copied
-                with open(os.path.join(src, name), "rb") as f:
-                    results.atomic_write_bytes(os.path.join(dst, name), f.read())
+                results.atomic_copy(os.path.join(src, name), os.path.join(dst, name))
             budget.record(time.monotonic() - started, cells)
 
 
