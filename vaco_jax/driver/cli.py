@@ -22,7 +22,8 @@ from vaco_jax.analysis.results import ResultsError
 
 FIELD_HELP = {
     "env": "task: a Gymnasium locomotion task (Hopper-v4, Walker2d-v4, HalfCheetah-v4, Ant-v4, Humanoid-v4, "
-           "their -v5 versions, and HumanoidStandup, Swimmer, InvertedPendulum, InvertedDoublePendulum, Reacher -v4/-v5, Pusher-v5; "
+           "their -v5 versions, and HumanoidStandup, Swimmer, InvertedPendulum, InvertedDoublePendulum, "
+           "Reacher -v4/-v5, Pusher-v5; "
            "MuJoCo's C engine), a Brax MuJoCo task, any Brax- or user-registered env, point_mass, or a MuJoCo "
            "Playground DM Control task (extra 'playground'); docs/envs.md",
     "backend": "physics: 'mujoco' (MuJoCo's C engine, the default of the Gymnasium tasks) or 'mjx' for a "
