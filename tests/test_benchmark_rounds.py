@@ -170,3 +170,40 @@ def test_the_garbage_collector_is_off_inside_a_timed_call_and_its_pauses_are_log
     finally:
         log.close()
     assert log._listen not in gc.callbacks
+
+
+def test_mujoco_versions_alternates_the_order_and_takes_the_median_ratio(monkeypatch, tmp_path):
+    """Each round runs both versions once per task, the first round installed-first and the next the
+    other way round; the ratio is other / installed per round, then the median."""
+    from benchmarks import mujoco_versions
+
+    (tmp_path / "mujoco").mkdir()
+    calls, rates = [], {None: iter([100.0, 100.0, 100.0]), str(tmp_path): iter([110.0, 90.0, 130.0])}
+
+    def fake_child(task, steps, path):
+        calls.append("other" if path else "installed")
+        return {"mujoco": "X" if path else "Y", "task": task, "rate": next(rates[path]), "resets": 0}
+
+    monkeypatch.setattr(mujoco_versions, "_run_child", fake_child)
+    out = mujoco_versions.main(mujoco_versions.Args(other=str(tmp_path), tasks=("Hopper-v4",), rounds=3))
+    assert calls == ["installed", "other", "other", "installed", "installed", "other"]
+    assert out["ratios"]["Hopper-v4"] == pytest.approx(1.1)
+    assert out["versions"] == {"installed": "Y", "other": "X"}
+
+
+def test_mujoco_versions_refuses_a_directory_without_mujoco(tmp_path):
+    from benchmarks import mujoco_versions
+
+    with pytest.raises(SystemExit, match="other=.* must be a directory holding a mujoco package"):
+        mujoco_versions.main(mujoco_versions.Args(other=str(tmp_path)))
+    (tmp_path / "mujoco").mkdir()
+    with pytest.raises(SystemExit, match="tasks: 'Nope-v0' is not one of"):
+        mujoco_versions.main(mujoco_versions.Args(other=str(tmp_path), tasks=("Nope-v0",)))
+
+
+def test_mujoco_versions_times_one_task_in_process():
+    """The child's work: a seeded trajectory of the task with resets by its health rule."""
+    from benchmarks import mujoco_versions
+
+    out = mujoco_versions.time_task("Hopper-v4", 300)
+    assert out["rate"] > 0 and out["resets"] > 0 and out["task"] == "Hopper-v4"
