@@ -205,7 +205,34 @@ class InvertedDoublePendulumTask(LocomotionTask):
 
 
 @dataclasses.dataclass(frozen=True)
-class ReacherTask(LocomotionTask):
+class _BodyDistanceTask(LocomotionTask):
+    """A task rewarded by distances between bodies (``xpos`` of the bodies it names, read after the
+    step): ``distances`` gives them as the forward position [..., 2], so the reward can read them before
+    the step (``reward_before_step``, carried from the last step, as Gymnasium's v4 does) or after it."""
+
+    reward_before_step: bool = True  # v4: the distances before the step; v5: after it
+
+    def read_fields(self) -> tuple[str, ...]:
+        return ("xpos",)
+
+    def _body(self, fields: dict, consts: dict, name: str):
+        return fields["xpos"][..., consts[name], :]
+
+    def forward_position(self, xp, fields: dict, consts: dict):
+        return self.distances(xp, fields, consts)
+
+    def distances(self, xp, fields: dict, consts: dict):
+        raise NotImplementedError
+
+    def distance_reward(self, xp, distances, action):
+        raise NotImplementedError
+
+    def reward(self, xp, before, after, action, fields: dict, dt: float):
+        return self.distance_reward(xp, before if self.reward_before_step else after, action)
+
+
+@dataclasses.dataclass(frozen=True)
+class ReacherTask(_BodyDistanceTask):
     """Gymnasium's Reacher: the fingertip-to-target vector (``xpos`` of bodies 'fingertip' and 'target')
     is observed after the step (v4: all 3 coordinates; v5: x and y); the reward is minus its length minus
     ||a||^2 — v4 measures the length before the step (carried from the last one as the forward position),
@@ -214,29 +241,23 @@ class ReacherTask(LocomotionTask):
     the same distribution), the arm's qvel uniform on +-0.005 and the target's 0. Never terminates."""
 
     vector_obs: int = 3  # leading coordinates of the fingertip-to-target vector observed (v4: 3; v5: 2)
-    reward_before_step: bool = True  # v4: the distance before the step; v5: after it
     bodies: tuple[str, ...] = ("fingertip", "target")
 
-    def read_fields(self) -> tuple[str, ...]:
-        return ("xpos",)
-
     def _vector(self, xp, fields: dict, consts: dict):
-        xpos = fields["xpos"]
-        return xpos[..., consts["fingertip"], :] - xpos[..., consts["target"], :]
+        return self._body(fields, consts, "fingertip") - self._body(fields, consts, "target")
 
     def observation(self, xp, fields: dict, consts: dict):
         qpos, qvel = fields["qpos"], fields["qvel"]
         return xp.concatenate([xp.cos(qpos[..., :2]), xp.sin(qpos[..., :2]), qpos[..., 2:], qvel[..., :2],
                                self._vector(xp, fields, consts)[..., :self.vector_obs]], axis=-1)
 
-    def forward_position(self, xp, fields: dict, consts: dict):
+    def distances(self, xp, fields: dict, consts: dict):
         """[..., 2]: the fingertip's distance to the target, and 0."""
         d = xp.sqrt(xp.sum(xp.square(self._vector(xp, fields, consts)), axis=-1))
         return xp.stack([d, xp.zeros_like(d)], axis=-1)
 
-    def reward(self, xp, before, after, action, fields: dict, dt: float):
-        distance = before[..., 0] if self.reward_before_step else after[..., 0]
-        return -distance - xp.sum(xp.square(action), axis=-1)
+    def distance_reward(self, xp, distances, action):
+        return -distances[..., 0] - xp.sum(xp.square(action), axis=-1)
 
     def uniforms_per_reset(self, nq: int, nv: int) -> int:
         return nq + nv + 2
@@ -277,36 +298,29 @@ def _pusher_object_start(xp, u1, u2):
 
 
 @dataclasses.dataclass(frozen=True)
-class PusherTask(LocomotionTask):
+class PusherTask(_BodyDistanceTask):
     """Gymnasium's Pusher: the observation is the arm's 7 joint positions and velocities and the positions
     (``xpos``) of the arm's tip, the object and the goal; the reward is -||object - goal|| - 0.5
-    ||object - tip|| - 0.1 ||a||^2, the distances after the step (``reward_before_step``: before it, carried
-    as the forward position, as Gymnasium's Pusher-v4 does; that version needs mujoco < 3). A reset puts the arm at the model's pose, at rest but for a velocity uniform on
-    +-0.005 per arm joint, the goal at the origin and the object uniform outside the disc of radius
-    0.17 around it (``_pusher_object_start``). Never terminates."""
+    ||object - tip|| - 0.1 ||a||^2, the distances after the step (``reward_before_step``: before it, as
+    Gymnasium's Pusher-v4 does; that version needs mujoco < 3). A reset puts the arm at the model's pose,
+    at rest but for a velocity uniform on +-0.005 per arm joint, the goal at the origin and the object
+    uniform outside the disc of radius 0.17 around it (``_pusher_object_start``). Never terminates."""
 
-    reward_before_step: bool = True
     bodies: tuple[str, ...] = ("tips_arm", "object", "goal")
 
-    def read_fields(self) -> tuple[str, ...]:
-        return ("xpos",)
-
     def observation(self, xp, fields: dict, consts: dict):
-        xpos = fields["xpos"]
         return xp.concatenate([fields["qpos"][..., :7], fields["qvel"][..., :7]]
-                              + [xpos[..., consts[b], :] for b in self.bodies], axis=-1)
+                              + [self._body(fields, consts, b) for b in self.bodies], axis=-1)
 
-    def forward_position(self, xp, fields: dict, consts: dict):
+    def distances(self, xp, fields: dict, consts: dict):
         """[..., 2]: the object's distance to the arm's tip, and to the goal."""
-        xpos = fields["xpos"]
-        obj = xpos[..., consts["object"], :]
-        near = xp.sqrt(xp.sum(xp.square(obj - xpos[..., consts["tips_arm"], :]), axis=-1))
-        far = xp.sqrt(xp.sum(xp.square(obj - xpos[..., consts["goal"], :]), axis=-1))
+        obj = self._body(fields, consts, "object")
+        near = xp.sqrt(xp.sum(xp.square(obj - self._body(fields, consts, "tips_arm")), axis=-1))
+        far = xp.sqrt(xp.sum(xp.square(obj - self._body(fields, consts, "goal")), axis=-1))
         return xp.stack([near, far], axis=-1)
 
-    def reward(self, xp, before, after, action, fields: dict, dt: float):
-        d = before if self.reward_before_step else after
-        return -d[..., 1] - 0.1 * xp.sum(xp.square(action), axis=-1) - 0.5 * d[..., 0]
+    def distance_reward(self, xp, distances, action):
+        return -distances[..., 1] - 0.1 * xp.sum(xp.square(action), axis=-1) - 0.5 * distances[..., 0]
 
     def uniforms_per_reset(self, nq: int, nv: int) -> int:
         return nv + 2
