@@ -207,7 +207,7 @@ class InvertedDoublePendulumTask(LocomotionTask):
 @dataclasses.dataclass(frozen=True)
 class _BodyDistanceTask(LocomotionTask):
     """A task rewarded by distances between bodies (``xpos`` of the bodies it names, read after the
-    step): ``distances`` gives them as the forward position [..., 2], so the reward can read them before
+    step): ``forward_position`` gives them [..., 2], so the reward can read them before
     the step (``reward_before_step``, carried from the last step, as Gymnasium's v4 does) or after it."""
 
     reward_before_step: bool = True  # v4: the distances before the step; v5: after it
@@ -217,12 +217,6 @@ class _BodyDistanceTask(LocomotionTask):
 
     def _body(self, fields: dict, consts: dict, name: str):
         return fields["xpos"][..., consts[name], :]
-
-    def forward_position(self, xp, fields: dict, consts: dict):
-        return self.distances(xp, fields, consts)
-
-    def distances(self, xp, fields: dict, consts: dict):
-        raise NotImplementedError
 
     def distance_reward(self, xp, distances, action):
         raise NotImplementedError
@@ -251,7 +245,7 @@ class ReacherTask(_BodyDistanceTask):
         return xp.concatenate([xp.cos(qpos[..., :2]), xp.sin(qpos[..., :2]), qpos[..., 2:], qvel[..., :2],
                                self._vector(xp, fields, consts)[..., :self.vector_obs]], axis=-1)
 
-    def distances(self, xp, fields: dict, consts: dict):
+    def forward_position(self, xp, fields: dict, consts: dict):
         """[..., 2]: the fingertip's distance to the target, and 0."""
         d = xp.sqrt(xp.sum(xp.square(self._vector(xp, fields, consts)), axis=-1))
         return xp.stack([d, xp.zeros_like(d)], axis=-1)
@@ -312,7 +306,7 @@ class PusherTask(_BodyDistanceTask):
         return xp.concatenate([fields["qpos"][..., :7], fields["qvel"][..., :7]]
                               + [self._body(fields, consts, b) for b in self.bodies], axis=-1)
 
-    def distances(self, xp, fields: dict, consts: dict):
+    def forward_position(self, xp, fields: dict, consts: dict):
         """[..., 2]: the object's distance to the arm's tip, and to the goal."""
         obj = self._body(fields, consts, "object")
         near = xp.sqrt(xp.sum(xp.square(obj - self._body(fields, consts, "tips_arm")), axis=-1))
