@@ -288,3 +288,81 @@ def test_the_summary_follows_the_locomotion_study_and_the_peer_check(tmp_path):
     results.write_table(str(loco / "manifest.csv"), [{"unit": "tune/ppo_clip", "runs": 18},
                                                      {"unit": "tune/vaco", "runs": 18}])
     assert rd.main(["--root", str(root), "--check"]) == 1  # a finished unit: the summary is out of date
+
+
+def _loco_scores(task, method, depths, aucs, diverged=()):
+    return [{"env": task, "method": method, "lag_depth": b, "seed": s, "final_eval_return": 2 * auc,
+             "auc_eval_return": auc, "diverged": (b, s) in diverged}
+            for b in depths for s, auc in enumerate(aucs)]
+
+
+def test_the_locomotion_units_block_reads_every_finished_unit(tmp_path):
+    """One row per finished study-seed unit (tuning units left out), mean ± sd of the AUC per lag depth
+    with the mean final return; a diverged run is counted and left out, never averaged."""
+    import json
+
+    rd = _rebuild_docs()
+    root = _tree(tmp_path, HEAD + BEGIN.format("locomotion_units") + "stale\n" + END.format("locomotion_units") + TAIL)
+    loco = root / "results" / "locomotion"
+    os.makedirs(loco)
+    (loco / "protocol.json").write_text(json.dumps({"tasks": ["Hopper-v4", "Walker2d-v4"], "lag_depths": [1, 8, 32],
+                                                    "ablations": {"tasks": ["Hopper-v4"]}}))
+    units = {"study/Walker2d-v4/vaco": ("Walker2d-v4/vaco", [1, 8, 32], [100.0, 200.0, 300.0], {(8, 1)}),
+             "study/Hopper-v4/ppo_clip": ("Hopper-v4/ppo_clip", [1, 8, 32], [1000.0, 3000.0], ()),
+             "lag_aware/Hopper-v4/ppo_clip": ("Hopper-v4/ppo_clip/variant=lag_aware", [32], [-50.0, -150.0], ()),
+             "ablation/Hopper-v4/a3po": ("Hopper-v4/a3po", [32], [10.0, 20.0], ())}
+    for unit, (sub, depths, aucs, diverged) in units.items():
+        task, method = unit.split("/")[1:]
+        os.makedirs(loco / "study" / sub)
+        results.write_table(str(loco / "study" / sub / "scores.csv"), _loco_scores(task, method, depths, aucs, diverged))
+    results.write_table(str(loco / "manifest.csv"), [{"unit": "tune/ppo_clip", "runs": 18}]
+                        + [{"unit": u, "runs": 1} for u in units])
+    assert rd.main(["--root", str(root)]) == 0
+    text = (root / "FINDINGS.md").read_text()
+    lines = [line for line in text.splitlines() if line.startswith("| ") and "task" not in line]
+    assert lines == [  # study, then lag-aware, then ablation units; tasks in the protocol's order
+        "| Hopper-v4 | PPO-Clip | B = 1 tuning | 6 | 2,000 ± 1,414 (4,000) | 2,000 ± 1,414 (4,000) | 2,000 ± 1,414 (4,000) |",
+        "| Walker2d-v4 | VACO | B = 1 tuning | 9 | 200 ± 100 (400) | 200 ± 141 (400); 1 of 3 diverged | 200 ± 100 (400) |",
+        "| Hopper-v4 | PPO-Clip | lag-aware tuning | 2 | — | — | −100 ± 71 (−200) |",
+        "| Hopper-v4 | A-3PO | parent's B = 1 tuning | 2 | — | — | 15 ± 7 (30) |"]
+    assert "stale" not in text and (root / "FINDINGS.md").read_bytes().endswith(TAIL.encode())
+    rows = results.read_table(str(loco / "study" / "Hopper-v4" / "a3po" / "scores.csv"))
+    rows[0]["auc_eval_return"] = 40.0  # the committed per-run scores changed: the block is out of date
+    results.write_table(str(loco / "study" / "Hopper-v4" / "a3po" / "scores.csv"), rows)
+    assert rd.main(["--root", str(root), "--check"]) == 1
+
+
+def _real_score(seed, auc, sps, age, diverged=False):
+    return {"final_eval_return": auc + 100.0, "auc_eval_return": auc, "env_steps_per_second": sps,
+            "mean_age": age, "diverged": diverged, "seed": seed}
+
+
+def test_the_sim_vs_real_block_reads_the_real_runs_then_the_verdicts(tmp_path):
+    """The real runs' table comes first (speed as a multiple of the lockstep configuration's); the
+    verdicts join it once `report` has written verdicts.csv."""
+    rd = _rebuild_docs()
+    root = _tree(tmp_path, HEAD + BEGIN.format("sim_vs_real") + END.format("sim_vs_real") + TAIL)
+    real = root / "results" / "sim_vs_real" / "real"
+    runs = {("async2", "vaco"): [(0, 300.0, 6000.0, 1.0), (1, 500.0, 6000.0, 1.5), (2, 9e3, 6000.0, 1.0, True)],
+            ("sync4", "vaco"): [(0, 1000.0, 3000.0, 0.0), (1, 1200.0, 3000.0, 0.0)]}
+    for (config, method), scores in runs.items():
+        for seed, *rest in scores:
+            os.makedirs(real / config / method / f"seed{seed}")
+            results.write_json(str(real / config / method / f"seed{seed}" / "score.json"), _real_score(seed, *rest))
+    assert rd.main(["--root", str(root)]) == 0
+    text = (root / "FINDINGS.md").read_text()
+    assert "| sync4 | VACO | 2 | 0.00 | 3,000 | 1.00× | 1,100 ± 141 | 1,200 ± 141 |" in text
+    assert "| async2 | VACO | 3 (1 diverged) | 1.17 | 6,000 | 2.00× | 400 ± 141 | 500 ± 141 |" in text
+    assert "No verdict yet" in text
+    verdict = {"configuration": "async2", "method": "vaco", "variant": "histogram", "margin": 0.15, "sim_mean": 420.0,
+               "scaled_difference": 0.018, "low": -0.05, "high": 0.08, "verdict": "predicts", "sim_mean_age": 1.2,
+               "sim_realised_mean_age": 1.17}
+    results.write_table(str(root / "results" / "sim_vs_real" / "verdicts.csv"),
+                        [dict(verdict, score="auc_eval_return"),
+                         dict(verdict, score="final_eval_return", low=0.2, high=0.3, verdict="differs")])
+    assert rd.main(["--root", str(root), "--check"]) == 1  # the verdicts are new: the block is out of date
+    assert rd.main(["--root", str(root)]) == 0
+    text = (root / "FINDINGS.md").read_text()
+    assert "No verdict yet" not in text
+    assert ("| async2 | VACO | histogram | 1.20 / 1.17 | 420: +0.018 [−0.050, +0.080] predicts | "
+            "420: +0.018 [+0.200, +0.300] differs |") in text

@@ -57,7 +57,9 @@ def test_the_study_end_to_end_on_point_mass(tmp_path, monkeypatch, capsys):
     assert all(r["n_real"] == 2 and r["n_sim"] == 2 for r in rows)
     assert all(np.isfinite(r["scaled_difference"]) for r in rows)
     sync = [r for r in rows if r["configuration"] == "sync2" and r["variant"] == "histogram"]
-    assert all(r["real_mean_age"] == 0.0 and r["sim_mean_age"] == 0.0 for r in sync)
+    assert all(r["real_mean_age"] == 0.0 and r["sim_mean_age"] == 0.0 == r["sim_realised_mean_age"] for r in sync)
+    shifted = {r["variant"]: r["sim_realised_mean_age"] for r in rows if r["configuration"] == "async2"}
+    assert shifted["histogram"] < shifted["control"]  # the simulator drew the older ages it was given
     assert os.path.exists(os.path.join(out, "verdicts.csv"))
     monkeypatch.setattr(svr, "MARGIN", 0.2)  # the protocol is fixed by the first run
     with pytest.raises(ConfigError, match="another protocol"):

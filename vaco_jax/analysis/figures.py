@@ -1063,27 +1063,38 @@ def make_all(run_dirs, summarise: bool | None = None, reps: int | None = None, o
 
 def plot_sim_vs_real(out_dir: str, rows: Sequence[dict], histograms: dict[str, dict[str, Sequence[float]]],
                      score: str = "auc_eval_return") -> list[str]:
-    """The sim-vs-real study (docs/real_async.md), from what its report computed: top, each real
-    configuration's pooled age histogram (consumed samples by age) beside the uniform model of matched
-    mean age; bottom, per method, each simulated counterpart's scaled difference from the real runs
-    with its CI and the equivalence margin."""
+    """The sim-vs-real study (docs/real_async.md), from what its report computed. Top: per real
+    configuration, the share of samples by age of each series in ``histograms[configuration]`` (the
+    real runs' pooled histogram beside the ages the simulator realised). Middle: per method, the real
+    runs' mean score beside each simulated counterpart's. Bottom: each counterpart's scaled
+    difference from the real runs with its CI and the equivalence margin."""
     configs = list(histograms)
     methods = sorted({r["method"] for r in rows})
-    fig, axes = _new_figure(max(len(configs), len(methods)), 2, panel=(3.2, 2.6))
+    fig, axes = _new_figure(max(len(configs), len(methods)), 3, panel=(3.2, 2.6))
     for ax, name in zip(axes[0], configs):
-        real = np.asarray(histograms[name]["histogram"], float)
-        uni = np.asarray(histograms[name]["uniform"], float)
-        n = max(len(real), len(uni))
-        ages = np.arange(n)
-        ax.bar(ages - 0.2, np.pad(real / real.sum(), (0, n - len(real))), width=0.4, label="real (pooled)")
-        ax.bar(ages + 0.2, np.pad(uni / uni.sum(), (0, n - len(uni))), width=0.4, label="uniform, matched mean")
+        series = {label: np.asarray(h, float) for label, h in histograms[name].items() if np.sum(h) > 0}
+        n = max(len(h) for h in series.values())
+        ages, width = np.arange(n), 0.8 / len(series)
+        for j, (label, h) in enumerate(series.items()):
+            ax.bar(ages + (j - (len(series) - 1) / 2) * width, np.pad(h / h.sum(), (0, n - len(h))), width=width,
+                   label=label)
         ax.set_title(name, fontsize=10)
         ax.set_xticks(ages)
         ax.set_xlabel("age (versions)")
         ax.set_ylabel("share of samples")
-    for ax in axes[0][len(configs):]:
-        ax.set_visible(False)
     for ax, method in zip(axes[1], methods):
+        mine = [r for r in rows if r["method"] == method and r["score"] == score]
+        variants = list(dict.fromkeys(r["variant"] for r in mine))
+        real = {r["configuration"]: r["real_mean"] for r in mine}
+        ax.plot([configs.index(c) for c in real], list(real.values()), "ks", label="real runs")
+        for j, v in enumerate(variants):
+            pts = [r for r in mine if r["variant"] == v]
+            ax.plot(np.array([configs.index(r["configuration"]) for r in pts]) + (j - 1) * 0.15,
+                    [r["sim_mean"] for r in pts], "o", label=f"simulated: {v}")
+        ax.set_xticks(range(len(configs)), configs, fontsize=8)
+        ax.set_title(method_label(method), fontsize=10)
+        ax.set_ylabel(f"mean {score}")
+    for ax, method in zip(axes[2], methods):
         mine = [r for r in rows if r["method"] == method and r["score"] == score]
         variants = list(dict.fromkeys(r["variant"] for r in mine))
         for j, v in enumerate(variants):
@@ -1091,17 +1102,20 @@ def plot_sim_vs_real(out_dir: str, rows: Sequence[dict], histograms: dict[str, d
             x = np.array([configs.index(r["configuration"]) for r in pts]) + (j - 1) * 0.2
             y = np.array([r["scaled_difference"] for r in pts])
             err = np.array([[y_ - r["low"] for y_, r in zip(y, pts)], [r["high"] - y_ for y_, r in zip(y, pts)]])
-            ax.errorbar(x, y, yerr=err, fmt="o", capsize=3, label=v)
+            ax.errorbar(x, y, yerr=err, fmt="o", capsize=3, label=f"simulated: {v}")
         bound = rows[0].get("margin", 0.1) if rows else 0.1
         ax.axhspan(-bound, bound, color="0.9", zorder=0)
         ax.axhline(0.0, color="0.5", lw=0.8)
         ax.set_xticks(range(len(configs)), configs, fontsize=8)
         ax.set_title(method_label(method), fontsize=10)
         ax.set_ylabel("(sim - real) / real lockstep")
-    for ax in axes[1][len(methods):]:
-        ax.set_visible(False)
-    _legend(fig, list(axes[0]) + list(axes[1]))
+    for row, used in ((axes[0], len(configs)), (axes[1], len(methods)), (axes[2], len(methods))):
+        for ax in row[used:]:
+            ax.set_visible(False)
+    _legend(fig, [ax for row in axes for ax in row])
     _title(fig, f"Simulator vs a real actor-learner: lag and {score}")
-    _caption(fig, ["Bottom: mean over seeds of the simulated counterpart minus the real runs, divided by the "
-                   "method's real lockstep mean, with its bootstrap CI; grey: the equivalence margin."])
+    _caption(fig, ["Top: samples by age, the real runs' pooled histogram beside the ages the simulator realised. "
+                   "Middle: mean over seeds, real runs and each simulated counterpart. Bottom: the simulated mean "
+                   "minus the real one, divided by the method's real lockstep mean, with its bootstrap CI; grey: "
+                   "the equivalence margin."])
     return save_figure(fig, out_dir, f"sim_vs_real_{score}", figures_dir=os.path.join(out_dir, FIGURES))

@@ -37,6 +37,7 @@ import tempfile
 from typing import Callable
 
 from vaco_jax.analysis import results
+from vaco_jax.studies import findings_tables
 
 COMMAND = "python experiments/rebuild_docs.py"
 FINDINGS = "FINDINGS.md"
@@ -107,23 +108,7 @@ class Build:
 
 # ----------------------------------------------------------------------------- formatting
 
-def _num(x, spec: str) -> str:
-    """``x`` formatted with ``spec``, a true minus sign, and "—" when it is not a finite number."""
-    try:
-        x = float(x)
-    except (TypeError, ValueError):
-        return "—"
-    return format(x, spec).replace("-", "−") if math.isfinite(x) else "—"
-
-
-def _cell(text) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
+_num, _table = findings_tables.num, findings_tables.table
 
 
 def _finite(x) -> bool:
@@ -444,6 +429,8 @@ BLOCKS: dict[str, Callable[[Build], str]] = {
     "study_iqm": study_iqm_table,
     "study_cost": cost_table,
     "summary": summary_block,
+    "locomotion_units": lambda b: findings_tables.locomotion_units_table(b.root),
+    "sim_vs_real": lambda b: findings_tables.sim_vs_real_table(b.root),
 }
 
 

@@ -182,7 +182,8 @@ def variant_weights(hist: tuple[float, ...]) -> dict[str, tuple[float, ...]]:
     return {"histogram": p, "uniform": (1.0,) * depth, "control": (0.0,) * CONTROL_SHIFT + p}
 
 
-SIM_TABLES = ("scores.csv", "curves.csv", "cells.json", "config.json")
+SIM_TABLES = ("scores.csv", "curves.csv", "cells.json", "config.json", "realised_ages.csv")
+REALISED = "realised_ages.csv"  # the simulated samples by realised age, per variant (from the sweep's staleness.npz)
 
 
 def _sim_dir(out: str, c: dict, method: str) -> str:
@@ -223,9 +224,40 @@ def sim(args: Args, spec: dict) -> None:
                 progress=args.progress, figures=False, bootstrap_reps=min(args.bootstrap_reps, 200), **extra))
             src = os.path.join(work, spec["task"], method)
             os.makedirs(dst, exist_ok=True)
-            for name in SIM_TABLES[1:] + SIM_TABLES[:1]:  # scores.csv last: it marks the sweep copied
+            results.write_table(os.path.join(dst, REALISED), realised_ages(src))
+            for name in SIM_TABLES[1:4] + SIM_TABLES[:1]:  # scores.csv last: it marks the sweep copied
                 results.atomic_copy(os.path.join(src, name), os.path.join(dst, name))
             budget.record(time.monotonic() - started, cells)
+
+
+def realised_ages(group_dir: str) -> list[dict]:
+    """A finished sweep's training samples by realised age, summed over chunks and seeds, one row per
+    (variant's weights, age) with samples: what the simulator drew, beside what it was asked to draw."""
+    from vaco_jax.analysis import results
+
+    cells = results.read_cells(group_dir)
+    counts = np.asarray(results.load_npz(os.path.join(group_dir, "staleness.npz"))["counts"]).sum(axis=0)
+    total: dict[str, np.ndarray] = {}
+    for cell, row in zip(cells, counts):
+        key = str(tuple(float(x) for x in _weights_of(cell)))
+        total[key] = total.get(key, 0) + row
+    return [{"age_weights": key, "age": a, "samples": int(n)} for key, row in total.items() for a, n in enumerate(row)]
+
+
+def _realised_by_variant(out: str, c: dict, method: str, weights: dict) -> dict[str, np.ndarray]:
+    """``realised_ages.csv`` of a sweep as ``{variant: samples by age}`` (empty if the file is absent)."""
+    from vaco_jax.analysis import results
+
+    path = os.path.join(_sim_dir(out, c, method), REALISED)
+    if not os.path.exists(path):
+        return {}
+    rows = results.read_table(path)
+    out_: dict[str, np.ndarray] = {}
+    for variant, w in weights.items():
+        mine = [r for r in rows if tuple(float(x) for x in _weights_of(r)) == tuple(float(x) for x in w)]
+        if mine:
+            out_[variant] = np.bincount([int(r["age"]) for r in mine], weights=[float(r["samples"]) for r in mine])
+    return out_
 
 
 def _real_scores(out: str, c: dict, method: str, seeds) -> list[dict]:
@@ -256,6 +288,7 @@ def report_rows(out: str, spec: dict, reps: int = 2000) -> list[dict]:
             real_runs = _real_scores(out, c, method, spec["seeds"])
             weights = variant_weights(pooled_histogram(out, c, method, spec["seeds"]))
             sim_rows = _sim_scores(out, c, method)
+            realised = _realised_by_variant(out, c, method, weights)
             for variant, w in weights.items():
                 mine = [r for r in sim_rows if tuple(float(x) for x in _weights_of(r)) == tuple(float(x) for x in w)]
                 for score in SCORES:
@@ -272,11 +305,18 @@ def report_rows(out: str, spec: dict, reps: int = 2000) -> list[dict]:
                                  "scaled_difference": point, "low": lo, "high": hi, "verdict": verdict,
                                  "real_mean_age": float(np.mean([r["mean_age"] for r in real_runs])),
                                  "sim_mean_age": float(np.dot(np.arange(len(w)), w) / np.sum(w)),
+                                 "sim_realised_mean_age": _mean_age(realised.get(variant)),
                                  "real_env_steps_per_second": float(np.mean([r["env_steps_per_second"]
                                                                              for r in real_runs])),
                                  "n_real": len(y), "n_sim": len(x),
                                  "diverged": sum(bool(r["diverged"]) for r in real_runs + mine)})
     return rows
+
+
+def _mean_age(counts) -> float:
+    if counts is None or np.sum(counts) <= 0:
+        return float("nan")
+    return float(np.dot(np.arange(len(counts)), counts) / np.sum(counts))
 
 
 def _weights_of(row: dict) -> tuple:
@@ -293,13 +333,18 @@ def report(args: Args, spec: dict) -> list[dict]:
 
     rows = report_rows(args.out, spec, args.bootstrap_reps)
     results.write_table(os.path.join(args.out, "verdicts.csv"), rows)
-    histograms = {c["name"]: variant_weights(pooled_histogram(args.out, c, spec["methods"][0], spec["seeds"]))
-                  for c in configurations(spec)}
+    histograms = {}
+    for c in configurations(spec):  # the first method's: the actors' lag does not depend on the method
+        real_hist = pooled_histogram(args.out, c, spec["methods"][0], spec["seeds"])
+        drawn = _realised_by_variant(args.out, c, spec["methods"][0], variant_weights(real_hist))
+        histograms[c["name"]] = {"real (pooled)": real_hist,
+                                 **{f"simulated: {v}": drawn[v] for v in ("histogram", "uniform") if v in drawn}}
     paths = [p for score in SCORES for p in figures.plot_sim_vs_real(args.out, rows, histograms, score)]
-    print(f"{'configuration':<10} {'method':<9} {'variant':<10} {'score':<18} {'real':>9} {'sim':>9} "
-          f"{'(sim-real)/sync':>16} {'90% CI':>17}  verdict")
+    print(f"{'configuration':<10} {'method':<9} {'variant':<10} {'age real/sim':>12} {'score':<18} {'real':>9} "
+          f"{'sim':>9} {'(sim-real)/sync':>16} {'90% CI':>17}  verdict")
     for r in rows:
-        print(f"{r['configuration']:<10} {r['method']:<9} {r['variant']:<10} {r['score']:<18} {r['real_mean']:>9.1f} "
+        ages = f"{r['real_mean_age']:.2f}/{r['sim_realised_mean_age']:.2f}"
+        print(f"{r['configuration']:<10} {r['method']:<9} {r['variant']:<10} {ages:>12} {r['score']:<18} {r['real_mean']:>9.1f} "
               f"{r['sim_mean']:>9.1f} {r['scaled_difference']:>16.3f} [{r['low']:>7.3f}, {r['high']:>7.3f}]  "
               f"{r['verdict']}")
     controls = [r for r in rows if r["variant"] == "control" and not r["configuration"].startswith("sync")]

@@ -1,0 +1,187 @@
+"""FINDINGS.md's tables of the locomotion and sim-vs-real studies, read from ``results/`` alone.
+
+``rebuild_docs.BLOCKS`` names them (blocks ``locomotion_units`` and ``sim_vs_real``), so every number
+those sections of FINDINGS.md quote is recomputed from the committed per-run records by
+``python experiments/rebuild_docs.py`` and checked by its ``--check``:
+
+- ``locomotion_units_table``: one row per finished study, lag-aware and ablation unit of
+  ``results/locomotion/`` (its ``manifest.csv``): per lag depth, the mean ± standard deviation over
+  seeds of the area under the evaluation curve (the protocol's primary score) and the mean final
+  return; diverged runs are counted and left out of both, never averaged.
+- ``sim_vs_real_table``: per real configuration and method of ``results/sim_vs_real/``, the real runs'
+  realised mean age, speed (also as a multiple of the lockstep configuration's) and scores; once
+  ``verdicts.csv`` exists (``experiments/sim_vs_real.py report``), each simulated counterpart's
+  scaled difference from the real runs with its interval and the protocol's verdict.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import math
+import os
+
+import numpy as np
+
+from vaco_jax.analysis import results
+
+LOCOMOTION = os.path.join("results", "locomotion")
+SIM_VS_REAL = os.path.join("results", "sim_vs_real")
+STAGES = ("study", "lag_aware", "ablation")  # the manifest's units with study seeds, in this order
+STAGE_LABEL = {"study": "B = 1 tuning", "lag_aware": "lag-aware tuning", "ablation": "parent's B = 1 tuning"}
+
+
+def num(x, spec: str) -> str:
+    """``x`` formatted with ``spec``, a true minus sign, and "—" when it is not a finite number."""
+    try:
+        x = float(x)
+    except (TypeError, ValueError):
+        return "—"
+    return format(x, spec).replace("-", "−") if math.isfinite(x) else "—"
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    """A markdown table ("|" in a cell escaped, a newline folded)."""
+    def cell(text) -> str:
+        return str(text).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _truthy(x) -> bool:
+    return x is True or str(x).strip().lower() == "true"
+
+
+def _mean_sd(values: list[float]) -> tuple[float, float]:
+    v = np.asarray(values, float)
+    if v.size == 0:
+        return float("nan"), float("nan")
+    return float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else 0.0
+
+
+def unit_scores_dir(loco: str, unit: str) -> str:
+    """Where a study-seed unit's ``scores.csv`` lies (``vaco_jax.studies.locomotion.study_units``)."""
+    stage, task, method = unit.split("/")
+    sub = os.path.join(task, method, "variant=lag_aware") if stage == "lag_aware" else os.path.join(task, method)
+    return os.path.join(loco, "study", sub)
+
+
+def locomotion_cell(rows: list[dict]) -> str:
+    """``AUC mean ± sd (final mean)`` over the finished runs, with the number that diverged."""
+    kept = [r for r in rows if not _truthy(r["diverged"])]
+    auc, sd = _mean_sd([float(r["auc_eval_return"]) for r in kept])
+    final, _ = _mean_sd([float(r["final_eval_return"]) for r in kept])
+    text = f"{num(auc, ',.0f')} ± {num(sd, ',.0f')} ({num(final, ',.0f')})"
+    diverged = len(rows) - len(kept)
+    return text + (f"; {diverged} of {len(rows)} diverged" if diverged else "")
+
+
+def locomotion_units_table(root: str) -> str:
+    """The finished study-seed units of the locomotion study (see the module's docstring)."""
+    from vaco_jax.analysis import figures
+
+    loco = os.path.join(root, LOCOMOTION)
+    manifest = os.path.join(loco, "manifest.csv")
+    if not os.path.exists(manifest):
+        return "No unit of the locomotion study has finished (`python experiments/locomotion.py plan`).\n"
+    with open(os.path.join(loco, "protocol.json")) as f:
+        protocol = json.load(f)
+    units = [r["unit"] for r in results.read_table(manifest) if r["unit"].split("/")[0] in STAGES]
+    tasks = list(dict.fromkeys(protocol["tasks"] + protocol["ablations"]["tasks"]))
+    methods = figures.sort_methods({u.split("/")[2] for u in units})
+    units.sort(key=lambda u: (STAGES.index(u.split("/")[0]), tasks.index(u.split("/")[1]),
+                              methods.index(u.split("/")[2])))
+    depths = sorted({int(b) for b in protocol["lag_depths"]})
+    rows = []
+    for unit in units:
+        stage, task, method = unit.split("/")
+        scores = results.read_table(os.path.join(unit_scores_dir(loco, unit), "scores.csv"))
+        by_b = {}
+        for r in scores:
+            by_b.setdefault(int(r["lag_depth"]), []).append(r)
+        rows.append([task, figures.method_label(method), STAGE_LABEL[stage], str(len(scores))]
+                    + [locomotion_cell(by_b[b]) if b in by_b else "—" for b in depths])
+    header = ["task", "method", "step knob", "runs"] + [f"B = {b}" for b in depths]
+    return ("Per unit and lag depth B: the area under the evaluation curve, mean ± standard deviation over "
+            "the study seeds, and in brackets the mean final return (diverged runs left out and counted).\n\n"
+            + table(header, rows))
+
+
+def _real_runs(root: str) -> dict[tuple[str, str], list[dict]]:
+    out: dict[tuple[str, str], list[dict]] = {}
+    for path in sorted(glob.glob(os.path.join(root, SIM_VS_REAL, "real", "*", "*", "seed*", "score.json"))):
+        seed_dir = os.path.dirname(path)
+        method_dir = os.path.dirname(seed_dir)
+        key = (os.path.basename(os.path.dirname(method_dir)), os.path.basename(method_dir))
+        out.setdefault(key, []).append(results.read_json(path))
+    return out
+
+
+def _configuration_order(name: str) -> tuple[int, int]:
+    digits = "".join(ch for ch in name if ch.isdigit())
+    return (0 if name.startswith("sync") else 1, int(digits) if digits else 0)
+
+
+def sim_vs_real_table(root: str) -> str:
+    """The sim-vs-real study's real runs and, once reported, its verdicts (see the module's docstring)."""
+    from vaco_jax.analysis import figures
+
+    runs = _real_runs(root)
+    if not runs:
+        return "No real run of the sim-vs-real study has finished (`python experiments/sim_vs_real.py plan`).\n"
+    configs = sorted({c for c, _ in runs}, key=_configuration_order)
+    methods = figures.sort_methods({m for _, m in runs})
+    sync = [r for (c, _), rs in runs.items() if c.startswith("sync") for r in rs]
+    sync_speed = float(np.mean([r["env_steps_per_second"] for r in sync])) if sync else float("nan")
+    rows = []
+    for c in configs:
+        for m in methods:
+            rs = runs.get((c, m), [])
+            if not rs:
+                continue
+            kept = [r for r in rs if not r["diverged"]]
+            speed = float(np.mean([r["env_steps_per_second"] for r in rs]))
+            auc, sd = _mean_sd([r["auc_eval_return"] for r in kept])
+            final, final_sd = _mean_sd([r["final_eval_return"] for r in kept])
+            rows.append([c, figures.method_label(m), str(len(rs)) + (f" ({len(rs) - len(kept)} diverged)"
+                                                                      if len(kept) < len(rs) else ""),
+                         num(np.mean([r["mean_age"] for r in rs]), ".2f"), num(speed, ",.0f"),
+                         num(speed / sync_speed, ".2f") + "×", f"{num(auc, ',.0f')} ± {num(sd, ',.0f')}",
+                         f"{num(final, ',.0f')} ± {num(final_sd, ',.0f')}"])
+    out = ["The real runs (`results/sim_vs_real/real/`): per configuration and method, the seeds run, the "
+           "realised mean age of the consumed samples, env steps per second (and as a multiple of the lockstep "
+           "configuration's, both methods pooled), and the area under the evaluation curve and final return "
+           "(mean ± standard deviation over seeds).", "",
+           table(["configuration", "method", "runs", "mean age", "env steps/s", "× lockstep", "AUC", "final return"],
+                 rows)]
+    verdicts = os.path.join(root, SIM_VS_REAL, "verdicts.csv")
+    if not os.path.exists(verdicts):
+        out.append("No verdict yet: `python experiments/sim_vs_real.py sim`, then `report`, once every real run is in.\n")
+        return "\n".join(out)
+    vrows = results.read_table(verdicts)
+    by = {(r["configuration"], r["method"], r["variant"], r["score"]): r for r in vrows}
+    variants = list(dict.fromkeys(r["variant"] for r in vrows))
+    rows = []
+    for c in configs:
+        for m in methods:
+            for v in variants:
+                cells = [by.get((c, m, v, s)) for s in ("auc_eval_return", "final_eval_return")]
+                if not any(cells):
+                    continue
+                first = next(x for x in cells if x)
+                rows.append([c, figures.method_label(m), v, num(first["sim_mean_age"], ".2f") + " / "
+                             + num(first.get("sim_realised_mean_age"), ".2f")]
+                            + [f"{num(x['sim_mean'], ',.0f')}: {num(x['scaled_difference'], '+.3f')} "
+                               f"[{num(x['low'], '+.3f')}, {num(x['high'], '+.3f')}] {x['verdict']}" if x else "—"
+                               for x in cells])
+    margin = num(vrows[0]["margin"], ".2f")
+    out += ["The simulated counterparts (`results/sim_vs_real/verdicts.csv`): per configuration, method and "
+            "variant, the mean age the simulator was given and the mean age it realised (its samples' ages, "
+            "clipped to the phase index early in training), then for each score the simulated mean, the difference of means "
+            "(sim − real) over the method's real lockstep mean with its 90% bootstrap interval, and the verdict "
+            f"(predicts: the interval inside ±{margin}; differs: wholly outside).", "",
+            table(["configuration", "method", "variant", "sim mean age: given / realised", "AUC: sim, (sim − real)/lockstep",
+                   "final return: sim, (sim − real)/lockstep"], rows)]
+    return "\n".join(out)
