@@ -191,5 +191,10 @@ def test_a_raised_buffer_capacity_is_printed_and_its_clash_explained(capsys):
     spec = lag_sweep.resolve(args)
     assert spec["buffer_capacity"] == 8
     assert "buffer_capacity raised from the preset's 4 to 8" in capsys.readouterr().out
+    given = tyro.cli(lag_sweep.Args, args=["--preset", "tiny", "--lag-depths", "1", "8", "--buffer-capacity", "32"])
+    assert lag_sweep.resolve(given)["buffer_capacity"] == 32 and "raised" not in capsys.readouterr().out
+    small = tyro.cli(lag_sweep.Args, args=["--preset", "tiny", "--lag-depths", "1", "8", "--buffer-capacity", "4"])
+    with pytest.raises(ConfigError, match="buffer_capacity=4 must be an integer >= the largest lag depth, 8"):
+        lag_sweep.resolve(small)
     with pytest.raises(ConfigError, match="a lag depth above 4 needs another --out"):
         provenance._compare_identity("RUN", {"g": {"buffer_capacity": 4}}, {"g": {"buffer_capacity": 8}})

@@ -101,7 +101,13 @@ def resolve(args: Args) -> dict:
             raise ConfigError(f"{key}={tuple(spec[key])} contains duplicates")
     if min(spec["lag_depths"]) < 1:
         raise ConfigError(f"lag_depths={spec['lag_depths']} must be >= 1")
-    if max(spec["lag_depths"]) > spec["buffer_capacity"]:
+    given = getattr(args, "buffer_capacity", None)  # a flag given is kept, never raised behind the user's back
+    if given is not None:
+        if not isinstance(given, int) or given < max(spec["lag_depths"]):
+            raise ConfigError(f"buffer_capacity={given!r} must be an integer >= the largest lag depth, "
+                              f"{max(spec['lag_depths'])} (or left unset: the preset's, raised to fit)")
+        spec["buffer_capacity"] = given
+    elif max(spec["lag_depths"]) > spec["buffer_capacity"]:
         print(f"buffer_capacity raised from the preset's {spec['buffer_capacity']} to {max(spec['lag_depths'])}: "
               "the policy buffer must hold the largest lag depth")
         spec["buffer_capacity"] = max(spec["lag_depths"])
