@@ -15,7 +15,7 @@ SAMPLES = 2 * 16  # envs per actor x unroll length (8 envs over 4 actors)
 
 
 def _config(**kw):
-    return tiny_config(num_envs=8, total_env_steps=8 * 16 * 12, num_evals=3, eval_episodes=2, **kw)
+    return tiny_config(**{**dict(num_envs=8, total_env_steps=8 * 16 * 12, num_evals=3, eval_episodes=2), **kw})
 
 
 def _check_record(run, settings, capacity):
@@ -86,3 +86,12 @@ def test_the_synchronous_mode_takes_one_fresh_batch_from_every_actor():
 def test_bad_settings_are_one_line_before_anything_compiles(settings, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         run_real(_config(), settings)
+
+
+def test_a_real_run_trains_and_scores_the_simulators_phases():
+    """13 updates' worth of env steps in 3 evaluation chunks: the simulator runs 3 chunks of 4 phases
+    and leaves the 13th untrained; the real run does the same, so both are scored at the same steps."""
+    config = _config(total_env_steps=8 * 16 * 13)
+    run = run_real(config, RealSettings(num_actors=2, queue_capacity=2, mode="sync"), seed=0)
+    assert run.updates == config.phases_run == 12
+    assert [c["env_steps"] for c in run.curve] == [4 * k * 8 * 16 for k in (1, 2, 3)]

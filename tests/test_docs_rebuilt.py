@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 
 from conftest import study_module
 import numpy as np
@@ -332,27 +333,38 @@ def test_the_locomotion_units_block_reads_every_finished_unit(tmp_path):
     assert rd.main(["--root", str(root), "--check"]) == 1
 
 
-def _real_score(seed, auc, sps, age, diverged=False):
-    return {"final_eval_return": auc + 100.0, "auc_eval_return": auc, "env_steps_per_second": sps,
-            "mean_age": age, "diverged": diverged, "seed": seed}
+def _real_run(where, seed, auc, sps, age, diverged=False):
+    """A real run's record as run_real writes it: a third evaluation after the simulator's last (two
+    chunks) whose number must be left out, and a score.json whose own scores counted it."""
+    os.makedirs(where)
+    first, second = (auc - 100.0, float("nan") if diverged else auc + 100.0)
+    results.write_table(str(where / "curve.csv"), [{"update": u, "env_steps": 128 * u, "eval_return": r}
+                                                    for u, r in ((2, first), (4, second), (5, 1e6))])
+    results.write_json(str(where / "score.json"), {"final_eval_return": 1e6, "auc_eval_return": 1e6, "diverged": False,
+                                                   "env_steps_per_second": sps, "mean_age": age, "seed": seed})
 
 
 def test_the_sim_vs_real_block_reads_the_real_runs_then_the_verdicts(tmp_path):
-    """The real runs' table comes first (speed as a multiple of the lockstep configuration's); the
-    verdicts join it once `report` has written verdicts.csv."""
+    """The real runs' table comes first (speed as a multiple of the lockstep configuration's; scores at
+    the simulator's evaluation points); the verdicts join it once `report` has written verdicts.csv."""
+    import json
+
     rd = _rebuild_docs()
     root = _tree(tmp_path, HEAD + BEGIN.format("sim_vs_real") + END.format("sim_vs_real") + TAIL)
     real = root / "results" / "sim_vs_real" / "real"
+    os.makedirs(real)
+    (real.parent / "protocol.json").write_text(json.dumps({"preset": {"num_evals": 2}}))
     runs = {("async2", "vaco"): [(0, 300.0, 6000.0, 1.0), (1, 500.0, 6000.0, 1.5), (2, 9e3, 6000.0, 1.0, True)],
             ("sync4", "vaco"): [(0, 1000.0, 3000.0, 0.0), (1, 1200.0, 3000.0, 0.0)]}
     for (config, method), scores in runs.items():
         for seed, *rest in scores:
-            os.makedirs(real / config / method / f"seed{seed}")
-            results.write_json(str(real / config / method / f"seed{seed}" / "score.json"), _real_score(seed, *rest))
+            _real_run(real / config / method / f"seed{seed}", seed, *rest)
     assert rd.main(["--root", str(root)]) == 0
     text = (root / "FINDINGS.md").read_text()
     assert "| sync4 | VACO | 2 | 0.00 | 3,000 | 1.00× | 1,100 ± 141 | 1,200 ± 141 |" in text
     assert "| async2 | VACO | 3 (1 diverged) | 1.17 | 6,000 | 2.00× | 400 ± 141 | 500 ± 141 |" in text
+    shutil.copy(real / "sync4" / "vaco" / "seed0" / "curve.csv", real / "sync4" / "vaco" / "seed1" / "curve.csv")
+    assert rd.main(["--root", str(root), "--check"]) == 1  # a changed real curve: the block is out of date
     assert "No verdict yet" in text
     verdict = {"configuration": "async2", "method": "vaco", "variant": "histogram", "margin": 0.15, "sim_mean": 420.0,
                "scaled_difference": 0.018, "low": -0.05, "high": 0.08, "verdict": "predicts", "sim_mean_age": 1.2,

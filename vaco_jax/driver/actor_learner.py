@@ -146,7 +146,10 @@ def _learner_config(config: Config) -> Config:
 
 def run_real(config: Config, settings: RealSettings, seed: int = 0, log=None) -> RealRun:
     """Train ``config`` with real actor threads; see the module's docstring. ``config.total_env_steps``
-    consumed samples (whole updates), evaluated at ``config.num_evals`` points like the simulator."""
+    consumed samples, in ``config.num_evals`` chunks of whole updates evaluated at their ends: the
+    simulator's phases exactly (``Config.phases_run``: the remainder of ``total_env_steps`` that does
+    not fill a chunk is not trained), so a real run and its simulated counterpart are scored at the
+    same env steps."""
     settings.check(config)
     cfg = _learner_config(config)
     per_actor = cfg.num_envs // settings.num_actors
@@ -155,8 +158,8 @@ def run_real(config: Config, settings: RealSettings, seed: int = 0, log=None) ->
     trainer = make_train(learner_cfg)
     traced = make_traced(learner_cfg)
     batch_steps = per_actor * per_update * cfg.unroll_length
-    updates = max(1, cfg.total_env_steps // batch_steps)
-    eval_every = max(1, updates // max(1, cfg.num_evals))
+    eval_every = max(1, cfg.total_env_steps // batch_steps // max(1, cfg.num_evals))
+    updates = eval_every * max(1, cfg.num_evals)
     run_key = jax.random.PRNGKey(seed)
     state = trainer.init(run_key, traced)
     capacity = cfg.buffer_capacity
@@ -287,7 +290,7 @@ def run_real(config: Config, settings: RealSettings, seed: int = 0, log=None) ->
             consumed_steps += len(taken) * per_actor * cfg.unroll_length
             diagnostics.append({k: float(np.mean(v)) for k, v in diag.items() if k in
                                 ("mean_staleness", "tv_behaviour", "tv_learner", "clip_fraction", "policy_loss")})
-            if version % eval_every == 0 or version == updates:
+            if version % eval_every == 0:
                 snapshots_for_eval.append((version, consumed_steps, time.perf_counter() - t0,
                                            learner.policy_params, normalizer))
             if log is not None:

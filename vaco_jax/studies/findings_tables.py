@@ -110,12 +110,17 @@ def locomotion_units_table(root: str) -> str:
 
 
 def _real_runs(root: str) -> dict[tuple[str, str], list[dict]]:
+    """Each finished real run's score, at the simulator's evaluation points (``sim_vs_real.real_score``)."""
+    from vaco_jax.studies.sim_vs_real import real_score
+
+    with open(os.path.join(root, SIM_VS_REAL, "protocol.json")) as f:
+        num_evals = int(json.load(f)["preset"]["num_evals"])
     out: dict[tuple[str, str], list[dict]] = {}
     for path in sorted(glob.glob(os.path.join(root, SIM_VS_REAL, "real", "*", "*", "seed*", "score.json"))):
         seed_dir = os.path.dirname(path)
         method_dir = os.path.dirname(seed_dir)
         key = (os.path.basename(os.path.dirname(method_dir)), os.path.basename(method_dir))
-        out.setdefault(key, []).append(results.read_json(path))
+        out.setdefault(key, []).append(real_score(seed_dir, num_evals))
     return out
 
 
@@ -128,7 +133,7 @@ def sim_vs_real_table(root: str) -> str:
     """The sim-vs-real study's real runs and, once reported, its verdicts (see the module's docstring)."""
     from vaco_jax.analysis import figures
 
-    runs = _real_runs(root)
+    runs = _real_runs(root) if os.path.exists(os.path.join(root, SIM_VS_REAL, "protocol.json")) else {}
     if not runs:
         return "No real run of the sim-vs-real study has finished (`python experiments/sim_vs_real.py plan`).\n"
     configs = sorted({c for c, _ in runs}, key=_configuration_order)
@@ -153,7 +158,7 @@ def sim_vs_real_table(root: str) -> str:
     out = ["The real runs (`results/sim_vs_real/real/`): per configuration and method, the seeds run, the "
            "realised mean age of the consumed samples, env steps per second (and as a multiple of the lockstep "
            "configuration's, both methods pooled), and the area under the evaluation curve and final return "
-           "(mean ± standard deviation over seeds).", "",
+           "(mean ± standard deviation over seeds) at the simulator's evaluation points.", "",
            table(["configuration", "method", "runs", "mean age", "env steps/s", "× lockstep", "AUC", "final return"],
                  rows)]
     verdicts = os.path.join(root, SIM_VS_REAL, "verdicts.csv")

@@ -260,10 +260,30 @@ def _realised_by_variant(out: str, c: dict, method: str, weights: dict) -> dict[
     return out_
 
 
-def _real_scores(out: str, c: dict, method: str, seeds) -> list[dict]:
+def real_score(run_dir: str, num_evals: int) -> dict:
+    """A real run's ``score.json`` with its scores taken at the simulator's evaluation points: the final
+    return and AUC of its first ``num_evals`` evaluations (``curve.csv``). The simulator trains
+    ``num_evals`` chunks of whole phases and leaves the remainder of the budget untrained; a real run
+    made before ``run_real`` did the same (this study's, 2026-12-03/04) trained that remainder too and
+    holds one more evaluation after it, which has no simulated counterpart and is left out here."""
     from vaco_jax.analysis import results
 
-    return [results.read_json(os.path.join(_real_dir(out, c, method, s), "score.json")) for s in seeds]
+    score = dict(results.read_json(os.path.join(run_dir, "score.json")))
+    curve = results.read_table(os.path.join(run_dir, "curve.csv"))
+    every = int(curve[0]["update"]) if curve else 0
+    if len(curve) < num_evals or [int(r["update"]) for r in curve[:num_evals]] != [every * (k + 1)
+                                                                                   for k in range(num_evals)]:
+        raise ConfigError(f"{run_dir}/curve.csv: expected {num_evals} evaluations every {every} updates first, "
+                          f"found updates {[r['update'] for r in curve]}")
+    evals = np.array([float(r["eval_return"]) for r in curve[:num_evals]], float)
+    score.update(final_eval_return=float(evals[-1]), auc_eval_return=float(np.mean(evals)),
+                 scored_env_steps=int(curve[num_evals - 1]["env_steps"]),
+                 diverged=bool(not np.all(np.isfinite(evals))))
+    return score
+
+
+def _real_scores(out: str, c: dict, method: str, seeds, num_evals: int) -> list[dict]:
+    return [real_score(_real_dir(out, c, method, s), num_evals) for s in seeds]
 
 
 def _sim_scores(out: str, c: dict, method: str) -> list[dict]:
@@ -283,9 +303,9 @@ def report_rows(out: str, spec: dict, reps: int = 2000) -> list[dict]:
     rows = []
     configs = configurations(spec)
     for method in spec["methods"]:
-        sync = _real_scores(out, configs[0], method, spec["seeds"])
+        sync = _real_scores(out, configs[0], method, spec["seeds"], spec["num_evals"])
         for c in configs:
-            real_runs = _real_scores(out, c, method, spec["seeds"])
+            real_runs = _real_scores(out, c, method, spec["seeds"], spec["num_evals"])
             weights = variant_weights(pooled_histogram(out, c, method, spec["seeds"]))
             sim_rows = _sim_scores(out, c, method)
             realised = _realised_by_variant(out, c, method, weights)
