@@ -353,7 +353,7 @@ def test_the_sim_vs_real_block_reads_the_real_runs_then_the_verdicts(tmp_path):
     root = _tree(tmp_path, HEAD + BEGIN.format("sim_vs_real") + END.format("sim_vs_real") + TAIL)
     real = root / "results" / "sim_vs_real" / "real"
     os.makedirs(real)
-    (real.parent / "protocol.json").write_text(json.dumps({"preset": {"num_evals": 2}}))
+    (real.parent / "protocol.json").write_text(json.dumps({"preset": {"num_evals": 2, "task": "Hopper-v4"}}))
     runs = {("async2", "vaco"): [(0, 300.0, 6000.0, 1.0), (1, 500.0, 6000.0, 1.5), (2, 9e3, 6000.0, 1.0, True)],
             ("sync4", "vaco"): [(0, 1000.0, 3000.0, 0.0), (1, 1200.0, 3000.0, 0.0)]}
     for (config, method), scores in runs.items():
@@ -376,5 +376,9 @@ def test_the_sim_vs_real_block_reads_the_real_runs_then_the_verdicts(tmp_path):
     assert rd.main(["--root", str(root)]) == 0
     text = (root / "FINDINGS.md").read_text()
     assert "No verdict yet" not in text
+    assert rd.findings_tables.sim_vs_real_summary(str(root)) == (
+        "- **The sim-vs-real study** (`results/sim_vs_real/`, Hopper-v4, 5 real runs): verdicts over the 2 "
+        "asynchronous (configuration, method, score) rows — histogram: 1 predicts, 1 differs, 0 inconclusive. The "
+        "control must be called *differs*; *inconclusive* means the interval is wider than the margin.")
     assert ("| async2 | VACO | histogram | 1.20 / 1.17 | 420: +0.018 [−0.050, +0.080] predicts | "
             "420: +0.018 [+0.200, +0.300] differs |") in text

@@ -1070,14 +1070,20 @@ def plot_sim_vs_real(out_dir: str, rows: Sequence[dict], histograms: dict[str, d
     difference from the real runs with its CI and the equivalence margin."""
     configs = list(histograms)
     methods = sorted({r["method"] for r in rows})
+    colour = {"histogram": "C0", "uniform": "C1", "control": "C2"}  # one colour per counterpart in every panel
+
+    def colour_of(label: str) -> str:
+        return colour.get(label.split(": ")[-1], "0.25")  # "simulated: <variant>", else the real runs
+
     fig, axes = _new_figure(max(len(configs), len(methods)), 3, panel=(3.2, 2.6))
     for ax, name in zip(axes[0], configs):
         series = {label: np.asarray(h, float) for label, h in histograms[name].items() if np.sum(h) > 0}
-        n = max(len(h) for h in series.values())
+        n = max(int(np.flatnonzero(h)[-1]) + 1 for h in series.values())  # up to the oldest age drawn
         ages, width = np.arange(n), 0.8 / len(series)
         for j, (label, h) in enumerate(series.items()):
-            ax.bar(ages + (j - (len(series) - 1) / 2) * width, np.pad(h / h.sum(), (0, n - len(h))), width=width,
-                   label=label)
+            share = np.pad(h / h.sum(), (0, max(0, n - len(h))))[:n]
+            ax.bar(ages + (j - (len(series) - 1) / 2) * width, share, width=width, label=label,
+                   color=colour_of(label))
         ax.set_title(name, fontsize=10)
         ax.set_xticks(ages)
         ax.set_xlabel("age (versions)")
@@ -1086,11 +1092,11 @@ def plot_sim_vs_real(out_dir: str, rows: Sequence[dict], histograms: dict[str, d
         mine = [r for r in rows if r["method"] == method and r["score"] == score]
         variants = list(dict.fromkeys(r["variant"] for r in mine))
         real = {r["configuration"]: r["real_mean"] for r in mine}
-        ax.plot([configs.index(c) for c in real], list(real.values()), "ks", label="real runs")
+        ax.plot([configs.index(c) for c in real], list(real.values()), "s", color="0.25", label="real runs")
         for j, v in enumerate(variants):
             pts = [r for r in mine if r["variant"] == v]
             ax.plot(np.array([configs.index(r["configuration"]) for r in pts]) + (j - 1) * 0.15,
-                    [r["sim_mean"] for r in pts], "o", label=f"simulated: {v}")
+                    [r["sim_mean"] for r in pts], "o", color=colour.get(v), label=f"simulated: {v}")
         ax.set_xticks(range(len(configs)), configs, fontsize=8)
         ax.set_title(method_label(method), fontsize=10)
         ax.set_ylabel(f"mean {score}")
@@ -1102,7 +1108,7 @@ def plot_sim_vs_real(out_dir: str, rows: Sequence[dict], histograms: dict[str, d
             x = np.array([configs.index(r["configuration"]) for r in pts]) + (j - 1) * 0.2
             y = np.array([r["scaled_difference"] for r in pts])
             err = np.array([[y_ - r["low"] for y_, r in zip(y, pts)], [r["high"] - y_ for y_, r in zip(y, pts)]])
-            ax.errorbar(x, y, yerr=err, fmt="o", capsize=3, label=f"simulated: {v}")
+            ax.errorbar(x, y, yerr=err, fmt="o", capsize=3, color=colour.get(v), label=f"simulated: {v}")
         bound = rows[0].get("margin", 0.1) if rows else 0.1
         ax.axhspan(-bound, bound, color="0.9", zorder=0)
         ax.axhline(0.0, color="0.5", lw=0.8)

@@ -190,3 +190,26 @@ def sim_vs_real_table(root: str) -> str:
             table(["configuration", "method", "variant", "sim mean age: given / realised", "AUC: sim, (sim − real)/lockstep",
                    "final return: sim, (sim − real)/lockstep"], rows)]
     return "\n".join(out)
+
+
+def sim_vs_real_summary(root: str) -> str | None:
+    """FINDINGS.md's first-screen line on the sim-vs-real study (None before its first real run)."""
+    runs = _real_runs(root) if os.path.exists(os.path.join(root, SIM_VS_REAL, "protocol.json")) else {}
+    if not runs:
+        return None
+    n = sum(len(v) for v in runs.values())
+    verdicts = os.path.join(root, SIM_VS_REAL, "verdicts.csv")
+    if not os.path.exists(verdicts):
+        return (f"- **The sim-vs-real study** (`results/sim_vs_real/`): {n} real runs in; no verdict yet "
+                "(`python experiments/sim_vs_real.py plan`).")
+    with open(os.path.join(root, SIM_VS_REAL, "protocol.json")) as f:
+        task = json.load(f)["preset"].get("task", "?")
+    rows = [r for r in results.read_table(verdicts) if not str(r["configuration"]).startswith("sync")]
+    parts = []
+    for variant in dict.fromkeys(r["variant"] for r in rows):
+        mine = [r["verdict"] for r in rows if r["variant"] == variant]
+        counts = ", ".join(f"{mine.count(v)} {v}" for v in ("predicts", "differs", "inconclusive"))
+        parts.append(f"{variant}: {counts}")
+    return (f"- **The sim-vs-real study** (`results/sim_vs_real/`, {task}, {n} real runs): verdicts over the "
+            f"{len(rows) // max(1, len(parts))} asynchronous (configuration, method, score) rows — " + "; ".join(parts)
+            + ". The control must be called *differs*; *inconclusive* means the interval is wider than the margin.")

@@ -394,6 +394,9 @@ def summary_block(build: Build) -> str:
         out += ["- **The peer check** against CleanRL's PPO table at 1M steps (`results/peer_check/`, "
                 "`python -m benchmarks.peer_check --table`; inside means CleanRL's mean ± 2 std): "
                 + "; ".join(parts) + ".", ""]
+    line = findings_tables.sim_vs_real_summary(build.root)
+    if line:
+        out += [line, ""]
     if os.path.exists(build.dst(CLAIMS)):
         out += [f"- **The pendulum-suite study** (`results/study/`, four tasks: the pendulums, reacher, FingerSpin; "
                 f"`results/claims.csv`): claims {_claim_verdicts(build.dst(CLAIMS))} on the final return"
