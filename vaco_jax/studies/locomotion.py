@@ -285,6 +285,34 @@ def check_protocol_unchanged(results_dir: str, digest: str, deviation: str) -> N
     results.write_table(dev_path, rows)
 
 
+def merge_provenance(run_dir: str, dst: str) -> None:
+    """Fold a run directory's ``random_scores.json`` and ``run.json`` into the committed ones at ``dst``.
+
+    Units of one stage run over several sessions, each on a fresh machine whose run directory holds
+    only that session's units, so the committed files are merged into, never replaced: a task's
+    uniform-random return already committed is kept (every later unit of the task is normalised by
+    it); ``run.json`` takes this run's provenance (versions, commit, machine, command), every group's
+    identity committed so far plus this run's, and every machine that ran a unit."""
+    from vaco_jax.analysis import results
+
+    def committed(name: str) -> dict:
+        path = os.path.join(dst, name)
+        return results.read_json(path) if os.path.exists(path) else {}
+
+    os.makedirs(dst, exist_ok=True)
+    src = os.path.join(run_dir, "random_scores.json")
+    if os.path.exists(src):
+        results.write_json(os.path.join(dst, "random_scores.json"), {**results.read_json(src), **committed(
+            "random_scores.json")})
+    src = os.path.join(run_dir, "run.json")
+    if os.path.exists(src):
+        new, old = results.read_json(src), committed("run.json")
+        machines = [m for m in old.get("machines", []) if m not in new.get("machines", [])] + new.get("machines", [])
+        results.write_json(os.path.join(dst, "run.json"), {**new, "identity": {**old.get("identity", {}),
+                                                                               **new.get("identity", {})},
+                                                           "machines": machines})
+
+
 def collect(unit: Unit, run_dir: str, results_dir: str, digest: str, seconds: float) -> None:
     """Copy a finished unit's small tables under ``results_dir`` and add its manifest line."""
     from vaco_jax.analysis import results
@@ -293,9 +321,7 @@ def collect(unit: Unit, run_dir: str, results_dir: str, digest: str, seconds: fl
     os.makedirs(dst, exist_ok=True)
     for name in COPIED:
         results.atomic_copy(os.path.join(src, name), os.path.join(dst, name))
-    for name in ("random_scores.json", "run.json"):
-        if os.path.exists(os.path.join(run_dir, name)):
-            results.atomic_copy(os.path.join(run_dir, name), os.path.join(results_dir, unit.stage, name))
+    merge_provenance(run_dir, os.path.join(results_dir, unit.stage))
     rows = [r for r in _manifest(results_dir) if r["unit"] != unit.name]
     rows.append({"unit": unit.name, "runs": unit.runs, "protocol_sha256": digest,
                  "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
