@@ -302,8 +302,10 @@ def merge_provenance(run_dir: str, dst: str) -> None:
     os.makedirs(dst, exist_ok=True)
     src = os.path.join(run_dir, "random_scores.json")
     if os.path.exists(src):
-        results.write_json(os.path.join(dst, "random_scores.json"), {**results.read_json(src), **committed(
-            "random_scores.json")})
+        merged = committed("random_scores.json")
+        for task, value in results.read_json(src).items():
+            merged.setdefault(task, value)
+        results.write_json(os.path.join(dst, "random_scores.json"), merged)
     src = os.path.join(run_dir, "run.json")
     if os.path.exists(src):
         new, old = results.read_json(src), committed("run.json")
