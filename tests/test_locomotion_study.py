@@ -241,3 +241,17 @@ def test_a_units_provenance_is_merged_into_the_committed_files_never_replacing_t
     assert merged["machines"] == [machine, dict(machine, cpu="Intel")] and merged["git_commit"] == "new"
     loco.merge_provenance(str(run_dir), str(dst))  # collecting twice changes nothing
     assert results.read_json(str(dst / "run.json")) == merged
+
+
+def test_minutes_take_as_many_units_as_the_measured_pace_fits(tmp_path):
+    """--minutes: units at the plan's estimate until one has run, then at the pace this call measured."""
+    import types
+
+    loco = study_module("locomotion")
+    group = types.SimpleNamespace(subdir="Walker2d-v4/x")
+    units = [loco.Unit(f"study/Walker2d-v4/m{i}", "study", group, 30, 50.0) for i in range(3)]
+    args = types.SimpleNamespace(units=(), results=str(tmp_path / "results"), runs=str(tmp_path / "runs"))
+    assert [u.name for u in loco.select(units, args, 60.0)] == ["study/Walker2d-v4/m0"]
+    assert loco.select(units, args, 30.0, first=False) == []  # a later round never overruns the budget
+    assert len(loco.select(units, args, 60.0, first=False, pace=0.5)) == 2  # half the estimate: two fit
+    assert len(loco.select(units, args, 60.0, first=False, pace=2.0)) == 0
