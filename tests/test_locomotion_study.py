@@ -217,3 +217,41 @@ def test_the_report_draws_the_study_figures_pooled_and_per_task(tmp_path, capsys
     out = capsys.readouterr().out
     assert "no study unit of Walker2d-v4" in out and "skipped Hopper-v4_learning_curves.png" in out
     assert all(os.path.getsize(x) > 1000 for x in paths)
+
+
+def test_a_units_provenance_is_merged_into_the_committed_files_never_replacing_them(tmp_path):
+    """A fresh machine's run directory holds only its own units: the committed random returns and
+    group identities of earlier sessions stay, a committed task's random return is never changed."""
+    loco = study_module("locomotion")
+    run_dir, dst = tmp_path / "runs", tmp_path / "results"
+    os.makedirs(run_dir)
+    os.makedirs(dst)
+    machine = {"cpu": "AMD EPYC", "cores": 2}
+    results.write_json(str(dst / "random_scores.json"), {"Hopper-v4": 24.6, "Walker2d-v4": 2.76})
+    results.write_json(str(dst / "run.json"), {"identity": {"Hopper-v4/vaco": {"env": "Hopper-v4"}},
+                                               "machines": [machine], "git_commit": "old"})
+    results.write_json(str(run_dir / "random_scores.json"), {"Walker2d-v4": 2.75, "Ant-v4": -50.0})
+    results.write_json(str(run_dir / "run.json"), {"identity": {"Walker2d-v4/spo": {"env": "Walker2d-v4"}},
+                                                   "machines": [dict(machine, cpu="Intel")], "git_commit": "new"})
+    loco.merge_provenance(str(run_dir), str(dst))
+    assert results.read_json(str(dst / "random_scores.json")) == {"Hopper-v4": 24.6, "Walker2d-v4": 2.76,
+                                                                   "Ant-v4": -50.0}
+    merged = results.read_json(str(dst / "run.json"))
+    assert merged["identity"] == {"Hopper-v4/vaco": {"env": "Hopper-v4"}, "Walker2d-v4/spo": {"env": "Walker2d-v4"}}
+    assert merged["machines"] == [machine, dict(machine, cpu="Intel")] and merged["git_commit"] == "new"
+    loco.merge_provenance(str(run_dir), str(dst))  # collecting twice changes nothing
+    assert results.read_json(str(dst / "run.json")) == merged
+
+
+def test_minutes_take_as_many_units_as_the_measured_pace_fits(tmp_path):
+    """--minutes: units at the plan's estimate until one has run, then at the pace this call measured."""
+    import types
+
+    loco = study_module("locomotion")
+    group = types.SimpleNamespace(subdir="Walker2d-v4/x")
+    units = [loco.Unit(f"study/Walker2d-v4/m{i}", "study", group, 30, 50.0) for i in range(3)]
+    args = types.SimpleNamespace(units=(), results=str(tmp_path / "results"), runs=str(tmp_path / "runs"))
+    assert [u.name for u in loco.select(units, args, 60.0)] == ["study/Walker2d-v4/m0"]
+    assert loco.select(units, args, 30.0, first=False) == []  # a later round never overruns the budget
+    assert len(loco.select(units, args, 60.0, first=False, pace=0.5)) == 2  # half the estimate: two fit
+    assert len(loco.select(units, args, 60.0, first=False, pace=2.0)) == 0

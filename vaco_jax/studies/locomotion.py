@@ -20,7 +20,8 @@ The study is cut into **units**, one compiled group each, in the protocol's orde
 
 A unit's cost is its runs x env steps / the task's measured training rate (``rates_env_steps_per_s``).
 ``run --minutes M`` takes the next units in order while their estimates fit in what is left of M
-minutes of wall time (at least one unit), plans again after each round (so finished tuning is frozen
+minutes of wall time (at least one unit; once a unit has finished, the estimates are scaled by the
+measured pace of the units this call ran), plans again after each round (so finished tuning is frozen
 and the study's units follow in the same call), and stops when the next unit would not fit: each
 session runs a group that finishes inside it. An interrupted unit resumes from its checkpoint. Each finished unit's small tables (scores, curves, cells, config) are copied under
 ``results/locomotion/`` with a line in ``manifest.csv`` naming the protocol's sha256.
@@ -285,6 +286,36 @@ def check_protocol_unchanged(results_dir: str, digest: str, deviation: str) -> N
     results.write_table(dev_path, rows)
 
 
+def merge_provenance(run_dir: str, dst: str) -> None:
+    """Fold a run directory's ``random_scores.json`` and ``run.json`` into the committed ones at ``dst``.
+
+    Units of one stage run over several sessions, each on a fresh machine whose run directory holds
+    only that session's units, so the committed files are merged into, never replaced: a task's
+    uniform-random return already committed is kept (every later unit of the task is normalised by
+    it); ``run.json`` takes this run's provenance (versions, commit, machine, command), every group's
+    identity committed so far plus this run's, and every machine that ran a unit."""
+    from vaco_jax.analysis import results
+
+    def committed(name: str) -> dict:
+        path = os.path.join(dst, name)
+        return results.read_json(path) if os.path.exists(path) else {}
+
+    os.makedirs(dst, exist_ok=True)
+    src = os.path.join(run_dir, "random_scores.json")
+    if os.path.exists(src):
+        merged = committed("random_scores.json")
+        for task, value in results.read_json(src).items():
+            merged.setdefault(task, value)
+        results.write_json(os.path.join(dst, "random_scores.json"), merged)
+    src = os.path.join(run_dir, "run.json")
+    if os.path.exists(src):
+        new, old = results.read_json(src), committed("run.json")
+        machines = [m for m in old.get("machines", []) if m not in new.get("machines", [])] + new.get("machines", [])
+        results.write_json(os.path.join(dst, "run.json"), {**new, "identity": {**old.get("identity", {}),
+                                                                               **new.get("identity", {})},
+                                                           "machines": machines})
+
+
 def collect(unit: Unit, run_dir: str, results_dir: str, digest: str, seconds: float) -> None:
     """Copy a finished unit's small tables under ``results_dir`` and add its manifest line."""
     from vaco_jax.analysis import results
@@ -293,9 +324,7 @@ def collect(unit: Unit, run_dir: str, results_dir: str, digest: str, seconds: fl
     os.makedirs(dst, exist_ok=True)
     for name in COPIED:
         results.atomic_copy(os.path.join(src, name), os.path.join(dst, name))
-    for name in ("random_scores.json", "run.json"):
-        if os.path.exists(os.path.join(run_dir, name)):
-            results.atomic_copy(os.path.join(run_dir, name), os.path.join(results_dir, unit.stage, name))
+    merge_provenance(run_dir, os.path.join(results_dir, unit.stage))
     rows = [r for r in _manifest(results_dir) if r["unit"] != unit.name]
     rows.append({"unit": unit.name, "runs": unit.runs, "protocol_sha256": digest,
                  "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -635,10 +664,12 @@ def plan_text(p: dict, units: list[Unit], state: str, args: Args) -> str:
     return "\n".join(lines)
 
 
-def select(units: list[Unit], args: Args, budget: float | None = None, first: bool = True) -> list[Unit]:
-    """``--units`` as named, or the next unfinished units in order whose summed estimate fits ``budget``
-    minutes (at least one when ``first``, the call's first round; a study unit never with unfinished
-    tuning, whose choices it needs)."""
+def select(units: list[Unit], args: Args, budget: float | None = None, first: bool = True,
+           pace: float = 1.0) -> list[Unit]:
+    """``--units`` as named, or the next unfinished units in order whose summed estimate, times
+    ``pace`` (measured over estimated time of the units this call has run), fits ``budget`` minutes
+    (at least one when ``first``, the call's first round; a study unit never with unfinished tuning,
+    whose choices it needs)."""
     names = {u.name: u for u in units}
     if args.units:
         bad = [n for n in args.units if n not in names]
@@ -649,12 +680,12 @@ def select(units: list[Unit], args: Args, budget: float | None = None, first: bo
     for u in units:
         if _finished(args, u):
             continue
-        if spent + u.minutes > budget and (out or not first):
+        if spent + u.minutes * pace > budget and (out or not first):
             break
         if u.stage == "study" and any(x.stage == "tuning" for x in out):
             break
         out.append(u)
-        spent += u.minutes
+        spent += u.minutes * pace
     return out
 
 
@@ -680,10 +711,11 @@ def main(args: Args) -> list[str]:
     for u in units:  # finished in a run directory but stopped before its tables were copied
         if u.name not in listed and runner.group_finished(os.path.join(args.runs, u.stage, u.group.subdir)):
             collect(u, os.path.join(args.runs, u.stage), args.results, digest, 0.0)
-    start, done = time.perf_counter(), []
+    start, done, measured, estimated = time.perf_counter(), [], 0.0, 0.0
     while True:  # plan again after every round: finished tuning freezes and opens the study's units
         left = None if args.units else args.minutes - (time.perf_counter() - start) / 60.0
-        chosen_units = [u for u in select(units, args, left, first=not done) if u.name not in done]
+        pace = measured / estimated if estimated else 1.0  # the protocol's rates against this machine's now
+        chosen_units = [u for u in select(units, args, left, first=not done, pace=pace) if u.name not in done]
         if not chosen_units:
             if not done:
                 print("every unit has finished" if all(_finished(args, u) for u in units) else
@@ -693,7 +725,9 @@ def main(args: Args) -> list[str]:
             raise ConfigError("units: study units need the frozen tuning (results/locomotion/tuned.json); finish "
                               "the tuning units first")
         print(f"protocol sha256 {digest}; next: " + ", ".join(u.name for u in chosen_units)
-              + f" (~{sum(u.minutes for u in chosen_units):.0f} min estimated)", flush=True)
+              + f" (~{sum(u.minutes for u in chosen_units) * pace:.0f} min estimated"
+              + (f": the plan's estimate x {pace:.2f}, the pace of this call's units so far)" if done else ")"),
+              flush=True)
         for u in chosen_units:
             run_dir = os.path.join(args.runs, u.stage)
             spec = {"study": "locomotion", "unit": u.name, "protocol_sha256": digest}
@@ -702,6 +736,7 @@ def main(args: Args) -> list[str]:
                                prepare=lambda: study.random_scores(run_dir, [u.group.config.env], u.group.config)):
                 collect(u, run_dir, args.results, digest, time.perf_counter() - t0)
                 done.append(u.name)
+                measured, estimated = measured + (time.perf_counter() - t0) / 60.0, estimated + u.minutes
                 print(f"unit {u.name} finished in {time.perf_counter() - t0:.0f} s", flush=True)
         if any(u.stage == "study" for u in chosen_units) and done:
             tables.summarise(os.path.join(args.runs, "study"), reps=args.bootstrap_reps)
