@@ -50,10 +50,6 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _truthy(x) -> bool:
-    return x is True or str(x).strip().lower() == "true"
-
-
 def _mean_sd(values: list[float]) -> tuple[float, float]:
     v = np.asarray(values, float)
     if v.size == 0:
@@ -70,7 +66,9 @@ def unit_scores_dir(loco: str, unit: str) -> str:
 
 def locomotion_cell(rows: list[dict]) -> str:
     """``AUC mean ± sd (final mean)`` over the finished runs, with the number that diverged."""
-    kept = [r for r in rows if not _truthy(r["diverged"])]
+    from vaco_jax.analysis.tables import is_diverged
+
+    kept = [r for r in rows if not is_diverged(r)]
     auc, sd = _mean_sd([float(r["auc_eval_return"]) for r in kept])
     final, _ = _mean_sd([float(r["final_eval_return"]) for r in kept])
     text = f"{num(auc, ',.0f')} ± {num(sd, ',.0f')} ({num(final, ',.0f')})"
