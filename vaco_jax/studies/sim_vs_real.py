@@ -263,9 +263,9 @@ def _realised_by_variant(out: str, c: dict, method: str, weights: dict) -> dict[
 def real_score(run_dir: str, num_evals: int) -> dict:
     """A real run's ``score.json`` with its scores taken at the simulator's evaluation points: the final
     return and AUC of its first ``num_evals`` evaluations (``curve.csv``). The simulator trains
-    ``num_evals`` chunks of whole phases and leaves the remainder of the budget untrained; a real run
-    made before ``run_real`` did the same (this study's, 2026-12-03/04) trained that remainder too and
-    holds one more evaluation after it, which has no simulated counterpart and is left out here."""
+    ``num_evals`` chunks of whole phases and leaves the remainder of the budget untrained; a record
+    whose run also trained that remainder holds one more evaluation after it, which has no simulated
+    counterpart and is left out here (FINDINGS.md says which records those are)."""
     from vaco_jax.analysis import results
 
     score = dict(results.read_json(os.path.join(run_dir, "score.json")))
