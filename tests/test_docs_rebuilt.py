@@ -353,7 +353,8 @@ def test_the_sim_vs_real_block_reads_the_real_runs_then_the_verdicts(tmp_path):
     root = _tree(tmp_path, HEAD + BEGIN.format("sim_vs_real") + END.format("sim_vs_real") + TAIL)
     real = root / "results" / "sim_vs_real" / "real"
     os.makedirs(real)
-    (real.parent / "protocol.json").write_text(json.dumps({"preset": {"num_evals": 2, "task": "Hopper-v4"}}))
+    (real.parent / "protocol.json").write_text(json.dumps({"preset": {"num_evals": 2, "task": "Hopper-v4"},
+                                                         "configurations": [{"name": "sync4"}, {"name": "async2"}]}))
     runs = {("async2", "vaco"): [(0, 300.0, 6000.0, 1.0), (1, 500.0, 6000.0, 1.5), (2, 9e3, 6000.0, 1.0, True)],
             ("sync4", "vaco"): [(0, 1000.0, 3000.0, 0.0), (1, 1200.0, 3000.0, 0.0)]}
     for (config, method), scores in runs.items():

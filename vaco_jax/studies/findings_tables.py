@@ -107,12 +107,16 @@ def locomotion_units_table(root: str) -> str:
             + table(header, rows))
 
 
+def _protocol(root: str) -> dict:
+    with open(os.path.join(root, SIM_VS_REAL, "protocol.json")) as f:
+        return json.load(f)
+
+
 def _real_runs(root: str) -> dict[tuple[str, str], list[dict]]:
     """Each finished real run's score, at the simulator's evaluation points (``sim_vs_real.real_score``)."""
     from vaco_jax.studies.sim_vs_real import real_score
 
-    with open(os.path.join(root, SIM_VS_REAL, "protocol.json")) as f:
-        num_evals = int(json.load(f)["preset"]["num_evals"])
+    num_evals = int(_protocol(root)["preset"]["num_evals"])
     out: dict[tuple[str, str], list[dict]] = {}
     for path in sorted(glob.glob(os.path.join(root, SIM_VS_REAL, "real", "*", "*", "seed*", "score.json"))):
         seed_dir = os.path.dirname(path)
@@ -122,11 +126,6 @@ def _real_runs(root: str) -> dict[tuple[str, str], list[dict]]:
     return out
 
 
-def _configuration_order(name: str) -> tuple[int, int]:
-    digits = "".join(ch for ch in name if ch.isdigit())
-    return (0 if name.startswith("sync") else 1, int(digits) if digits else 0)
-
-
 def sim_vs_real_table(root: str) -> str:
     """The sim-vs-real study's real runs and, once reported, its verdicts (see the module's docstring)."""
     from vaco_jax.analysis import figures
@@ -134,7 +133,7 @@ def sim_vs_real_table(root: str) -> str:
     runs = _real_runs(root) if os.path.exists(os.path.join(root, SIM_VS_REAL, "protocol.json")) else {}
     if not runs:
         return "No real run of the sim-vs-real study has finished (`python experiments/sim_vs_real.py plan`).\n"
-    configs = sorted({c for c, _ in runs}, key=_configuration_order)
+    configs = [c["name"] for c in _protocol(root)["configurations"] if any(k[0] == c["name"] for k in runs)]
     methods = figures.sort_methods({m for _, m in runs})
     sync = [r for (c, _), rs in runs.items() if c.startswith("sync") for r in rs]
     sync_speed = float(np.mean([r["env_steps_per_second"] for r in sync])) if sync else float("nan")
@@ -200,8 +199,7 @@ def sim_vs_real_summary(root: str) -> str | None:
     if not os.path.exists(verdicts):
         return (f"- **The sim-vs-real study** (`results/sim_vs_real/`): {n} real runs in; no verdict yet "
                 "(`python experiments/sim_vs_real.py plan`).")
-    with open(os.path.join(root, SIM_VS_REAL, "protocol.json")) as f:
-        task = json.load(f)["preset"].get("task", "?")
+    task = _protocol(root)["preset"].get("task", "?")
     rows = [r for r in results.read_table(verdicts) if not str(r["configuration"]).startswith("sync")]
     parts = []
     for variant in dict.fromkeys(r["variant"] for r in rows):

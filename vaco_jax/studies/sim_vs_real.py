@@ -182,8 +182,10 @@ def variant_weights(hist: tuple[float, ...]) -> dict[str, tuple[float, ...]]:
     return {"histogram": p, "uniform": (1.0,) * depth, "control": (0.0,) * CONTROL_SHIFT + p}
 
 
-SIM_TABLES = ("scores.csv", "curves.csv", "cells.json", "config.json", "realised_ages.csv")
+# copied from a finished sweep; scores.csv last: it marks the sweep copied
+COPIED = ("curves.csv", "cells.json", "config.json", "scores.csv")
 REALISED = "realised_ages.csv"  # the simulated samples by realised age, per variant (from the sweep's staleness.npz)
+SIM_TABLES = COPIED + (REALISED,)  # what OUT/sim/<configuration>/<method>/ holds
 
 
 def _sim_dir(out: str, c: dict, method: str) -> str:
@@ -225,7 +227,7 @@ def sim(args: Args, spec: dict) -> None:
             src = os.path.join(work, spec["task"], method)
             os.makedirs(dst, exist_ok=True)
             results.write_table(os.path.join(dst, REALISED), realised_ages(src))
-            for name in SIM_TABLES[1:4] + SIM_TABLES[:1]:  # scores.csv last: it marks the sweep copied
+            for name in COPIED:
                 results.atomic_copy(os.path.join(src, name), os.path.join(dst, name))
             budget.record(time.monotonic() - started, cells)
 
