@@ -157,9 +157,7 @@ def run_real(config: Config, settings: RealSettings, seed: int = 0, log=None) ->
     learner_cfg = cfg.replace(num_envs=per_actor * per_update, envs_per_actor=per_actor)
     trainer = make_train(learner_cfg)
     traced = make_traced(learner_cfg)
-    batch_steps = per_actor * per_update * cfg.unroll_length
-    eval_every = max(1, cfg.total_env_steps // batch_steps // max(1, cfg.num_evals))
-    updates = eval_every * max(1, cfg.num_evals)
+    eval_every, updates = learner_cfg.phases_per_chunk, learner_cfg.phases_run  # the simulator's phases
     run_key = jax.random.PRNGKey(seed)
     state = trainer.init(run_key, traced)
     capacity = cfg.buffer_capacity
