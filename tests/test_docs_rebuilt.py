@@ -383,3 +383,50 @@ def test_the_sim_vs_real_block_reads_the_real_runs_then_the_verdicts(tmp_path):
         "control must be called *differs*; *inconclusive* means the interval is wider than the margin.")
     assert ("| async2 | VACO | histogram | 1.20 / 1.17 | 420: +0.018 [−0.050, +0.080] predicts | "
             "420: +0.018 [+0.200, +0.300] differs |") in text
+
+
+def test_the_locomotion_verdicts_block_and_summary_line_read_verdicts_csv(tmp_path):
+    """The verdicts report wrote are the block's and the first screen's: the primary family with Holm's p and
+    each verdict's stability, every method's retention, the exploratory rows; a changed verdict makes the
+    docs out of date."""
+    import json
+
+    study = study_module("locomotion")
+    rd = _rebuild_docs()
+    blocks = BEGIN.format("summary") + END.format("summary") + BEGIN.format("locomotion_verdicts") + "stale\n" \
+        + END.format("locomotion_verdicts")
+    root = _tree(tmp_path, HEAD + blocks + TAIL)
+    loco = root / "results" / "locomotion"
+    os.makedirs(loco)
+    p = json.load(open(os.path.join(REPO, "results", "locomotion", "protocol.json")))
+    p["rules"]["bootstrap"].update(replicates=200, stability_seeds=[1, 2])
+    (loco / "protocol.json").write_text(json.dumps(p))
+    for task in ("Hopper-v4", "HalfCheetah-v4"):
+        for m, level in (("ppo_clip", 500.0), ("ppo_kl", 500.0), ("spo", 500.0), ("vaco", 900.0)):
+            d = loco / "study" / task / m
+            os.makedirs(d)
+            results.write_table(str(d / "scores.csv"), [
+                {"env": task, "method": m, "lag_depth": b, "seed": s, "diverged": False,
+                 "auc_eval_return": (1000.0 if b == 1 else level) + 10 * s, "final_eval_return": 1000.0 + 10 * s,
+                 "mean_filtered_fraction": 0.01 * b, "mean_clip_fraction": 0.01 * b}
+                for b in (1, 8, 32) for s in range(5)])
+            results.write_cells(str(d), [{"lag_depth": b, "seed": s} for b in (1, 8, 32) for s in range(5)])
+    results.write_json(str(loco / "study" / "random_scores.json"), {"Hopper-v4": 0.0, "HalfCheetah-v4": -100.0})
+    results.write_table(str(loco / "verdicts.csv"), study.verdicts(p, str(loco)))
+    assert rd.main(["--root", str(root)]) == 0
+    text = (root / "FINDINGS.md").read_text()
+    assert "stale" not in text
+    # VACO wins every run at B > 1; with no lag-aware unit a method's lag-aware row reads its one setting
+    assert "| PPO-Clip | B = 1 | 8 | 1.00 [1.00, 1.00] | 0.0448 | holds | 1.00 | Hopper-v4 HalfCheetah-v4 |" in text
+    assert "| SPO | lag-aware | 32 | 1.00 [1.00, 1.00] | 0.0448 | holds | 1.00 | Hopper-v4 HalfCheetah-v4 |" in text
+    assert "Holm over 9): 9 holds (`results/locomotion/verdicts.csv`)" in text
+    # retention on the normalised AUC; both tasks are at their ceiling on the final return (every method ends
+    # level there), so the final-return comparisons leave them out and have no task left
+    assert "| VACO | 0.91 [0.90, 0.92] | 0.91 [0.90, 0.92] | — | — |" in text
+    assert "| 6 | retention vaco - spo | final return | 32 | — | no data | — | — |" in text
+    assert "| 5 | P(vaco > vaco_realign_only) | AUC | 32 | — | no data | — | — |" in text  # no ablation runs
+    assert "Hopper-v4: at ceiling" in text and "0 of 120 runs diverged (left out)." in text
+    rows = results.read_table(str(loco / "verdicts.csv"))
+    rows[0]["verdict"] = "fails"
+    results.write_table(str(loco / "verdicts.csv"), rows)
+    assert rd.main(["--root", str(root), "--check"]) == 1

@@ -197,6 +197,10 @@ def test_the_report_applies_the_primary_rule_with_holm_and_names_what_has_no_dat
     assert all(r["verdict"] == "no data" for r in rows if r["claim"] in ("3", "5"))  # no ablation runs yet
     claim2 = [r for r in rows if r["claim"] == "2"]
     assert {r["verdict"] for r in claim2} == {"holds"}
+    import math
+    decided = [r for r in rows if r["verdict"] in ("holds", "fails", "inconclusive")]
+    assert all(0.0 <= r["stability"] <= 1.0 for r in decided)  # every verdict with its stability over seeds 1, 3
+    assert all(math.isnan(r["stability"]) for r in retention)  # an estimate without a verdict has none
     text = study.report(p, str(tmp_path))
     assert os.path.exists(tmp_path / "verdicts.csv") and "primary" in text
 
@@ -255,3 +259,25 @@ def test_minutes_take_as_many_units_as_the_measured_pace_fits(tmp_path):
     assert loco.select(units, args, 30.0, first=False) == []  # a later round never overruns the budget
     assert len(loco.select(units, args, 60.0, first=False, pace=0.5)) == 2  # half the estimate: two fit
     assert len(loco.select(units, args, 60.0, first=False, pace=2.0)) == 0
+
+
+@pytest.mark.slow
+def test_the_committed_verdicts_are_what_the_committed_per_run_scores_give():
+    """results/locomotion/verdicts.csv is recomputed from the committed per-run scores by the protocol's rules
+    (the same bootstrap seed and replicates): no verdict, interval or p-value in it was edited or is stale."""
+    import numpy as np
+
+    study = study_module("locomotion")
+    loco = os.path.join(ROOT, "results", "locomotion")
+    if not os.path.exists(os.path.join(loco, "verdicts.csv")):
+        pytest.skip("the locomotion study has not been reported yet (no results/locomotion/verdicts.csv)")
+    p, _ = study.load_protocol(os.path.join(loco, "protocol.json"))
+    want = study.verdicts(p, loco)
+    have = results.read_table(os.path.join(loco, "verdicts.csv"))
+    assert len(have) == len(want)
+    for h, w in zip(have, want):
+        for key, value in w.items():
+            if isinstance(value, float):
+                assert np.isclose(float(h[key]), value, rtol=1e-9, atol=1e-12, equal_nan=True), (w["comparison"], key)
+            else:
+                assert str(h[key]) == str(value) or (value == "" and h[key] != h[key]), (w["comparison"], key)

@@ -1,6 +1,7 @@
 """FINDINGS.md's tables of the locomotion and sim-vs-real studies, read from ``results/`` alone.
 
-``rebuild_docs.BLOCKS`` names them (blocks ``locomotion_units`` and ``sim_vs_real``), so every number
+``rebuild_docs.BLOCKS`` names them (blocks ``locomotion_units``, ``locomotion_verdicts`` and
+``sim_vs_real``, and two lines of the first screen's ``summary``), so every number
 those sections of FINDINGS.md quote is recomputed from the committed per-run records by
 ``python experiments/rebuild_docs.py`` and checked by its ``--check``:
 
@@ -8,6 +9,10 @@ those sections of FINDINGS.md quote is recomputed from the committed per-run rec
   ``results/locomotion/`` (its ``manifest.csv``): per lag depth, the mean ± standard deviation over
   seeds of the area under the evaluation curve (the protocol's primary score) and the mean final
   return; diverged runs are counted and left out of both, never averaged.
+- ``locomotion_verdicts_table``: the protocol's verdicts as ``experiments/locomotion.py report`` wrote
+  them to ``verdicts.csv`` (primary family with Holm-adjusted p-values, retention of every method, the
+  exploratory comparisons, each verdict's stability over bootstrap seeds); a test recomputes that file
+  from the committed per-run scores.
 - ``sim_vs_real_table``: per real configuration and method of ``results/sim_vs_real/``, the real runs'
   realised mean age, speed (also as a multiple of the lockstep configuration's) and scores; once
   ``verdicts.csv`` exists (``experiments/sim_vs_real.py report``), each simulated counterpart's
@@ -209,3 +214,77 @@ def sim_vs_real_summary(root: str) -> str | None:
     return (f"- **The sim-vs-real study** (`results/sim_vs_real/`, {task}, {n} real runs): verdicts over the "
             f"{len(rows) // max(1, len(parts))} asynchronous (configuration, method, score) rows — " + "; ".join(parts)
             + ". The control must be called *differs*; *inconclusive* means the interval is wider than the margin.")
+
+
+def _interval_text(r: dict, spec: str = ".2f") -> str:
+    return f"{num(r['point'], spec)} [{num(r['low'], spec)}, {num(r['high'], spec)}]"
+
+
+def _stable(r: dict) -> str:
+    return num(r.get("stability"), ".2f")
+
+
+def _tasks(r: dict) -> str:
+    return r["tasks"] if isinstance(r.get("tasks"), str) and r["tasks"] else "—"
+
+
+SCORE_LABEL = {"auc_eval_return": "AUC", "final_eval_return": "final return"}
+
+
+def locomotion_verdicts_table(root: str) -> str:
+    """The locomotion study's verdicts (``results/locomotion/verdicts.csv``, written by
+    ``experiments/locomotion.py report`` from the committed per-run scores): the primary family, every
+    method's retention, then the other exploratory comparisons, the ceiling test and the diverged runs."""
+    from vaco_jax.analysis import figures
+
+    path = os.path.join(root, LOCOMOTION, "verdicts.csv")
+    if not os.path.exists(path):
+        return "No verdict yet: `python experiments/locomotion.py report` writes them once the units are done.\n"
+    rows = results.read_table(path)
+    primary = [r for r in rows if r["family"] == "primary"]
+    out = ["The primary family (claim 1, head to head on the AUC, pooled over the tasks listed): P(VACO > X) "
+           "with its 95% stratified-bootstrap interval, the one-sided p-value after Holm's correction over the "
+           "family, the verdict (holds: Holm rejects P ≤ 0.5; fails: the interval lies below 0.5) and the share "
+           "of bootstrap seeds 1–20 that give the same verdict.", "",
+           table(["X", "tunings", "B", "P(VACO > X)", "p (Holm)", "verdict", "stable", "tasks"],
+                 [[figures.method_label(r["comparison"].split("> ")[1].rstrip(")")),
+                   "lag-aware" if r["tuning"] == "lag_aware" else "B = 1", r["lag_depth"],
+                   _interval_text(r) if r["verdict"] != "no data" else "—", num(r["p_holm"], ".4f"), r["verdict"],
+                   _stable(r), _tasks(r)] for r in primary])]
+    retention = [r for r in rows if r["claim"] == "retention"]
+    methods = list(dict.fromkeys(r["comparison"].split(" ")[0] for r in retention))
+    cols = list(dict.fromkeys((r["score"], r["lag_depth"]) for r in retention))
+    by = {(r["comparison"].split(" ")[0], r["score"], r["lag_depth"]): r for r in retention}
+    out += ["Exploratory (no correction). Retention: each method's pooled mean normalised score at B over its "
+            "own at B = 1 (0 = a uniform-random policy, 1 = synchronous PPO-Clip), B = 1 tunings, with its 95% "
+            "interval.", "",
+            table(["method"] + [f"{SCORE_LABEL.get(s, s)}, B = {b}" for s, b in cols],
+                  [[figures.method_label(m)] + [_interval_text(by[(m, s, b)]) if (m, s, b) in by
+                                                and by[(m, s, b)]["verdict"] != "no data" else "—" for s, b in cols]
+                   for m in methods])]
+    other = [r for r in rows if r["family"] == "exploratory" and r["claim"] not in ("retention", "ceiling")]
+    out += ["The other exploratory comparisons: claim 6 (VACO's retention minus X's; holds above 0), claim 1 "
+            "at every B, claim 2 (P(fraction at B = 32 > at B = 1)), claim 5 (VACO against its ablations) and "
+            "claim 3 (A-3PO against decoupled PPO with π_T recomputed: equivalent when the 90% interval lies inside "
+            "±0.1 of normalised score).", "",
+            table(["claim", "comparison", "score", "B", "point [interval]", "verdict", "stable", "tasks"],
+                  [[r["claim"], r["comparison"], SCORE_LABEL.get(r["score"], r["score"]), r["lag_depth"],
+                    _interval_text(r) if r["verdict"] != "no data" else "—", r["verdict"], _stable(r),
+                    _tasks(r)] for r in other])]
+    notes = [r["comparison"].split(":")[0] + ": " + r["verdict"] for r in rows if r["claim"] == "ceiling"]
+    diverged = [r["comparison"] for r in rows if r["claim"] == "diverged"]
+    out.append("Ceiling (B = 1 PPO-Clip within 2% of the best final return in most runs): " + "; ".join(notes)
+               + ". " + "".join(d[0].upper() + d[1:] + ". " for d in diverged).rstrip() + "\n")
+    return "\n".join(out)
+
+
+def locomotion_verdict_summary(root: str) -> str | None:
+    """The primary family's verdicts in one sentence (None before ``report`` has run)."""
+    path = os.path.join(root, LOCOMOTION, "verdicts.csv")
+    if not os.path.exists(path):
+        return None
+    primary = [r["verdict"] for r in results.read_table(path) if r["family"] == "primary"]
+    counts = ", ".join(f"{primary.count(v)} {v}" for v in ("holds", "fails", "inconclusive", "no data")
+                       if primary.count(v))
+    return (f"Primary family (claim 1: P(VACO > X) on the AUC for X in PPO-Clip, PPO-KL, SPO; Holm over "
+            f"{len(primary)}): {counts} (`results/locomotion/verdicts.csv`).")

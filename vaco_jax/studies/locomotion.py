@@ -410,6 +410,24 @@ def verdicts(p: dict, results_dir: str) -> list[dict]:
         base.update(kw)
         out.append(base)
 
+    stability_seeds = tuple(range(int(lo_s), int(hi_s) + 1))
+
+    def decided(common: dict, rule, ts: list[str]) -> None:
+        """A row from ``rule(bootstrap_seed) -> {point, low, high, verdict[, p_value]}`` at the protocol's
+        seed, with the share of the stability seeds whose verdict agrees."""
+        r = {k: v for k, v in rule(seed).items() if k in ("point", "low", "high", "verdict", "p_value")}
+        stab = rules.stability(lambda s: rule(s)["verdict"], stability_seeds, seed)
+        row(**common, **r, stability=stab, tasks=" ".join(ts))
+
+    def against(interval: tuple, threshold: float) -> dict:
+        pt, lo, hi = interval
+        return dict(point=pt, low=lo, high=hi, verdict=rules.verdict(lo, hi, threshold))
+
+    def beats(a, c, threshold: float = 0.5):
+        """The head-to-head rule P(A > C) against ``threshold``, as a function of the bootstrap seed."""
+        return lambda s: (lambda h: {**h, "verdict": rules.verdict(h["low"], h["high"], threshold)})(
+            rules.head_to_head(a, c, reps, s, conf))
+
     # ---- primary: P(VACO > X), Holm over the family
     family = []
     primary_score = p["scores"]["primary"]
@@ -450,16 +468,26 @@ def verdicts(p: dict, results_dir: str) -> list[dict]:
             continue
         a, c, ts = tests[key]
         h, adjusted, _ = family_at(seed)[key]
-        stab = rules.stability(lambda s, key=key: call(s, key), tuple(range(int(lo_s), int(hi_s) + 1)), seed)
+        stab = rules.stability(lambda s, key=key: call(s, key), stability_seeds, seed)
         row(**common, point=h["point"], low=h["low"], high=h["high"], p_value=h["p_value"], p_holm=adjusted,
             verdict=call(seed, key), stability=stab, tasks=" ".join(ts),
             runs=f"{a.shape[0]}x{len(ts)} vs {c.shape[0]}x{len(ts)}")
 
     # ---- exploratory
+    # a task at its ceiling leaves the final-return comparisons (the protocol's ceiling rule)
+    final = p["scores"]["secondary"]
+    at_ceiling = {}
+    for t in p["tasks"]:
+        ref = [float(r[final]) for r in rows if r["env"] == t and r["method"] == "ppo_clip"
+               and int(r["lag_depth"]) == 1 and not r.get("variant") and not is_diverged(r)]
+        every = [float(r[final]) for r in rows if r["env"] == t and not is_diverged(r)]
+        if ref and t in random:
+            at_ceiling[t] = rules.at_ceiling(ref, max(every), random[t])
     for score in (p["scores"]["primary"], p["scores"]["secondary"]):
+        pool = [t for t in p["tasks"] if not (score == final and at_ceiling.get(t))]
         for m in p["methods"]:
             for b in high:
-                ts = tasks_with([(m, b, ""), (m, 1, ""), ("ppo_clip", 1, "")])
+                ts = tasks_with([(m, b, ""), (m, 1, ""), ("ppo_clip", 1, "")], pool)
                 at_b, at_1 = (normalised(ts, m, b, "", score), normalised(ts, m, 1, "", score)) if ts else (None, None)
                 common = dict(family="exploratory", claim="retention", comparison=f"{m} B={b} / B=1", score=score,
                               tuning="B1", lag_depth=b)
@@ -470,26 +498,22 @@ def verdicts(p: dict, results_dir: str) -> list[dict]:
                 row(**common, point=pt, low=lo, high=hi, verdict="", tasks=" ".join(ts))
         for x in baselines:
             for b in high:
-                ts = tasks_with([(m, bb, "") for m in ("vaco", x) for bb in (1, b)] + [("ppo_clip", 1, "")])
+                ts = tasks_with([(m, bb, "") for m in ("vaco", x) for bb in (1, b)] + [("ppo_clip", 1, "")], pool)
                 common = dict(family="exploratory", claim="6", comparison=f"retention vaco - {x}", score=score,
                               tuning="B1", lag_depth=b)
                 if not ts:
                     row(**common)
                     continue
                 s = [normalised(ts, m, bb, "", score) for m in ("vaco", x) for bb in (b, 1)]
-                pt, lo, hi = rules.retention_difference(*s, reps, seed, conf)
-                row(**common, point=pt, low=lo, high=hi, verdict=rules.verdict(lo, hi, 0.0), tasks=" ".join(ts))
+                decided(common, lambda bs, s=s: against(rules.retention_difference(*s, reps, bs, conf), 0.0), ts)
             for b in depths:
-                ts = tasks_with([("vaco", b, ""), (x, b, "")])
+                ts = tasks_with([("vaco", b, ""), (x, b, "")], pool)
                 common = dict(family="exploratory", claim="1 (all B)", comparison=f"P(vaco > {x})", score=score,
                               tuning="B1", lag_depth=b)
                 if not ts:
                     row(**common)
                     continue
-                h = rules.head_to_head(_sample(rows, ts, "vaco", b, "", score), _sample(rows, ts, x, b, "", score),
-                                       reps, seed, conf)
-                row(**common, point=h["point"], low=h["low"], high=h["high"], p_value=h["p_value"],
-                    verdict=rules.verdict(h["low"], h["high"], 0.5), tasks=" ".join(ts))
+                decided(common, beats(_sample(rows, ts, "vaco", b, "", score), _sample(rows, ts, x, b, "", score)), ts)
     top = max(depths)
     for method, column in (("vaco", "mean_filtered_fraction"), ("ppo_clip", "mean_clip_fraction")):
         ts = tasks_with([(method, top, ""), (method, 1, "")])
@@ -500,9 +524,7 @@ def verdicts(p: dict, results_dir: str) -> list[dict]:
         if a is None or c is None:
             row(**common)
             continue
-        h = rules.head_to_head(a, c, reps, seed, conf)
-        row(**common, point=h["point"], low=h["low"], high=h["high"], verdict=rules.verdict(h["low"], h["high"], 0.5),
-            tasks=" ".join(ts))
+        decided(common, beats(a, c), ts)
     ab = p["ablations"]
     b = int(max(ab["lag_depths"]))
     for variant in ("vaco_realign_only", "vaco_filter_only"):
@@ -512,28 +534,19 @@ def verdicts(p: dict, results_dir: str) -> list[dict]:
         if not ts:
             row(**common)
             continue
-        h = rules.head_to_head(_sample(rows, ts, "vaco", b, "", primary_score),
-                               _sample(rows, ts, variant, b, "", primary_score), reps, seed, conf)
-        row(**common, point=h["point"], low=h["low"], high=h["high"], verdict=rules.verdict(h["low"], h["high"], 0.5),
-            tasks=" ".join(ts))
+        decided(common, beats(_sample(rows, ts, "vaco", b, "", primary_score),
+                              _sample(rows, ts, variant, b, "", primary_score)), ts)
     ts = tasks_with([("a3po", b, ""), ("decoupled_recompute", b, ""), ("ppo_clip", 1, "")], ab["tasks"])
     common = dict(family="exploratory", claim="3", comparison="a3po - decoupled_recompute (equivalence, margin 0.1)",
                   score=primary_score, tuning="B1", lag_depth=b)
     if ts:
-        e = rules.equivalence(normalised(ts, "a3po", b, "", primary_score),
-                              normalised(ts, "decoupled_recompute", b, "", primary_score), 0.1, reps, seed)
-        row(**common, point=e["point"], low=e["low"], high=e["high"], verdict=e["verdict"], tasks=" ".join(ts))
+        pair = (normalised(ts, "a3po", b, "", primary_score), normalised(ts, "decoupled_recompute", b, "", primary_score))
+        decided(common, lambda bs: rules.equivalence(*pair, 0.1, reps, bs), ts)
     else:
         row(**common)
-    final = p["scores"]["secondary"]
-    for t in p["tasks"]:
-        ref = [float(r[final]) for r in rows if r["env"] == t and r["method"] == "ppo_clip"
-               and int(r["lag_depth"]) == 1 and not r.get("variant") and not is_diverged(r)]
-        every = [float(r[final]) for r in rows if r["env"] == t and not is_diverged(r)]
-        if ref and t in random:
-            ceiling = rules.at_ceiling(ref, max(every), random[t])
-            row(family="exploratory", claim="ceiling", comparison=f"{t}: B=1 PPO-Clip within 2% of the best",
-                score=final, verdict="at ceiling" if ceiling else "not at ceiling", tasks=t)
+    for t, ceiling in at_ceiling.items():
+        row(family="exploratory", claim="ceiling", comparison=f"{t}: B=1 PPO-Clip within 2% of the best",
+            score=final, verdict="at ceiling" if ceiling else "not at ceiling", tasks=t)
     diverged = sum(is_diverged(r) for r in rows)
     row(family="record", claim="diverged", comparison=f"{diverged} of {len(rows)} runs diverged (left out)",
         verdict="", runs=str(len(rows)))
@@ -605,14 +618,20 @@ def report(p: dict, results_dir: str) -> str:
     from vaco_jax.analysis import results
     rows = verdicts(p, results_dir)
     results.write_table(os.path.join(results_dir, "verdicts.csv"), rows)
-    lines = [f"{'family':<12}{'claim':<10}{'comparison':<46}{'tuning':<10}{'B':>3}  {'point':>7}  "
-             f"{'95% CI':>17}  {'p Holm':>7}  verdict"]
+    short = {"auc_eval_return": "AUC", "final_eval_return": "final"}
+    lines = [f"{'family':<12}{'claim':<10}{'comparison':<46}{'score':<7}{'tuning':<10}{'B':>3}  {'point':>7}  "
+             f"{'interval':>18}  {'p Holm':>7}  {'stable':>6}  verdict"]
     for r in rows:
         nums = "" if r["verdict"] == "no data" else (
             f"{r['point']:>7.3f}  [{r['low']:>7.3f}, {r['high']:>7.3f}]" if r["point"] == r["point"] else "")
         holm = f"{r['p_holm']:>7.4f}" if r["p_holm"] == r["p_holm"] else " " * 7
-        lines.append(f"{r['family']:<12}{r['claim']:<10}{r['comparison'][:45]:<46}{r['tuning']:<10}"
-                     f"{r['lag_depth']!s:>3}  {nums:<35}  {holm}  {r['verdict']}")
+        stable = f"{r['stability']:>6.2f}" if r["stability"] == r["stability"] else " " * 6
+        lines.append(f"{r['family']:<12}{r['claim']:<10}{r['comparison'][:45]:<46}"
+                     f"{short.get(r['score'], r['score'])[:6]:<7}{r['tuning']:<10}"
+                     f"{r['lag_depth']!s:>3}  {nums:<36}  {holm}  {stable}  {r['verdict']}")
+    lines.append("intervals: 95% stratified bootstrap (claim 3's equivalence: 90%); stable: the share of bootstrap "
+                 "seeds " + "-".join(map(str, p["rules"]["bootstrap"]["stability_seeds"]))
+                 + " giving the same verdict; exploratory rows are uncorrected")
     return "\n".join(lines)
 
 

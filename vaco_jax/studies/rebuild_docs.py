@@ -365,7 +365,7 @@ def summary_block(build: Build) -> str:
         out.append(f"- **The locomotion study** (`results/locomotion/`, protocol `protocol.md`; "
                    f"{', '.join(protocol['tasks'])}; {', '.join(figures.method_label(m) for m in protocol['methods'])}): "
                    f"{len(units)} units finished — {done or 'none'}. "
-                   + ("Verdicts: `results/locomotion/verdicts.csv`." if os.path.exists(verdicts) else
+                   + (findings_tables.locomotion_verdict_summary(build.root) if os.path.exists(verdicts) else
                       "No verdict yet: `python experiments/locomotion.py report` applies the protocol's rules once "
                       "the study units are done; `plan` lists what is left."))
         out.append("")
@@ -433,6 +433,7 @@ BLOCKS: dict[str, Callable[[Build], str]] = {
     "study_cost": cost_table,
     "summary": summary_block,
     "locomotion_units": lambda b: findings_tables.locomotion_units_table(b.root),
+    "locomotion_verdicts": lambda b: findings_tables.locomotion_verdicts_table(b.root),
     "sim_vs_real": lambda b: findings_tables.sim_vs_real_table(b.root),
 }
 
