@@ -294,10 +294,11 @@ def test_verdicts_on_the_area_under_the_curve_when_the_final_return_saturates(tm
         write_group(lag, t, "vaco", {1: 1.2, 16: 1.15}, final={1: 1.0, 16: 1.0}, rng=rng)
     final = {r["claim"]: r for r in claims.evaluate_study(study, reps=200)}
     auc = {r["claim"]: r for r in claims.evaluate_study(study, reps=200, score="auc_eval_return")}
-    assert final["1b"]["verdict"] == "inconclusive" and final["1b"]["point"] == 0.0
+    # both tasks are at their ceiling on the final return: every part reading it is not called, and says why
+    assert final["1b"]["verdict"] == "no data" and "every task is at its ceiling" in final["1b"]["why"]
     assert auc["1b"]["verdict"] == "holds" and auc["1b"]["point"] < -0.3
     assert auc["1a"]["verdict"] == "holds" and auc["6"]["verdict"] == "holds"
-    assert final["6"]["verdict"] == "inconclusive"
+    assert final["6"]["verdict"] == "no data"
     assert auc["1b"]["statistic"].endswith("score: auc_eval_return")
     assert "score:" not in final["1b"]["statistic"] and "score:" not in auc["2b"]["statistic"]
     assert auc["2b"]["verdict"] == final["2b"]["verdict"] == "holds"
@@ -388,7 +389,8 @@ def test_claim_1_names_a_task_the_pooled_iqm_trims(tmp_path, monkeypatch):
     rng = np.random.default_rng(5)
     for t in ("a", "b", "c"):
         write_group(run, t, "ppo_clip", {1: 1.0, 16: 0.5 if t == "c" else 0.9}, rng=rng)
-        write_group(run, t, "vaco", {1: 1.0, 16: 0.8 if t == "c" else 1.0}, rng=rng)
+        # VACO above PPO-Clip at B = 1 keeps synchronous PPO-Clip off the best score (no task at its ceiling)
+        write_group(run, t, "vaco", {1: 1.1, 16: 0.88 if t == "c" else 1.1}, rng=rng)
     table = {r["claim"]: r for r in claims.evaluate(run, reps=200)}
     assert table["1a"]["verdict"] == "holds"
     rows = tables.load_scores(run)
@@ -471,3 +473,51 @@ def test_a_task_part_way_through_the_study_is_left_out_of_every_pooled_reading(t
     alone = tables.summary_rows([r for r in results.load_scores(lag) if r["env"] == "c"], {"c": 0.0}, reps=50)
     assert {r["method"] for r in alone} == {"ppo_clip", "ppo_kl", "vaco"}
     assert {r["env"] for r in figures._score_rows(lag)} == {"a", "b"}
+
+
+def test_a_task_at_its_ceiling_leaves_the_final_return_parts_only(tmp_path):
+    """Task a: synchronous PPO-Clip ends at the best final return any run reached (a ceiling); task b: far
+    below it. The final-return parts rest on b alone and name a as left out at its ceiling; the parts
+    that do not read the score, and every part on the area under the curve, keep both tasks."""
+    study = str(tmp_path / "study")
+    lag = os.path.join(study, "lag")
+    os.makedirs(lag)
+    results.write_json(os.path.join(lag, "run.json"), {})
+    results.write_json(os.path.join(lag, "random_scores.json"), RANDOM)
+    rng = np.random.default_rng(6)
+    ceiling = {"a": {1: 1.0, 16: 1.0}, "b": None}
+    for t in SCALE:
+        write_group(lag, t, "ppo_clip", {1: 1.0, 16: 0.5}, final=ceiling[t], rng=rng,
+                    diag={1: {"mean_clip_fraction": 0.05}, 16: {"mean_clip_fraction": 0.2}})
+        write_group(lag, t, "vaco", {1: 1.2, 16: 1.15}, final=ceiling[t], rng=rng,
+                    diag={1: {"mean_filtered_fraction": 0.02}, 16: {"mean_filtered_fraction": 0.17}})
+    assert claims.ceiling_tasks(results.load_scores(lag), RANDOM) == ["a"]
+    assert claims.ceiling_tasks(results.load_scores(lag), RANDOM, "auc_eval_return") == []
+    final = {r["claim"]: r for r in claims.evaluate_study(study, reps=200)}
+    auc = {r["claim"]: r for r in claims.evaluate_study(study, reps=200, score="auc_eval_return")}
+    assert "1 task(s) (b); left out, at the ceiling on final_eval_return: a" in final["1b"]["rests_on"]
+    assert final["1b"]["verdict"] == "holds" and final["1a"]["verdict"] == "holds"  # on b, lag still shows
+    assert "2 task(s) (a, b)" in final["2b"]["rests_on"] and final["2"]["verdict"] == "holds"
+    assert "2 task(s) (a, b)" in auc["1b"]["rests_on"] and "ceiling" not in auc["1b"]["rests_on"]
+
+
+def test_claim_4b_is_not_tested_when_the_reset_never_fired(tmp_path):
+    """With the reset on, ``mean_ewma_resets`` is 0 in every run: the runs with and without it are the same
+    runs, so 4b is not called (no data, saying so) rather than an inconclusive P = 0.5."""
+    study = str(tmp_path / "study")
+    run = os.path.join(study, "mismatch")
+    os.makedirs(run)
+    results.write_json(os.path.join(run, "run.json"), {})
+    rng = np.random.default_rng(7)
+    for fired in (0.0, 3.0):
+        for t in SCALE:
+            write_group(run, t, "ppo_ewma", {16: 0.6}, rng=rng)
+            write_group(run, t, "ppo_ewma_revised", {16: 0.9}, tags={claims.EWMA_RESET_COLUMN: 0.5}, rng=rng,
+                        diag={16: {claims.EWMA_RESETS: fired}})
+            write_group(run, t, "ppo_ewma_revised", {16: 0.9}, tags={claims.EWMA_RESET_COLUMN: 0.0},
+                        sub="no_reset", rng=rng, diag={16: {claims.EWMA_RESETS: 0.0}})
+        row = {r["claim"]: r for r in claims.evaluate_study(study, reps=200)}["4b"]
+        if fired:
+            assert row["verdict"] == "inconclusive"
+        else:
+            assert row["verdict"] == "no data" and "the reset never fired" in row["why"]

@@ -10,6 +10,12 @@ Runs pool over the *complete* tasks only (:func:`vaco_jax.analysis.tables.comple
 the study): a task on which a design has not finished every (method, lag depth) cell is left out of
 that design's claims, and every part's ``rests_on`` names it ("left out, unfinished: ...").
 
+**Ceiling.** On the final return, a task where synchronous PPO-Clip ends within ``CEILING_TOLERANCE``
+(2% of the random-to-best range) of the best final return any run of the study reached there, in
+most of its runs, cannot tell methods apart: it leaves every part that reads the final return (its
+``rests_on`` says "left out, at the ceiling"), and stays in the parts that do not read the score and
+in every part on the area under the curve (``ceiling_tasks``).
+
 Verdicts: ``holds``, ``fails``, ``inconclusive`` or ``no data`` (a method, lag depth, column or
 reference the claim needs is absent; never an error). A claim with several parts gets one row per
 part (ids ``1a``, ``1b`` ...) and one row for the whole claim (``1``): it fails if a part fails,
@@ -43,7 +49,8 @@ holds if every part holds, is ``no data`` if every part is, and is inconclusive 
    PPO-EWMA at that lag depth, the variant without reset being the rows whose ``EWMA_RESET_COLUMN``
    (the traced knob ``ewma_reset_threshold``, e.g. ``--sweep ewma_reset_threshold=0,0.5``) is 0: a
    threshold of 0 never resets; holds if CI high < 0.5, fails if CI low > 0.5; ``no data`` without
-   such rows). The mismatch itself is the traced knob ``mismatch_strength`` (docs/lag.md).
+   such rows, and *not tested* (``no data``, saying why) when the reset never fired in the runs with it
+   on — ``mean_ewma_resets`` 0 in every one — since then both variants are the same runs). The mismatch itself is the traced knob ``mismatch_strength`` (docs/lag.md).
 5. Realign-only (``5a``) and filter-only (``5b``) VACO are each worse than full VACO at B = 16:
    P(VACO > variant); holds if CI low > 0.5, fails if CI high < 0.5.
 6. VACO's edge over PPO-Clip at B = 16 is lag robustness, not only a larger step: P(VACO > PPO-Clip)
@@ -76,6 +83,8 @@ KEEP_FRACTION = 0.9
 EQUIVALENCE_WIDTH = 0.3
 NONINFERIORITY_MARGIN = 0.1
 EWMA_RESET_COLUMN = "ewma_reset_threshold"
+EWMA_RESETS = "mean_ewma_resets"  # per-run diagnostic: resets per phase (0 in every run: the reset never acted)
+CEILING_TOLERANCE = 0.02  # share of the random-to-best range (vaco_jax.analysis.rules.at_ceiling)
 REPS = 2000
 CONFIDENCE = 0.95
 VERDICTS = ("holds", "fails", "inconclusive", "no data")
@@ -113,11 +122,13 @@ class Data:
 
     def __init__(self, rows: list[dict], random: dict | None, curves: list[dict] | None = None,
                  reps: int = REPS, seed: int = 0, score: str = SCORE, costs: list[dict] | None = None,
-                 left_out: dict[str, str] | None = None):
+                 left_out: dict[str, str] | None = None, at_ceiling: tuple[str, ...] = ()):
         _check_score(score)
         self.rows, self.random, self.curves, self.costs = rows, random, curves or [], costs or []
         # tasks left out as unfinished (tables.complete_tasks) -> what they lack, said in every part
         self.left_out = dict(left_out or {})
+        # tasks left out of the score's parts because synchronous PPO-Clip sits at their ceiling on it
+        self.at_ceiling = tuple(at_ceiling)
         self.tasks = sorted({r["env"] for r in rows})
         self.reps, self.seed, self.score = reps, seed, score
         self.ref = tables.reference_scores(rows, self.tasks, score, random) if rows else None
@@ -132,7 +143,7 @@ class Data:
         curves = [c for c in self.curves if c.get("env") in tasks]
         return Data([r for r in self.rows if r["env"] in tasks], self.random, curves, reps=self.reps, seed=self.seed,
                     score=self.score, costs=[c for c in self.costs if c.get("env") in tasks],
-                    left_out={t: v for t, v in self.left_out.items() if t in tasks})
+                    left_out={t: v for t, v in self.left_out.items() if t in tasks}, at_ceiling=self.at_ceiling)
 
     def has(self, method: str, lag: int, where: Callable | None = None) -> bool:
         return any(r["method"] == method and int(r["lag_depth"]) == lag and (where is None or where(r))
@@ -169,7 +180,9 @@ class Data:
             out.append(f"{label}: {n} runs" + (f" ({', '.join(extra)} dropped)" if extra else ""))
         text = "; ".join(out) + f"; {len(self.tasks)} task(s) ({', '.join(self.tasks)})"
         left = "; ".join(f"{t} ({v})" for t, v in sorted(self.left_out.items()))
-        return text + (f"; left out, unfinished: {left}" if left else "")
+        text += f"; left out, unfinished: {left}" if left else ""
+        return text + (f"; left out, at the ceiling on {self.score}: {', '.join(self.at_ceiling)}"
+                       if self.at_ceiling else "")
 
 
 def _row(claim, statement, verdict, statistic="", point=np.nan, low=np.nan, high=np.nan, rests_on="", why=""):
@@ -415,9 +428,15 @@ def claim_4(d: Data) -> list[dict]:
     if any(r["method"] == rev and _reset_off(r) for r in d.rows):
         common = sorted(d.lags(rev, _reset_off) & d.lags(rev, _reset_on))
         lag = ([x for x in common if x > 1] or common or [None])[-1]
+    fired = [tables._value(r, EWMA_RESETS) for r in d.rows if r["method"] == rev and _reset_on(r)
+             and lag is not None and int(r["lag_depth"]) == lag]
+    fired = [x for x in fired if np.isfinite(x)]
     if lag is None:
         part_b = _no_data("4b", st, stat, f"no ppo_ewma_revised rows with {EWMA_RESET_COLUMN} false (or none "
                           "sharing a lag depth with the reset variant)")
+    elif fired and max(fired) == 0.0:
+        part_b = _no_data("4b", st, stat, f"not tested: the reset never fired at B={lag} ({EWMA_RESETS} = 0 in all "
+                          f"{len(fired)} runs with it on), so the runs with and without it are the same runs")
     else:
         part_b = _poi(d, "4b", st, f"no reset B={lag}", f"reset B={lag}", d.cell(rev, lag, where=_reset_off),
                       d.cell(rev, lag, where=_reset_on), lambda lo, hi: hi < 0.5, lambda lo, hi: lo > 0.5,
@@ -510,6 +529,56 @@ CLAIMS = (claim_1, claim_2, claim_3, claim_4, claim_5, claim_6)
 SCORE_FREE = ("2a", "2b", "3b")
 
 
+def ceiling_tasks(rows: list[dict], random: dict | None, score: str = SCORE) -> list[str]:
+    """The tasks at their ceiling on the final return: synchronous PPO-Clip (``ppo_clip`` at B = 1) ends
+    within ``CEILING_TOLERANCE`` of the random-to-best range below the best final return any run of the
+    task reached, in most of its runs (``rules.at_ceiling``). Such a task cannot tell methods apart on
+    the final return, so it leaves that score's parts (the area under the curve keeps it). Empty for
+    any other score, or without a random score."""
+    from vaco_jax.analysis import rules
+
+    if score != SCORE or not random:
+        return []
+    out = []
+    for task in sorted({r["env"] for r in rows}):
+        ok = [r for r in rows if r["env"] == task and not tables.is_diverged(r) and np.isfinite(tables._value(r, score))]
+        ref = [tables._value(r, score) for r in ok if r["method"] == "ppo_clip" and int(r["lag_depth"]) == 1]
+        if ref and task in random and rules.at_ceiling(ref, max(tables._value(r, score) for r in ok),
+                                                       float(random[task]), CEILING_TOLERANCE):
+            out.append(task)
+    return out
+
+
+def _claim_rows(fn, rows: list[dict], random: dict | None, curves: list[dict], costs: list[dict],
+                left_out: dict, reps: int, seed: int, score: str, ceiling: list[str]) -> list[dict]:
+    """``fn``'s rows: its score-reading parts on the tasks below their ceiling, its ``SCORE_FREE`` parts
+    on every task, each whole claim combined again from the parts it then has."""
+    full = Data(rows, random, curves, reps=reps, seed=seed, score=score, costs=costs, left_out=left_out)
+    drop = [t for t in ceiling if t in full.tasks]
+    if not drop:
+        return fn(full)
+    keep = lambda r: r.get("env") not in drop  # noqa: E731
+    kept = [r for r in rows if keep(r)]
+    if kept:
+        reduced = fn(Data(kept, random, [c for c in curves if keep(c)], reps=reps, seed=seed, score=score,
+                          costs=[c for c in costs if keep(c)],
+                          left_out={t: v for t, v in left_out.items() if t not in drop}, at_ceiling=tuple(drop)))
+        note = f"left out at their ceiling on {score}: {', '.join(drop)}"
+        reduced = [{**r, "why": f"{r['why']}; {note}"} if r["verdict"] == "no data" else r for r in reduced]
+    else:
+        note = f"every task is at its ceiling on {score} ({', '.join(drop)}): it cannot tell the methods apart"
+        reduced = [{**r, "why": note} for r in fn(Data([], None))]
+    free = {r["claim"]: r for r in fn(full) if r["claim"] in SCORE_FREE}
+    merged = [free.get(r["claim"], r) for r in reduced]
+    out = []
+    for r in merged:
+        if str(r["statistic"]).startswith("parts "):
+            parts = [p for p in merged if len(p["claim"]) == len(r["claim"]) + 1 and p["claim"].startswith(r["claim"])]
+            r = combine(r["claim"], r["statement"], parts)
+        out.append(r)
+    return out
+
+
 def _mark_score(table: list[dict], score: str) -> list[dict]:
     """Name a secondary score in the statistic of every part that rests on it (the primary goes unnamed)."""
     if score == SCORE:
@@ -570,7 +639,10 @@ def evaluate_study(study_dir: str, reps: int = REPS, seed: int = 0, out: str | N
     alone, ids tagged with it); a claim whose designs have not run is ``no data``. ``score``:
     one of ``SCORES``, the per-run score the verdicts rest on."""
     _check_score(score)
-    cache = {}
+    cache = {design: _design_rows(study_dir, design) for design in study_designs()}
+    every = [r for rows, *_ in cache.values() for r in rows]
+    random_all = {k: v for *_, rnd, _, _ in cache.values() for k, v in rnd.items()}
+    ceiling = ceiling_tasks(every, random_all, score)
     table = []
     runs = []  # each claim on its designs, then again on each of its repeat designs alone
     for fn, designs in STUDY_SOURCES.items():
@@ -589,8 +661,7 @@ def evaluate_study(study_dir: str, reps: int = REPS, seed: int = 0, out: str | N
             part = [{**r, "why": f"{note}; {r['why']}" if r["why"] else note} for r in fn(Data([], None))]
         else:
             rows = sorted(rows, key=tables._row_order)
-            part = fn(Data(rows, random or None, curves, reps=reps, seed=seed, score=score, costs=costs,
-                           left_out=notes))
+            part = _claim_rows(fn, rows, random or None, curves, costs, notes, reps, seed, score, ceiling)
         table += [{**r, "claim": f"{r['claim']}{tag}"} for r in part]
     _mark_score(table, score)
     _write(table, out)
@@ -608,11 +679,13 @@ def evaluate(run_dirs, reps: int = REPS, seed: int = 0, out: str | None = None, 
     except OSError:
         curves = []
     rows, curves, costs, left_out = _complete(rows, curves, load_costs(run_dirs))
-    d = Data(rows, load_random_scores(run_dirs), curves, reps=reps, seed=seed, score=score, costs=costs,
-             left_out={t: f"no {', '.join(lacks)}" for t, lacks in left_out.items()})
+    random = load_random_scores(run_dirs)
+    notes = {t: f"no {', '.join(lacks)}" for t, lacks in left_out.items()}
+    ceiling = ceiling_tasks(rows, random, score)
     table = []
     for fn in CLAIMS:
-        table += fn(d) if rows else [_no_data(fn.__name__.split("_")[1], "", "", "no scores.csv rows")]
+        table += (_claim_rows(fn, rows, random, curves, costs, notes, reps, seed, score, ceiling) if rows
+                  else [_no_data(fn.__name__.split("_")[1], "", "", "no scores.csv rows")])
     _mark_score(table, score)
     _write(table, out)
     return table

@@ -189,9 +189,12 @@ def claims_table(build: Build, which: str = CLAIMS) -> str:
     for r in results.read_table(build.dst(which)):
         ci = f"[{_num(r['ci_low'], '.3g')}, {_num(r['ci_high'], '.3g')}]" if _finite(r["ci_low"]) else "—"
         claim = f"{r['claim']}: {r['statement']}" if isinstance(r["statement"], str) else str(r["claim"])
+        rests = r["rests_on"] if isinstance(r["rests_on"], str) and r["rests_on"] else ""
+        if r["verdict"] == "no data" and isinstance(r["why"], str):  # say why it was not called
+            rests = r["why"]
         rows.append([claim, r["verdict"], r["statistic"] if isinstance(r["statistic"], str) else "",
-                     _num(r["point"], ".3g"), ci, r["rests_on"] if isinstance(r["rests_on"], str) else ""])
-    return _table(["claim", "verdict", "statistic", "point", "95% CI", "rests on"], rows)
+                     _num(r["point"], ".3g"), ci, rests])
+    return _table(["claim", "verdict", "statistic", "point", "95% CI", "rests on (no data: why)"], rows)
 
 
 def tuned_table(build: Build, tuned: str = TUNED) -> str:
@@ -401,8 +404,9 @@ def summary_block(build: Build) -> str:
         out += [f"- **The pendulum-suite study** (`results/study/`, four tasks: the pendulums, reacher, FingerSpin; "
                 f"`results/claims.csv`): claims {_claim_verdicts(build.dst(CLAIMS))} on the final return"
                 + (f"; on the AUC {_claim_verdicts(build.dst(CLAIMS_AUC))}" if os.path.exists(build.dst(CLAIMS_AUC))
-                   else "") + ". Two of its tasks sit at their ceiling (below), so these verdicts cannot tell "
-                "VACO from a tuned PPO-Clip; the locomotion study is the test.", ""]
+                   else "") + ". Its two pendulums sit at their ceiling on the final return and leave the "
+                "final-return claims (no data where nothing else is left); the area under the curve keeps them. "
+                "These verdicts cannot tell VACO from a tuned PPO-Clip; the locomotion study is the test.", ""]
     loco_figures = sorted(glob.glob(os.path.join(build.src("docs", "figures", "locomotion"), "*.png")))
     out += ["- **Figures**: `docs/figures/study_*.png` (the pendulum-suite study: `python experiments/rebuild_docs.py`); "
             + (f"`docs/figures/locomotion/` ({len(loco_figures)} figures of the locomotion study, pooled and per "
