@@ -286,9 +286,15 @@ def test_the_summary_follows_the_locomotion_study_and_the_peer_check(tmp_path):
     assert "stale" not in text and "1 units finished — tune 1 (ppo_clip)" in text
     assert "| PPO-Clip | clip_epsilon | 0.2 (AUC 2,047) |" in text
     assert "Hopper-v4 cleanrl: 2,400 ± 141, inside" in text and "No verdict yet" in text
+    assert "No deviation from the protocol is recorded" in text
     results.write_table(str(loco / "manifest.csv"), [{"unit": "tune/ppo_clip", "runs": 18},
                                                      {"unit": "tune/vaco", "runs": 18}])
     assert rd.main(["--root", str(root), "--check"]) == 1  # a finished unit: the summary is out of date
+    results.write_table(str(loco / "deviations.csv"), [{"date": "2026-12-05 10:00 UTC", "protocol_sha256": "x",
+                                                        "previous": "y", "deviation": "a seed added"}])
+    assert rd.main(["--root", str(root)]) == 0
+    assert ("Deviations from the protocol (`results/locomotion/deviations.csv`), 1: 2026-12-05 10:00 UTC: a seed "
+            "added.") in (root / "FINDINGS.md").read_text()
 
 
 def _loco_scores(task, method, depths, aucs, diverged=()):
@@ -430,3 +436,26 @@ def test_the_locomotion_verdicts_block_and_summary_line_read_verdicts_csv(tmp_pa
     rows[0]["verdict"] = "fails"
     results.write_table(str(loco / "verdicts.csv"), rows)
     assert rd.main(["--root", str(root), "--check"]) == 1
+
+
+def test_the_locomotion_diagnostics_block_averages_each_task_once(tmp_path):
+    """Per method, tuning and B: a diagnostic's mean over each task's runs, then over the tasks (a task
+    with more runs does not weigh more); a diverged run is left out; a column a method lacks is "—"."""
+    rd = _rebuild_docs()
+    root = _tree(tmp_path, HEAD + BEGIN.format("locomotion_diagnostics") + END.format("locomotion_diagnostics") + TAIL)
+    loco = root / "results" / "locomotion"
+    runs = {"study/Hopper-v4/vaco": [0.1, 0.1, 0.1, 5.0], "study/Walker2d-v4/vaco": [0.3],
+            "lag_aware/Hopper-v4/vaco": [0.7]}
+    for unit, fractions in runs.items():
+        stage, task, method = unit.split("/")
+        d = loco / "study" / task / method / ("variant=lag_aware" if stage == "lag_aware" else "")
+        os.makedirs(d, exist_ok=True)
+        results.write_table(str(d / "scores.csv"), [
+            {"env": task, "method": method, "lag_depth": 32, "seed": s, "diverged": f == 5.0, "auc_eval_return": 1.0,
+             "final_eval_return": 1.0, "mean_filtered_fraction": f, "mean_tv_behaviour": 2 * f}
+            for s, f in enumerate(fractions)])
+    results.write_table(str(loco / "manifest.csv"), [{"unit": u} for u in runs])
+    assert rd.main(["--root", str(root)]) == 0
+    lines = [line for line in (root / "FINDINGS.md").read_text().splitlines() if line.startswith("| VACO")]
+    assert lines == ["| VACO | B = 1 tuning | 32 | 2 | — | 0.400 | — | 0.200 | — | — |",
+                     "| VACO | lag-aware tuning | 32 | 1 | — | 1.400 | — | 0.700 | — | — |"]

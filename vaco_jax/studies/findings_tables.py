@@ -288,3 +288,47 @@ def locomotion_verdict_summary(root: str) -> str | None:
                        if primary.count(v))
     return (f"Primary family (claim 1: P(VACO > X) on the AUC for X in PPO-Clip, PPO-KL, SPO; Holm over "
             f"{len(primary)}): {counts} (`results/locomotion/verdicts.csv`).")
+
+
+# (column of scores.csv, header): the per-run diagnostics the locomotion summary reads (docs/diagnostics.md)
+LOCOMOTION_DIAGNOSTICS = (("mean_mean_staleness", "mean age (versions)"),
+                          ("mean_tv_behaviour", "TV to behaviour β"),
+                          ("mean_tv_learner", "TV to π_T (the learner's move)"),
+                          ("mean_filtered_fraction", "filtered fraction"),
+                          ("mean_clip_fraction", "clip fraction"),
+                          ("mean_entropy", "entropy"))
+
+
+def locomotion_diagnostics_table(root: str) -> str:
+    """Per method, tuning and lag depth: each diagnostic's mean over a task's runs, averaged over the tasks
+    that have it (each task counts once), from the committed study and lag-aware units; diverged runs
+    left out. A diagnostic a method does not record is "—"."""
+    from vaco_jax.analysis import figures
+    from vaco_jax.analysis.tables import is_diverged
+
+    loco = os.path.join(root, LOCOMOTION)
+    manifest = os.path.join(loco, "manifest.csv")
+    if not os.path.exists(manifest):
+        return "No unit of the locomotion study has finished.\n"
+    units = [r["unit"] for r in results.read_table(manifest) if r["unit"].split("/")[0] in ("study", "lag_aware")]
+    cells: dict = {}  # (method, stage, B) -> task -> rows
+    for unit in units:
+        stage, task, method = unit.split("/")
+        for r in results.read_table(os.path.join(unit_scores_dir(loco, unit), "scores.csv")):
+            if not is_diverged(r):
+                cells.setdefault((method, stage, int(r["lag_depth"])), {}).setdefault(task, []).append(r)
+    methods = figures.sort_methods({k[0] for k in cells})
+    rows = []
+    for key in sorted(cells, key=lambda k: (methods.index(k[0]), STAGES.index(k[1]), k[2])):
+        method, stage, b = key
+        values = []
+        for column, _ in LOCOMOTION_DIAGNOSTICS:
+            per_task = [np.nanmean([float(r.get(column, "nan")) for r in rs]) for rs in cells[key].values()
+                        if any(np.isfinite(float(r.get(column, "nan"))) for r in rs)]
+            values.append(num(np.mean(per_task), ".3f") if per_task else "—")
+        rows.append([figures.method_label(method), STAGE_LABEL[stage], str(b), str(len(cells[key]))] + values)
+    return ("Diagnostics of the study seeds' runs (`scores.csv`, per-run means over training; docs/diagnostics.md): "
+            "per method, step-knob tuning and lag depth B, each task's mean over its runs, averaged over the tasks "
+            "(each counts once). The TVs are the minibatch estimates ½·mean|ratio − 1|, which exceed 1 when the "
+            "policy moves far.\n\n"
+            + table(["method", "step knob", "B", "tasks"] + [h for _, h in LOCOMOTION_DIAGNOSTICS], rows))

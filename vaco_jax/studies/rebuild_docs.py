@@ -346,6 +346,16 @@ def _claim_verdicts(path: str) -> str:
     return ", ".join(f"{r['claim']} {r['verdict']}" for r in whole)
 
 
+def _deviations(loco: str) -> str:
+    """The locomotion protocol's recorded deviations (``deviations.csv``), dated, or that there is none."""
+    path = os.path.join(loco, "deviations.csv")
+    rows = results.read_table(path) if os.path.exists(path) else []
+    if not rows:
+        return "No deviation from the protocol is recorded (`results/locomotion/deviations.csv` absent)."
+    return (f"Deviations from the protocol (`results/locomotion/deviations.csv`), {len(rows)}: "
+            + "; ".join(f"{r['date']}: {r['deviation']}" for r in rows) + ".")
+
+
 def summary_block(build: Build) -> str:
     """FINDINGS.md's first screen: where each study stands, read from ``results/`` alone."""
     from vaco_jax.analysis import figures, peer
@@ -370,7 +380,8 @@ def summary_block(build: Build) -> str:
                    f"{len(units)} units finished — {done or 'none'}. "
                    + (findings_tables.locomotion_verdict_summary(build.root) if os.path.exists(verdicts) else
                       "No verdict yet: `python experiments/locomotion.py report` applies the protocol's rules once "
-                      "the study units are done; `plan` lists what is left."))
+                      "the study units are done; `plan` lists what is left.")
+                   + " " + _deviations(loco))
         out.append("")
         tuned_path = os.path.join(loco, "tuned.json")
         if os.path.exists(tuned_path):
@@ -438,6 +449,7 @@ BLOCKS: dict[str, Callable[[Build], str]] = {
     "summary": summary_block,
     "locomotion_units": lambda b: findings_tables.locomotion_units_table(b.root),
     "locomotion_verdicts": lambda b: findings_tables.locomotion_verdicts_table(b.root),
+    "locomotion_diagnostics": lambda b: findings_tables.locomotion_diagnostics_table(b.root),
     "sim_vs_real": lambda b: findings_tables.sim_vs_real_table(b.root),
 }
 
