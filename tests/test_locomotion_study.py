@@ -217,10 +217,32 @@ def test_the_report_draws_the_study_figures_pooled_and_per_task(tmp_path, capsys
         assert f"{view}_auc_vs_lag.png" in names and f"{view}_final_retention.png" in names
     assert "all_probability_of_improvement.png" in names and "all_performance_profiles.png" in names
     assert "Hopper-v4_probability_of_improvement.png" not in names  # pooled figures: the pooled view only
+    assert "all_interval_estimates_both_tunings.png" in names and "Hopper-v4_interval_estimates_both_tunings.png" in names
     assert not any(n.startswith("Walker2d-v4") for n in names)  # no units yet: named, not drawn
     out = capsys.readouterr().out
     assert "no study unit of Walker2d-v4" in out and "skipped Hopper-v4_learning_curves.png" in out
     assert all(os.path.getsize(x) > 1000 for x in paths)
+
+
+def test_a_lag_aware_unit_joins_the_tunings_view_as_a_method_of_its_own(tmp_path):
+    """The figure of claim 1 with both tunings reads the lag-aware runs as "VACO | lag-aware tuning", apart from
+    VACO at its B = 1 tuning (never pooled with it); the other views leave them out."""
+    study = study_module("locomotion")
+    _study_scores(str(tmp_path), 0.0)
+    d = tmp_path / "study" / "Hopper-v4" / "vaco" / "variant=lag_aware"
+    os.makedirs(d)
+    results.write_table(str(d / "scores.csv"), [dict(env="Hopper-v4", method="vaco", variant="lag_aware", lag_depth=32,
+                                                     seed=s, final_eval_return=900.0, auc_eval_return=900.0,
+                                                     diverged=False) for s in range(10)])
+    results.write_cells(str(d), [dict(lag_depth=32, seed=s) for s in range(10)])
+    with_it, without = tmp_path / "with", tmp_path / "without"
+    assert study._study_view(str(tmp_path), str(with_it), ["Hopper-v4"], lag_aware=True) == ["Hopper-v4"]
+    study._study_view(str(tmp_path), str(without), ["Hopper-v4"])
+    methods = {r["method"] for r in results.load_scores(str(with_it))}
+    assert methods == {"ppo_clip", "ppo_kl", "spo", "vaco", "vaco | lag-aware tuning"}
+    assert {r["method"] for r in results.load_scores(str(without))} == {"ppo_clip", "ppo_kl", "spo", "vaco"}
+    aware = [r for r in results.load_scores(str(with_it)) if r["method"] == "vaco | lag-aware tuning"]
+    assert len(aware) == 10 and all(int(r["lag_depth"]) == 32 and "variant" not in r for r in aware)
 
 
 def test_a_units_provenance_is_merged_into_the_committed_files_never_replacing_them(tmp_path):

@@ -63,7 +63,11 @@ STUDY_FIGURES = (
     ("interval_estimates_auc", "plot_interval_estimates", ("auc_eval_return", "normalized"), "pooled"),
     ("probability_of_improvement", "plot_probability_of_improvement", ("auc_eval_return",), "pooled"),
     ("performance_profiles", "plot_performance_profiles", ("auc_eval_return",), "pooled"),
+    # claim 1 with both tunings: the lag-aware units join as methods of their own ("PPO-Clip (lag-aware
+    # tuning)"), at B = 32 beside every method at its B = 1 tuning
+    ("interval_estimates_both_tunings", "plot_interval_estimates", ("auc_eval_return", "normalized"), "tunings"),
 )
+LAG_AWARE_LABEL = "lag-aware tuning"
 
 
 @dataclasses.dataclass
@@ -553,10 +557,28 @@ def verdicts(p: dict, results_dir: str) -> list[dict]:
     return out
 
 
-def _study_view(results_dir: str, dst: str, tasks: list[str]) -> list[str]:
-    """A run directory at ``dst`` holding the study units of ``tasks`` at each method's B = 1 tuning (the
-    lag-aware runs, a second setting, are left out: the figures compare methods over one setting).
-    Returns the tasks it holds."""
+def _lag_aware_copy(group: str, dst: str, method: str) -> None:
+    """A lag-aware unit's tables at ``dst`` as a method of its own: ``<method> | lag-aware tuning`` (the
+    figures' label for a method at one setting), its ``variant`` column dropped."""
+    from vaco_jax.analysis import figures, results
+
+    os.makedirs(dst, exist_ok=True)
+    for name in COPIED:
+        path = os.path.join(group, name)
+        if not os.path.exists(path):
+            continue
+        if name.endswith(".csv"):
+            rows = [{**{k: v for k, v in r.items() if k != "variant"},
+                     "method": f"{method}{figures.SETTING_SEP}{LAG_AWARE_LABEL}"} for r in results.read_table(path)]
+            results.write_table(os.path.join(dst, name), rows)
+        else:
+            shutil.copyfile(path, os.path.join(dst, name))
+
+
+def _study_view(results_dir: str, dst: str, tasks: list[str], lag_aware: bool = False) -> list[str]:
+    """A run directory at ``dst`` holding the study units of ``tasks`` at each method's B = 1 tuning; with
+    ``lag_aware`` also the lag-aware units, each as a method of its own (``_lag_aware_copy``); without
+    it they are left out, so that a figure's methods are each one setting. Returns the tasks it holds."""
     src = os.path.join(results_dir, "study")
     held = []
     for name in ("run.json", "random_scores.json"):
@@ -573,6 +595,9 @@ def _study_view(results_dir: str, dst: str, tasks: list[str]) -> list[str]:
                 if os.path.exists(os.path.join(group, name)):
                     shutil.copyfile(os.path.join(group, name), os.path.join(dst, task, method, name))
             held.append(task)
+            variant = os.path.join(group, f"variant={LAG_AWARE}")
+            if lag_aware and os.path.exists(os.path.join(variant, "scores.csv")):
+                _lag_aware_copy(variant, os.path.join(dst, task, f"{method}-{LAG_AWARE}"), method)
     return sorted(set(held))
 
 
@@ -589,15 +614,18 @@ def draw_figures(p: dict, results_dir: str, figures_dir: str, reps: int = 2000) 
     written = []
     os.makedirs(figures_dir, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp, style.context("default"):
-        views = [("all", list(p["tasks"]))] + [(t, [t]) for t in p["tasks"]]
-        for view, tasks in views:
-            run_dir = os.path.join(tmp, view)
-            if not _study_view(results_dir, run_dir, tasks):
-                print(f"[report] no study unit of {', '.join(tasks)} yet: no {view}_*.png")
+        views = [("all", list(p["tasks"]), False)] + [(t, [t], False) for t in p["tasks"]]
+        views += [(view, tasks, True) for view, tasks, _ in views]  # the same views with the lag-aware units
+        for view, tasks, lag_aware in views:
+            run_dir = os.path.join(tmp, view + ("_tunings" if lag_aware else ""))
+            if not _study_view(results_dir, run_dir, tasks, lag_aware):
+                if not lag_aware:
+                    print(f"[report] no study unit of {', '.join(tasks)} yet: no {view}_*.png")
                 continue
             tables.summarise(run_dir, reps=reps)
             for name, function, fargs, where in STUDY_FIGURES:
-                if not {"all": True, "pooled": view == "all", "task": view != "all"}[where]:
+                if (where == "tunings") != lag_aware or not {
+                        "all": True, "pooled": view == "all", "task": view != "all", "tunings": True}[where]:
                     continue
                 try:
                     paths = getattr(figures, function)(run_dir, *fargs, figures_dir=os.path.join(tmp, "out"))
