@@ -235,9 +235,15 @@ def test_a_lag_aware_unit_joins_the_tunings_view_as_a_method_of_its_own(tmp_path
                                                      seed=s, final_eval_return=900.0, auc_eval_return=900.0,
                                                      diverged=False) for s in range(10)])
     results.write_cells(str(d), [dict(lag_depth=32, seed=s) for s in range(10)])
+    ablation = tmp_path / "study" / "Hopper-v4" / "a3po"  # an ablation unit: a design of its own, never drawn
+    os.makedirs(ablation)
+    results.write_table(str(ablation / "scores.csv"), [dict(env="Hopper-v4", method="a3po", lag_depth=32, seed=0,
+                                                            final_eval_return=1.0, auc_eval_return=1.0, diverged=False)])
+    results.write_cells(str(ablation), [dict(lag_depth=32, seed=0)])
     with_it, without = tmp_path / "with", tmp_path / "without"
-    assert study._study_view(str(tmp_path), str(with_it), ["Hopper-v4"], lag_aware=True) == ["Hopper-v4"]
-    study._study_view(str(tmp_path), str(without), ["Hopper-v4"])
+    main = ["ppo_clip", "ppo_kl", "spo", "vaco"]
+    assert study._study_view(str(tmp_path), str(with_it), ["Hopper-v4"], main, lag_aware=True) == ["Hopper-v4"]
+    study._study_view(str(tmp_path), str(without), ["Hopper-v4"], main)
     methods = {r["method"] for r in results.load_scores(str(with_it))}
     assert methods == {"ppo_clip", "ppo_kl", "spo", "vaco", "vaco | lag-aware tuning"}
     assert {r["method"] for r in results.load_scores(str(without))} == {"ppo_clip", "ppo_kl", "spo", "vaco"}

@@ -575,10 +575,12 @@ def _lag_aware_copy(group: str, dst: str, method: str) -> None:
             shutil.copyfile(path, os.path.join(dst, name))
 
 
-def _study_view(results_dir: str, dst: str, tasks: list[str], lag_aware: bool = False) -> list[str]:
-    """A run directory at ``dst`` holding the study units of ``tasks`` at each method's B = 1 tuning; with
-    ``lag_aware`` also the lag-aware units, each as a method of its own (``_lag_aware_copy``); without
-    it they are left out, so that a figure's methods are each one setting. Returns the tasks it holds."""
+def _study_view(results_dir: str, dst: str, tasks: list[str], methods: list[str], lag_aware: bool = False) -> list[str]:
+    """A run directory at ``dst`` holding the study units of ``tasks`` and ``methods`` (the protocol's: the
+    ablation units, at one lag depth on two tasks, are a design of their own and would leave a task
+    incomplete) at each method's B = 1 tuning; with ``lag_aware`` also the lag-aware units, each as a
+    method of its own (``_lag_aware_copy``); without it they are left out, so that a figure's methods are
+    each one setting. Returns the tasks it holds."""
     src = os.path.join(results_dir, "study")
     held = []
     for name in ("run.json", "random_scores.json"):
@@ -588,7 +590,7 @@ def _study_view(results_dir: str, dst: str, tasks: list[str], lag_aware: bool = 
     for task in tasks:
         for method in sorted(os.listdir(os.path.join(src, task))) if os.path.isdir(os.path.join(src, task)) else []:
             group = os.path.join(src, task, method)
-            if not os.path.exists(os.path.join(group, "scores.csv")):
+            if method not in methods or not os.path.exists(os.path.join(group, "scores.csv")):
                 continue
             os.makedirs(os.path.join(dst, task, method), exist_ok=True)
             for name in COPIED:
@@ -618,7 +620,7 @@ def draw_figures(p: dict, results_dir: str, figures_dir: str, reps: int = 2000) 
         views += [(view, tasks, True) for view, tasks, _ in views]  # the same views with the lag-aware units
         for view, tasks, lag_aware in views:
             run_dir = os.path.join(tmp, view + ("_tunings" if lag_aware else ""))
-            if not _study_view(results_dir, run_dir, tasks, lag_aware):
+            if not _study_view(results_dir, run_dir, tasks, list(p["methods"]), lag_aware):
                 if not lag_aware:
                     print(f"[report] no study unit of {', '.join(tasks)} yet: no {view}_*.png")
                 continue
