@@ -278,15 +278,22 @@ def test_the_study_layout_keeps_designs_apart_and_step_variants_are_methods_of_t
     assert [r["claim"] for r in read_csv(out)] == [r["claim"] for r in table]
 
 
-def test_verdicts_on_the_area_under_the_curve_when_the_final_return_saturates(tmp_path):
-    """Every run ends at the ceiling, but lag slows PPO-Clip's learning: on the final return claim 1b
-    cannot be called (the IQM difference is exactly 0); on the area under the curve it holds. Parts
-    that do not read the score keep their statistic; a score outside ``SCORES`` is refused by name."""
+def _lag_design(tmp_path):
+    """(study directory, its ``lag`` design's run directory), the run directory with its run.json and
+    random scores (``RANDOM``) written."""
     study = str(tmp_path / "study")
     lag = os.path.join(study, "lag")
     os.makedirs(lag)
     results.write_json(os.path.join(lag, "run.json"), {})
     results.write_json(os.path.join(lag, "random_scores.json"), RANDOM)
+    return study, lag
+
+
+def test_verdicts_on_the_area_under_the_curve_when_the_final_return_saturates(tmp_path):
+    """Every run ends at the ceiling, but lag slows PPO-Clip's learning: on the final return claim 1b
+    cannot be called (the IQM difference is exactly 0); on the area under the curve it holds. Parts
+    that do not read the score keep their statistic; a score outside ``SCORES`` is refused by name."""
+    study, lag = _lag_design(tmp_path)
     rng = np.random.default_rng(5)
     for t in SCALE:
         write_group(lag, t, "ppo_clip", {1: 1.0, 16: 0.5}, final={1: 1.0, 16: 1.0}, rng=rng,
@@ -479,11 +486,7 @@ def test_a_task_at_its_ceiling_leaves_the_final_return_parts_only(tmp_path):
     """Task a: synchronous PPO-Clip ends at the best final return any run reached (a ceiling); task b: far
     below it. The final-return parts rest on b alone and name a as left out at its ceiling; the parts
     that do not read the score, and every part on the area under the curve, keep both tasks."""
-    study = str(tmp_path / "study")
-    lag = os.path.join(study, "lag")
-    os.makedirs(lag)
-    results.write_json(os.path.join(lag, "run.json"), {})
-    results.write_json(os.path.join(lag, "random_scores.json"), RANDOM)
+    study, lag = _lag_design(tmp_path)
     rng = np.random.default_rng(6)
     ceiling = {"a": {1: 1.0, 16: 1.0}, "b": None}
     for t in SCALE:
