@@ -482,6 +482,26 @@ def test_a_task_part_way_through_the_study_is_left_out_of_every_pooled_reading(t
     assert {r["env"] for r in figures._score_rows(lag)} == {"a", "b"}
 
 
+def test_the_ceiling_reads_only_the_reference_runs_it_is_given():
+    """``tables.ceiling_tasks``: synchronous PPO-Clip in most runs within 2% of the best. A lag-aware
+    PPO-Clip unit at the ceiling counts only when ``reference`` lets it; diverged runs and runs missing the
+    score take no part (a diverged run's huge score would otherwise move the best); no random score, no
+    ceiling."""
+    def run(method, score, variant="", diverged=False):
+        return {"env": "a", "method": method, "lag_depth": 1, "variant": variant, "final": score,
+                "diverged": diverged}
+    rows = [run("ppo_clip", 50.0), run("ppo_clip", 60.0), run("vaco", 100.0),
+            run("ppo_clip", 99.0, "lag_aware"), run("ppo_clip", 99.5, "lag_aware"), run("ppo_clip", 99.9, "lag_aware")]
+    assert tables.ceiling_tasks(rows, {"a": 0.0}, "final") == ["a"]  # 3 of 5 PPO-Clip runs at the ceiling
+    plain = lambda r: not r["variant"]  # noqa: E731
+    assert tables.ceiling_tasks(rows, {"a": 0.0}, "final", reference=plain) == []
+    at = [run("ppo_clip", 99.0), run("ppo_clip", 100.0), run("vaco", 95.0)]
+    assert tables.ceiling_tasks(at, {"a": 0.0}, "final", reference=plain) == ["a"]
+    assert tables.ceiling_tasks(at + [run("vaco", 1e9, diverged=True), run("vaco", float("nan"))],
+                                {"a": 0.0}, "final") == ["a"]
+    assert tables.ceiling_tasks(at, None, "final") == [] and tables.ceiling_tasks(at, {"b": 0.0}, "final") == []
+
+
 def test_a_task_at_its_ceiling_leaves_the_final_return_parts_only(tmp_path):
     """Task a: synchronous PPO-Clip ends at the best final return any run reached (a ceiling); task b: far
     below it. The final-return parts rest on b alone and name a as left out at its ceiling; the parts

@@ -530,23 +530,12 @@ SCORE_FREE = ("2a", "2b", "3b")
 
 
 def ceiling_tasks(rows: list[dict], random: dict | None, score: str = SCORE) -> list[str]:
-    """The tasks at their ceiling on the final return: synchronous PPO-Clip (``ppo_clip`` at B = 1) ends
-    within ``CEILING_TOLERANCE`` of the random-to-best range below the best final return any run of the
-    task reached, in most of its runs (``rules.at_ceiling``). Such a task cannot tell methods apart on
-    the final return, so it leaves that score's parts (the area under the curve keeps it). Empty for
-    any other score, or without a random score."""
-    from vaco_jax.analysis import rules
-
+    """The tasks at their ceiling on the final return (``tables.ceiling_tasks`` at ``CEILING_TOLERANCE``):
+    such a task cannot tell methods apart on the final return, so it leaves that score's parts (the area
+    under the curve keeps it). Empty for any other score, or without a random score."""
     if score != SCORE or not random:
         return []
-    out = []
-    for task in sorted({r["env"] for r in rows}):
-        ok = [r for r in rows if r["env"] == task and not tables.is_diverged(r) and np.isfinite(tables._value(r, score))]
-        ref = [tables._value(r, score) for r in ok if r["method"] == "ppo_clip" and int(r["lag_depth"]) == 1]
-        if ref and task in random and rules.at_ceiling(ref, max(tables._value(r, score) for r in ok),
-                                                       float(random[task]), CEILING_TOLERANCE):
-            out.append(task)
-    return out
+    return tables.ceiling_tasks(rows, random, score, CEILING_TOLERANCE)
 
 
 def _claim_rows(fn, rows: list[dict], random: dict | None, curves: list[dict], costs: list[dict],

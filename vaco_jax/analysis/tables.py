@@ -124,6 +124,25 @@ def own_b1_reference(rows, method, tasks, score, random: dict | None, where=None
     return reference_scores(rows, tasks, score, random, method=method, where=where)
 
 
+def ceiling_tasks(rows: list[dict], random: dict | None, score: str, tolerance: float = 0.02,
+                  reference=None) -> list[str]:
+    """The tasks at their ceiling on ``score``: synchronous PPO-Clip (``ppo_clip`` at B = 1, and
+    ``reference(row)`` when given) ends within ``tolerance`` of the random-to-best range below the best
+    score any run of the task reached, in most of its runs (``rules.at_ceiling``). Diverged runs and
+    runs missing the score take no part; a task without a random score is never at its ceiling."""
+    from vaco_jax.analysis import rules
+
+    out = []
+    for task in sorted({r["env"] for r in rows}):
+        ok = [r for r in rows if r["env"] == task and not is_diverged(r) and np.isfinite(_value(r, score))]
+        ref = [_value(r, score) for r in ok if r["method"] == REFERENCE_METHOD and int(r["lag_depth"]) == 1
+               and (reference is None or reference(r))]
+        if ref and random and task in random and rules.at_ceiling(
+                ref, max(_value(r, score) for r in ok), float(random[task]), tolerance):
+            out.append(task)
+    return out
+
+
 def empty_aggregate(n_diverged: int, n_missing: int) -> str:
     """The ``aggregate`` label of a cell with no run left: ``all_diverged``, ``all_missing`` (no score:
     e.g. no episode ended in the window) or ``none_left`` (some of each)."""

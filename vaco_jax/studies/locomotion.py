@@ -367,7 +367,7 @@ def verdicts(p: dict, results_dir: str) -> list[dict]:
 
     from vaco_jax.analysis import results
 
-    from vaco_jax.analysis import rules
+    from vaco_jax.analysis import rules, tables
     from vaco_jax.analysis.tables import is_diverged
 
     study_dir = os.path.join(results_dir, "study")
@@ -480,13 +480,8 @@ def verdicts(p: dict, results_dir: str) -> list[dict]:
     # ---- exploratory
     # a task at its ceiling leaves the final-return comparisons (the protocol's ceiling rule)
     final = p["scores"]["secondary"]
-    at_ceiling = {}
-    for t in p["tasks"]:
-        ref = [float(r[final]) for r in rows if r["env"] == t and r["method"] == "ppo_clip"
-               and int(r["lag_depth"]) == 1 and not r.get("variant") and not is_diverged(r)]
-        every = [float(r[final]) for r in rows if r["env"] == t and not is_diverged(r)]
-        if ref and t in random:
-            at_ceiling[t] = rules.at_ceiling(ref, max(every), random[t])
+    ceiling = tables.ceiling_tasks(rows, random, final, reference=lambda r: not r.get("variant"))
+    at_ceiling = {t: t in ceiling for t in p["tasks"] if t in random}
     for score in (p["scores"]["primary"], p["scores"]["secondary"]):
         pool = [t for t in p["tasks"] if not (score == final and at_ceiling.get(t))]
         for m in p["methods"]:
