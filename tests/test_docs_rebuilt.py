@@ -397,7 +397,7 @@ def test_the_locomotion_verdicts_block_and_summary_line_read_verdicts_csv(tmp_pa
     docs out of date."""
     import json
 
-    study = study_module("locomotion")
+    study = study_module("locomotion_report")
     rd = _rebuild_docs()
     blocks = BEGIN.format("summary") + END.format("summary") + BEGIN.format("locomotion_verdicts") + "stale\n" \
         + END.format("locomotion_verdicts")

@@ -179,7 +179,7 @@ def _protocol_for_report(path):
 
 @pytest.mark.parametrize("effect, want", [(0.4, "holds"), (-0.4, "fails"), (0.0, None)])
 def test_the_report_applies_the_primary_rule_with_holm_and_names_what_has_no_data(tmp_path, effect, want):
-    study = study_module("locomotion")
+    study = study_module("locomotion_report")
     _study_scores(str(tmp_path), effect)
     p = _protocol_for_report(tmp_path)
     rows = study.verdicts(p, str(tmp_path))
@@ -206,7 +206,7 @@ def test_the_report_applies_the_primary_rule_with_holm_and_names_what_has_no_dat
 
 
 def test_the_report_draws_the_study_figures_pooled_and_per_task(tmp_path, capsys):
-    study = study_module("locomotion")
+    study = study_module("locomotion_report")
     _study_scores(str(tmp_path), 0.4)
     p = {**_protocol_for_report(tmp_path), "tasks": ["Hopper-v4", "Walker2d-v4"]}  # HalfCheetah-v4's runs: not drawn
     figs = tmp_path / "figures"
@@ -227,7 +227,7 @@ def test_the_report_draws_the_study_figures_pooled_and_per_task(tmp_path, capsys
 def test_a_lag_aware_unit_joins_the_tunings_view_as_a_method_of_its_own(tmp_path):
     """The figure of claim 1 with both tunings reads the lag-aware runs as "VACO | lag-aware tuning", apart from
     VACO at its B = 1 tuning (never pooled with it); the other views leave them out."""
-    study = study_module("locomotion")
+    study = study_module("locomotion_report")
     _study_scores(str(tmp_path), 0.0)
     d = tmp_path / "study" / "Hopper-v4" / "vaco" / "variant=lag_aware"
     os.makedirs(d)
@@ -295,12 +295,12 @@ def test_the_committed_verdicts_are_what_the_committed_per_run_scores_give():
     (the same bootstrap seed and replicates): no verdict, interval or p-value in it was edited or is stale."""
     import numpy as np
 
-    study = study_module("locomotion")
+    study, report = study_module("locomotion"), study_module("locomotion_report")
     loco = os.path.join(ROOT, "results", "locomotion")
     if not os.path.exists(os.path.join(loco, "verdicts.csv")):
         pytest.skip("the locomotion study has not been reported yet (no results/locomotion/verdicts.csv)")
     p, _ = study.load_protocol(os.path.join(loco, "protocol.json"))
-    want = study.verdicts(p, loco)
+    want = report.verdicts(p, loco)
     have = results.read_table(os.path.join(loco, "verdicts.csv"))
     assert len(have) == len(want)
     for h, w in zip(have, want):
