@@ -16,6 +16,7 @@ from vaco_jax.analysis import tables
 from vaco_jax.analysis import claims
 
 from vaco_jax.analysis import figures
+from vaco_jax.analysis import plotting
 
 from vaco_jax.analysis import results
 from vaco_jax.analysis.results import atomic_write_text, read_csv, rows_to_csv
@@ -479,7 +480,7 @@ def test_a_task_part_way_through_the_study_is_left_out_of_every_pooled_reading(t
     assert {r["n_tasks"] for r in pooled} == {2} and "spo" in {r["method"] for r in pooled}
     alone = tables.summary_rows([r for r in results.load_scores(lag) if r["env"] == "c"], {"c": 0.0}, reps=50)
     assert {r["method"] for r in alone} == {"ppo_clip", "ppo_kl", "vaco"}
-    assert {r["env"] for r in figures._score_rows(lag)} == {"a", "b"}
+    assert {r["env"] for r in plotting.score_rows(lag)} == {"a", "b"}
 
 
 def test_the_ceiling_reads_only_the_reference_runs_it_is_given():

@@ -13,6 +13,7 @@ import pytest
 from vaco_jax.analysis import tables
 
 from vaco_jax.analysis import figures
+from vaco_jax.analysis import reviewer_figures
 from vaco_jax.analysis import results
 from vaco_jax.analysis.results import atomic_write_text, read_csv, rows_to_csv
 
@@ -318,8 +319,8 @@ def test_probability_of_improvement_is_computed_apart_and_drawn_as_returned(run_
     fake = {2: [{"method": "a3po", "point": 0.25, "low": 0.125, "high": 0.375}]}
     calls, drawn = [], []
     monkeypatch.setattr(reviewer, "probability_of_improvement", lambda *a, **k: calls.append((a, k)) or fake)
-    monkeypatch.setattr(figures, "save_figure", lambda fig, *a, **k: drawn.append(fig) or [])
-    figures.plot_probability_of_improvement(run_dir)
+    monkeypatch.setattr(reviewer_figures, "save_figure", lambda fig, *a, **k: drawn.append(fig) or [])
+    reviewer_figures.plot_probability_of_improvement(run_dir)
     (args, kwargs), = calls
     assert args[1:4] == ("vaco", "final_eval_return", 300)  # reps: the run's bootstrap_reps
     ax = [a for a in drawn[0].axes if a.get_visible()]

@@ -11,6 +11,7 @@ import pytest
 from conftest import tiny_config, study_module
 from vaco_jax.analysis import tables
 from vaco_jax.analysis import figures
+from vaco_jax.analysis import reviewer_figures
 from vaco_jax.analysis import results
 from vaco_jax.driver import grid, study
 from vaco_jax.core.config import ConfigError
@@ -122,8 +123,9 @@ def test_several_run_directories_merge_into_one_summary_and_a_cell_twice_is_an_e
                                out=merged_dir)
     assert by == tables.summarise_by(whole, ("method", "lag_depth"), reps=100)
     drawn = []  # which figures go where (rendering them is test_plots' job, and slow)
-    monkeypatch.setattr(figures, "save_figure",
-                        lambda fig, run_dir, name, figures_dir=None: drawn.append((run_dir, name)) or [name])
+    for module in (figures, reviewer_figures):
+        monkeypatch.setattr(module, "save_figure",
+                            lambda fig, run_dir, name, figures_dir=None: drawn.append((run_dir, name)) or [name])
     paths = figures.make_all([part_a, part_b], out=merged_dir, reps=100)
     assert {"learning_curves_hopper", "learning_curves_inverted_double_pendulum", "tv_vs_lag",
             "aggregate_vs_lag_final_eval_return_normalized"} <= set(paths)
