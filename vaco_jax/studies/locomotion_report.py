@@ -177,8 +177,8 @@ def verdicts(p: dict, results_dir: str) -> list[dict]:
     # ---- exploratory
     # a task at its ceiling leaves the final-return comparisons (the protocol's ceiling rule)
     final = p["scores"]["secondary"]
-    ceiling = tables.ceiling_tasks(rows, random, final, reference=lambda r: not r.get("variant"))
-    at_ceiling = {t: t in ceiling for t in p["tasks"] if t in random}
+    ceiling_tasks = tables.ceiling_tasks(rows, random, final, reference=lambda r: not r.get("variant"))
+    at_ceiling = {t: t in ceiling_tasks for t in p["tasks"] if t in random}
     for score in (p["scores"]["primary"], p["scores"]["secondary"]):
         pool = [t for t in p["tasks"] if not (score == final and at_ceiling.get(t))]
         for m in p["methods"]:
