@@ -14,6 +14,7 @@ from vaco_jax.analysis import tables
 
 from vaco_jax.analysis import results
 from vaco_jax.analysis.results import rows_to_csv
+from vaco_jax.studies import pendulum_tables
 
 from test_plots import RANDOM, TASKS, _write_group
 
@@ -124,14 +125,14 @@ def test_an_edited_results_table_is_refused_not_read(tmp_path, capsys):
 
 def test_the_screen_tables_follow_the_screen_rules():
     rd = _rebuild_docs()
-    text = rd.screens_table(os.path.join(REPO, "results", "screens_2m", "screens.csv"))
+    text = pendulum_tables.screens_table(os.path.join(REPO, "results", "screens_2m", "screens.csv"))
     assert ("| CartpoleSwingup | 20.0 | 510.1 | 0.50 | 0.66 | 605.6 | −0.19 | yes (just) | no (B = 16 higher) |"
             in text)
     # B = 1 got 3% of the way: its "loss" at B = 16 is not judged (MIN_PROGRESS), so not shown
     assert "| AcrobotSwingup | 7.5 | 39.2 | 0.03 | 0.31 | 25.8 | — | no | no |" in text
     # screens of several budgets in one table, each row with its runs' env steps (from run.json)
-    text = rd.screens_table(*(os.path.join(REPO, "results", "screens_lr1e-3", d, "screens.csv")
-                              for d in rd.SCREENS_LR), steps=True)
+    text = pendulum_tables.screens_table(*(os.path.join(REPO, "results", "screens_lr1e-3", d, "screens.csv")
+                                           for d in rd.SCREENS_LR), steps=True)
     lines = [line for line in text.splitlines() if line.startswith("| ") and "task" not in line]
     assert [line.split(" | ")[:2] for line in lines] == [
         ["| CartpoleSwingup", "2,000,000"], ["| PointMass", "1,000,000"], ["| CartpoleBalance", "600,000"]]
@@ -251,7 +252,7 @@ def test_check_names_a_changed_study_figure_and_table(tmp_path, monkeypatch, cap
 def test_the_cost_block_reads_the_learner_cost_table(tmp_path):
     rd = _rebuild_docs()
     build = rd.Build(str(tmp_path), str(tmp_path))
-    assert "does not exist yet" in rd.cost_table(build)
+    assert "does not exist yet" in pendulum_tables.cost_table(build)
     path = tmp_path / "results" / "study" / "proximal" / "learner_cost.csv"
     path.parent.mkdir(parents=True)
     rows = [{"env": "hopper", "method": m, "round": r, "learner_ms": ms + r, "lag_depth": 16}
@@ -260,7 +261,7 @@ def test_the_cost_block_reads_the_learner_cost_table(tmp_path):
     results.write_json(str(path)[:-4] + ".json", {"measurements": [
         {"tasks": ["hopper"], "cpu": "AMD EPYC", "cpu_count": 2, "jax": "0.10.2", "date": "2026-11-30 19:00 UTC"}]})
     assert "| hopper | 2 | 9.50 | 11.50 | 0.826 | AMD EPYC, 2 cores, jax 0.10.2 | 2026-11-30 19:00 UTC |" \
-        in rd.cost_table(build)
+        in pendulum_tables.cost_table(build)
 
 
 def test_the_summary_follows_the_locomotion_study_and_the_peer_check(tmp_path):
