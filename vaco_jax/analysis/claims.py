@@ -10,7 +10,7 @@ Runs pool over the *complete* tasks only (:func:`vaco_jax.analysis.tables.comple
 the study): a task on which a design has not finished every (method, lag depth) cell is left out of
 that design's claims, and every part's ``rests_on`` names it ("left out, unfinished: ...").
 
-**Ceiling.** On the final return, a task where synchronous PPO-Clip ends within ``CEILING_TOLERANCE``
+**Ceiling.** On the final return, a task where synchronous PPO-Clip ends within ``rules.CEILING_TOLERANCE``
 (2% of the random-to-best range) of the best final return any run of the study reached there, in
 most of its runs, cannot tell methods apart: it leaves every part that reads the final return (its
 ``rests_on`` says "left out, at the ceiling"), and stays in the parts that do not read the score and
@@ -50,7 +50,8 @@ holds if every part holds, is ``no data`` if every part is, and is inconclusive 
    (the traced knob ``ewma_reset_threshold``, e.g. ``--sweep ewma_reset_threshold=0,0.5``) is 0: a
    threshold of 0 never resets; holds if CI high < 0.5, fails if CI low > 0.5; ``no data`` without
    such rows, and *not tested* (``no data``, saying why) when the reset never fired in the runs with it
-   on — ``mean_ewma_resets`` 0 in every one — since then both variants are the same runs). The mismatch itself is the traced knob ``mismatch_strength`` (docs/lag.md).
+   on — ``mean_ewma_resets`` 0 in every one — since then both variants are the same runs). The mismatch
+   itself is the traced knob ``mismatch_strength`` (docs/lag.md).
 5. Realign-only (``5a``) and filter-only (``5b``) VACO are each worse than full VACO at B = 16:
    P(VACO > variant); holds if CI low > 0.5, fails if CI high < 0.5.
 6. VACO's edge over PPO-Clip at B = 16 is lag robustness, not only a larger step: P(VACO > PPO-Clip)
@@ -84,7 +85,6 @@ EQUIVALENCE_WIDTH = 0.3
 NONINFERIORITY_MARGIN = 0.1
 EWMA_RESET_COLUMN = "ewma_reset_threshold"
 EWMA_RESETS = "mean_ewma_resets"  # per-run diagnostic: resets per phase (0 in every run: the reset never acted)
-CEILING_TOLERANCE = 0.02  # share of the random-to-best range (vaco_jax.analysis.rules.at_ceiling)
 REPS = 2000
 CONFIDENCE = 0.95
 VERDICTS = ("holds", "fails", "inconclusive", "no data")
@@ -530,12 +530,12 @@ SCORE_FREE = ("2a", "2b", "3b")
 
 
 def ceiling_tasks(rows: list[dict], random: dict | None, score: str = SCORE) -> list[str]:
-    """The tasks at their ceiling on the final return (``tables.ceiling_tasks`` at ``CEILING_TOLERANCE``):
+    """The tasks at their ceiling on the final return (``tables.ceiling_tasks``):
     such a task cannot tell methods apart on the final return, so it leaves that score's parts (the area
     under the curve keeps it). Empty for any other score, or without a random score."""
     if score != SCORE or not random:
         return []
-    return tables.ceiling_tasks(rows, random, score, CEILING_TOLERANCE)
+    return tables.ceiling_tasks(rows, random, score)
 
 
 def _claim_rows(fn, rows: list[dict], random: dict | None, curves: list[dict], costs: list[dict],

@@ -177,7 +177,10 @@ def equivalence(a, x, margin: float, reps: int = REPS, seed=SEED, confidence: fl
     return {"point": point, "low": lo, "high": hi, "margin": margin, "verdict": call}
 
 
-def at_ceiling(ppo_scores, best_score: float, random_score: float, tolerance: float = 0.02) -> bool:
+CEILING_TOLERANCE = 0.02  # the protocols' ceiling: within 2% of the random-to-best range below the best score
+
+
+def at_ceiling(ppo_scores, best_score: float, random_score: float, tolerance: float = CEILING_TOLERANCE) -> bool:
     """A task is at its ceiling when synchronous PPO-Clip ends within ``tolerance`` of the best score any
     run reached (measured on the random-to-best range) in most of its runs."""
     s = np.asarray(ppo_scores, np.float64)

@@ -124,10 +124,11 @@ def own_b1_reference(rows, method, tasks, score, random: dict | None, where=None
     return reference_scores(rows, tasks, score, random, method=method, where=where)
 
 
-def ceiling_tasks(rows: list[dict], random: dict | None, score: str, tolerance: float = 0.02,
+def ceiling_tasks(rows: list[dict], random: dict | None, score: str, tolerance: float | None = None,
                   reference=None) -> list[str]:
     """The tasks at their ceiling on ``score``: synchronous PPO-Clip (``ppo_clip`` at B = 1, and
-    ``reference(row)`` when given) ends within ``tolerance`` of the random-to-best range below the best
+    ``reference(row)`` when given) ends within ``tolerance`` (default ``rules.CEILING_TOLERANCE``) of the
+    random-to-best range below the best
     score any run of the task reached, in most of its runs (``rules.at_ceiling``). Diverged runs and
     runs missing the score take no part; a task without a random score is never at its ceiling."""
     from vaco_jax.analysis import rules
@@ -138,7 +139,8 @@ def ceiling_tasks(rows: list[dict], random: dict | None, score: str, tolerance: 
         ref = [_value(r, score) for r in ok if r["method"] == REFERENCE_METHOD and int(r["lag_depth"]) == 1
                and (reference is None or reference(r))]
         if ref and random and task in random and rules.at_ceiling(
-                ref, max(_value(r, score) for r in ok), float(random[task]), tolerance):
+                ref, max(_value(r, score) for r in ok), float(random[task]),
+                rules.CEILING_TOLERANCE if tolerance is None else tolerance):
             out.append(task)
     return out
 
