@@ -83,7 +83,7 @@ def locomotion_cell(rows: list[dict]) -> str:
 
 def locomotion_units_table(root: str) -> str:
     """The finished study-seed units of the locomotion study (see the module's docstring)."""
-    from vaco_jax.analysis import figures
+    from vaco_jax.analysis import plotting
 
     loco = os.path.join(root, LOCOMOTION)
     manifest = os.path.join(loco, "manifest.csv")
@@ -93,7 +93,7 @@ def locomotion_units_table(root: str) -> str:
         protocol = json.load(f)
     units = [r["unit"] for r in results.read_table(manifest) if r["unit"].split("/")[0] in STAGES]
     tasks = list(dict.fromkeys(protocol["tasks"] + protocol["ablations"]["tasks"]))
-    methods = figures.sort_methods({u.split("/")[2] for u in units})
+    methods = plotting.sort_methods({u.split("/")[2] for u in units})
     units.sort(key=lambda u: (STAGES.index(u.split("/")[0]), tasks.index(u.split("/")[1]),
                               methods.index(u.split("/")[2])))
     depths = sorted({int(b) for b in protocol["lag_depths"]})
@@ -104,7 +104,7 @@ def locomotion_units_table(root: str) -> str:
         by_b = {}
         for r in scores:
             by_b.setdefault(int(r["lag_depth"]), []).append(r)
-        rows.append([task, figures.method_label(method), STAGE_LABEL[stage], str(len(scores))]
+        rows.append([task, plotting.method_label(method), STAGE_LABEL[stage], str(len(scores))]
                     + [locomotion_cell(by_b[b]) if b in by_b else "—" for b in depths])
     header = ["task", "method", "step knob", "runs"] + [f"B = {b}" for b in depths]
     return ("Per unit and lag depth B: the area under the evaluation curve, mean ± standard deviation over "
@@ -133,13 +133,13 @@ def _real_runs(root: str) -> dict[tuple[str, str], list[dict]]:
 
 def sim_vs_real_table(root: str) -> str:
     """The sim-vs-real study's real runs and, once reported, its verdicts (see the module's docstring)."""
-    from vaco_jax.analysis import figures
+    from vaco_jax.analysis import plotting
 
     runs = _real_runs(root) if os.path.exists(os.path.join(root, SIM_VS_REAL, "protocol.json")) else {}
     if not runs:
         return "No real run of the sim-vs-real study has finished (`python experiments/sim_vs_real.py plan`).\n"
     configs = [c["name"] for c in _protocol(root)["configurations"] if any(k[0] == c["name"] for k in runs)]
-    methods = figures.sort_methods({m for _, m in runs})
+    methods = plotting.sort_methods({m for _, m in runs})
     sync = [r for (c, _), rs in runs.items() if c.startswith("sync") for r in rs]
     sync_speed = float(np.mean([r["env_steps_per_second"] for r in sync])) if sync else float("nan")
     rows = []
@@ -152,7 +152,7 @@ def sim_vs_real_table(root: str) -> str:
             speed = float(np.mean([r["env_steps_per_second"] for r in rs]))
             auc, sd = _mean_sd([r["auc_eval_return"] for r in kept])
             final, final_sd = _mean_sd([r["final_eval_return"] for r in kept])
-            rows.append([c, figures.method_label(m), str(len(rs)) + (f" ({len(rs) - len(kept)} diverged)"
+            rows.append([c, plotting.method_label(m), str(len(rs)) + (f" ({len(rs) - len(kept)} diverged)"
                                                                       if len(kept) < len(rs) else ""),
                          num(np.mean([r["mean_age"] for r in rs]), ".2f"), num(speed, ",.0f"),
                          num(speed / sync_speed, ".2f") + "×", f"{num(auc, ',.0f')} ± {num(sd, ',.0f')}",
@@ -178,7 +178,7 @@ def sim_vs_real_table(root: str) -> str:
                 if not any(cells):
                     continue
                 first = next(x for x in cells if x)
-                rows.append([c, figures.method_label(m), v, num(first["sim_mean_age"], ".2f") + " / "
+                rows.append([c, plotting.method_label(m), v, num(first["sim_mean_age"], ".2f") + " / "
                              + num(first.get("sim_realised_mean_age"), ".2f")]
                             + [f"{num(x['sim_mean'], ',.0f')}: {num(x['scaled_difference'], '+.3f')} "
                                f"[{num(x['low'], '+.3f')}, {num(x['high'], '+.3f')}] {x['verdict']}" if x else "—"
@@ -235,7 +235,7 @@ def locomotion_verdicts_table(root: str) -> str:
     """The locomotion study's verdicts (``results/locomotion/verdicts.csv``, written by
     ``experiments/locomotion.py report`` from the committed per-run scores): the primary family, every
     method's retention, then the other exploratory comparisons, the ceiling test and the diverged runs."""
-    from vaco_jax.analysis import figures
+    from vaco_jax.analysis import plotting
 
     path = os.path.join(root, LOCOMOTION, "verdicts.csv")
     if not os.path.exists(path):
@@ -247,7 +247,7 @@ def locomotion_verdicts_table(root: str) -> str:
            "family, the verdict (holds: Holm rejects P ≤ 0.5; fails: the interval lies below 0.5) and the share "
            "of bootstrap seeds 1–20 that give the same verdict.", "",
            table(["X", "tunings", "B", "P(VACO > X)", "p (Holm)", "verdict", "stable", "tasks"],
-                 [[figures.method_label(r["comparison"].split("> ")[1].rstrip(")")),
+                 [[plotting.method_label(r["comparison"].split("> ")[1].rstrip(")")),
                    "lag-aware" if r["tuning"] == "lag_aware" else "B = 1", r["lag_depth"],
                    _interval_text(r) if r["verdict"] != "no data" else "—", num(r["p_holm"], ".4f"), r["verdict"],
                    _stable(r), _tasks(r)] for r in primary])]
@@ -259,7 +259,7 @@ def locomotion_verdicts_table(root: str) -> str:
             "own at B = 1 (0 = a uniform-random policy, 1 = synchronous PPO-Clip), B = 1 tunings, with its 95% "
             "interval.", "",
             table(["method"] + [f"{SCORE_LABEL.get(s, s)}, B = {b}" for s, b in cols],
-                  [[figures.method_label(m)] + [_interval_text(by[(m, s, b)]) if (m, s, b) in by
+                  [[plotting.method_label(m)] + [_interval_text(by[(m, s, b)]) if (m, s, b) in by
                                                 and by[(m, s, b)]["verdict"] != "no data" else "—" for s, b in cols]
                    for m in methods])]
     other = [r for r in rows if r["family"] == "exploratory" and r["claim"] not in ("retention", "ceiling")]
@@ -303,7 +303,7 @@ def locomotion_diagnostics_table(root: str) -> str:
     """Per method, tuning and lag depth: each diagnostic's mean over a task's runs, averaged over the tasks
     that have it (each task counts once), from the committed study and lag-aware units; diverged runs
     left out. A diagnostic a method does not record is "—"."""
-    from vaco_jax.analysis import figures
+    from vaco_jax.analysis import plotting
     from vaco_jax.analysis.tables import is_diverged
 
     loco = os.path.join(root, LOCOMOTION)
@@ -317,7 +317,7 @@ def locomotion_diagnostics_table(root: str) -> str:
         for r in results.read_table(os.path.join(unit_scores_dir(loco, unit), "scores.csv")):
             if not is_diverged(r):
                 cells.setdefault((method, stage, int(r["lag_depth"])), {}).setdefault(task, []).append(r)
-    methods = figures.sort_methods({k[0] for k in cells})
+    methods = plotting.sort_methods({k[0] for k in cells})
     rows = []
     for key in sorted(cells, key=lambda k: (methods.index(k[0]), STAGES.index(k[1]), k[2])):
         method, stage, b = key
@@ -326,7 +326,7 @@ def locomotion_diagnostics_table(root: str) -> str:
             per_task = [np.nanmean([float(r.get(column, "nan")) for r in rs]) for rs in cells[key].values()
                         if any(np.isfinite(float(r.get(column, "nan"))) for r in rs)]
             values.append(num(np.mean(per_task), ".3f") if per_task else "—")
-        rows.append([figures.method_label(method), STAGE_LABEL[stage], str(b), str(len(cells[key]))] + values)
+        rows.append([plotting.method_label(method), STAGE_LABEL[stage], str(b), str(len(cells[key]))] + values)
     return ("Diagnostics of the study seeds' runs (`scores.csv`, per-run means over training; docs/diagnostics.md): "
             "per method, step-knob tuning and lag depth B, each task's mean over its runs, averaged over the tasks "
             "(each counts once). The TVs are the minibatch estimates ½·mean|ratio − 1|, which exceed 1 when the "

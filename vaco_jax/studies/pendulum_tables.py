@@ -117,15 +117,15 @@ def tuned_table(build, tuned: str = TUNED) -> str:
     path = build.src(tuned)
     if not os.path.exists(path):
         return f"_Not built: `{tuned}` does not exist yet._\n"
-    from vaco_jax.analysis import figures
+    from vaco_jax.analysis import plotting
     chosen = results.read_json(path)["chosen"]
     rows = []
     for task in sorted(chosen):
-        for method in figures.sort_methods(chosen[task]):
+        for method in plotting.sort_methods(chosen[task]):
             pick = chosen[task][method]
             best = next(g for g in pick["grid"] if all(g[k] == v for k, v in pick["chosen"].items()))
             knobs = ", ".join(f"{k} = {v:.3g}" for k, v in pick["chosen"].items())
-            rows.append([task, figures.method_label(method), knobs, _num(best["mean_auc"], ",.1f"),
+            rows.append([task, plotting.method_label(method), knobs, _num(best["mean_auc"], ",.1f"),
                          _num(best["mean_final"], ",.1f"), str(len(pick["grid"]))])
     return _table(["task", "method", "chosen", "mean AUC", "mean final", "pairs tried"], rows)
 
@@ -163,17 +163,17 @@ def _iqm_text(row: dict | None, spec: str) -> str:
 
 def _iqm_rows(label: str, summary: list[dict]) -> list[list[str]]:
     """Table rows (one per method x lag depth) of ``tables.summary_rows`` output for one task or all."""
-    from vaco_jax.analysis import figures
+    from vaco_jax.analysis import plotting
     def pick(method, lag, norm):
         return next((r for r in summary if (r["method"], r["lag_depth"], r["normalization"]) == (method, lag, norm)
                      and r["aggregate"] in ("iqm", "all_diverged", "all_missing", "none_left")), None)
 
     out = []
-    for method in figures.sort_methods({r["method"] for r in summary}):
+    for method in plotting.sort_methods({r["method"] for r in summary}):
         for lag in sorted({r["lag_depth"] for r in summary if r["method"] == method}):
             raw = pick(method, lag, "raw")
             runs = str(raw["n_runs"]) + (f" ({raw['n_missing']} no score)" if raw["n_missing"] else "")
-            out.append([label, figures.method_label(method), str(lag), _iqm_text(raw, ",.1f"),
+            out.append([label, plotting.method_label(method), str(lag), _iqm_text(raw, ",.1f"),
                         _iqm_text(pick(method, lag, "normalized"), ".2f"), runs, str(raw["n_diverged"])])
     return out
 
@@ -185,10 +185,10 @@ def study_iqm_table(build) -> str:
     if not build.has_study():
         return NO_STUDY
     from vaco_jax.analysis import tables
-    from vaco_jax.analysis import figures
+    from vaco_jax.analysis import plotting
     scores = results.load_scores(build.study)
     random = results.load_random_scores(build.study)
-    reps = figures.bootstrap_reps(build.study) or 2000
+    reps = plotting.bootstrap_reps(build.study) or 2000
     tasks = sorted({r["env"] for r in scores})
     complete, left_out = tables.complete_tasks(scores)  # what summary_rows pools
     pooled = len({r["env"] for r in complete})
@@ -209,9 +209,9 @@ def wide_iqm_table(build) -> str:
     if not os.path.exists(os.path.join(run, "run.json")):
         return f"_Not built: `{WIDE_LAG}/run.json` does not exist yet._\n"
     from vaco_jax.analysis import tables
-    from vaco_jax.analysis import figures
+    from vaco_jax.analysis import plotting
     scores, random = results.load_scores(run), results.load_random_scores(run)
-    reps = figures.bootstrap_reps(run) or 2000
+    reps = plotting.bootstrap_reps(run) or 2000
     rows = []
     for score, label in (("final_eval_return", "final return"), ("auc_eval_return", "area under the curve")):
         rows += _iqm_rows(label, tables.summary_rows(scores, random, reps=reps, scores=(score,)))
@@ -224,7 +224,7 @@ def cost_table(build) -> str:
     cost``): per task, each method's mean learner milliseconds per phase over the interleaved rounds,
     the ratio A-3PO / decoupled and where and when it was measured."""
     from vaco_jax.analysis import claims
-    from vaco_jax.analysis import figures
+    from vaco_jax.analysis import plotting
     path = build.src(STUDY, "proximal", claims.COST_FILE)
     if not os.path.exists(path):
         return f"_Not built: `{STUDY}/proximal/{claims.COST_FILE}` does not exist yet._\n"
@@ -240,7 +240,7 @@ def cost_table(build) -> str:
         rows.append([task, str(len(ms["a3po"])), _num(a, ".2f"), _num(d, ".2f"), _num(a / d, ".3f"),
                      f"{where.get('cpu', '—')}, {where.get('cpu_count', '—')} cores, jax {where.get('jax', '—')}",
                      str(where.get("date", "—"))])
-    return _table(["task", "rounds", f"{figures.method_label('a3po')} ms", f"{figures.method_label('decoupled_recompute')} ms",
+    return _table(["task", "rounds", f"{plotting.method_label('a3po')} ms", f"{plotting.method_label('decoupled_recompute')} ms",
                    "ratio of means", "machine", "measured"], rows)
 
 

@@ -125,7 +125,7 @@ def _deviations(loco: str) -> str:
 
 def summary_block(build: Build) -> str:
     """FINDINGS.md's first screen: where each study stands, read from ``results/`` alone."""
-    from vaco_jax.analysis import figures, peer
+    from vaco_jax.analysis import peer, plotting
 
     out = ["Where each study stands, read from `results/` by `python experiments/rebuild_docs.py` (the dated "
            "record follows below).", ""]
@@ -143,7 +143,7 @@ def summary_block(build: Build) -> str:
         done = "; ".join(f"{stage} {len(us)} ({', '.join(u.split('/', 1)[1] for u in us)})" for stage, us in stages.items())
         verdicts = os.path.join(loco, "verdicts.csv")
         out.append(f"- **The locomotion study** (`results/locomotion/`, protocol `protocol.md`; "
-                   f"{', '.join(protocol['tasks'])}; {', '.join(figures.method_label(m) for m in protocol['methods'])}): "
+                   f"{', '.join(protocol['tasks'])}; {', '.join(plotting.method_label(m) for m in protocol['methods'])}): "
                    f"{len(units)} units finished — {done or 'none'}. "
                    + (findings_tables.locomotion_verdict_summary(build.root) if os.path.exists(verdicts) else
                       "No verdict yet: `python experiments/locomotion.py report` applies the protocol's rules once "
@@ -155,10 +155,10 @@ def summary_block(build: Build) -> str:
             chosen = results.read_json(tuned_path)["chosen"]
             depths = sorted({b for by in chosen.values() for b in by}, key=int)
             rows = []
-            for method in figures.sort_methods(chosen):
+            for method in plotting.sort_methods(chosen):
                 by = chosen[method]
                 first = next(iter(by.values()))
-                rows.append([figures.method_label(method), first["knob"]]
+                rows.append([plotting.method_label(method), first["knob"]]
                             + [f"{by[b]['value']:g} (AUC {_num(max(g['mean'] for g in by[b]['grid']), ',.0f')})"
                                if b in by else "—" for b in depths])
             out += ["  Step knobs frozen by the tuning (Hopper-v4, tuning seeds; mean AUC of the choice):", "",
