@@ -8,8 +8,9 @@ the score rows. Run it before and after a change on the same machine and compare
     python -m benchmarks.fingerprint runs/fp_before.json
     python -m benchmarks.fingerprint runs/fp_after.json --compare runs/fp_before.json
 
-Exit code 1 when any case differs. Fingerprints are machine-specific (floating point differs across
-CPU types), so only files from one machine are compared.
+Exit code 1 when any case differs; score columns added since the earlier file (a new diagnostic)
+are listed, not counted as a difference, when every earlier column is unchanged. Fingerprints are
+machine-specific (floating point differs across CPU types), so only files from one machine are compared.
 """
 
 from __future__ import annotations
@@ -62,17 +63,45 @@ def policies_hash(path: str) -> str:
     return h.hexdigest()[:16]
 
 
+def _columns(rows) -> dict:
+    """A hash per score column, so a change that only adds columns (a new diagnostic) is told apart
+    from one that changes a number."""
+    rows = rows if isinstance(rows, list) else [rows]
+    names = sorted({k for r in rows for k in r})
+    return {k: _sha(json.dumps([r.get(k) for r in rows], default=str).encode()) for k in names}
+
+
+def _fingerprint(policies: str, rows) -> dict:
+    return {"params": policies_hash(policies), "scores": _sha(json.dumps(rows, sort_keys=True, default=str).encode()),
+            "columns": _columns(rows)}
+
+
 def fingerprints() -> dict:
     out = {}
     for name, (config, cells) in CASES.items():
         d = tempfile.mkdtemp(prefix="fingerprint-")
         rows = runner.run_group(config, [grid.Cell(b, s) for b, s in cells], d, progress=False)
-        out[name] = {"params": policies_hash(os.path.join(d, "policies.npz")),
-                     "scores": _sha(json.dumps(rows, sort_keys=True, default=str).encode())}
+        out[name] = _fingerprint(os.path.join(d, "policies.npz"), rows)
     done = run(_tiny(method="vaco", lag_depth=4), seed=3, out=tempfile.mkdtemp(prefix="fingerprint-"), progress=False)
-    out["single_run"] = {"params": policies_hash(os.path.join(done.group_dir, "policies.npz")),
-                         "scores": _sha(json.dumps(done.scores, sort_keys=True, default=str).encode())}
+    out["single_run"] = _fingerprint(os.path.join(done.group_dir, "policies.npz"), done.scores)
     return out
+
+
+def compare(now: dict, before: dict) -> tuple[list, dict]:
+    """The cases whose parameters or existing score columns differ, and per case the columns added since
+    ``before`` (a file written before per-column hashes existed compares on the whole rows)."""
+    differ, added = [], {}
+    for k in sorted(set(now) | set(before)):
+        a, b = now.get(k), before.get(k)
+        if a is None or b is None or a["params"] != b["params"]:
+            differ.append(k)
+        elif a["scores"] != b["scores"]:
+            old = b.get("columns")
+            if old is None or any(a["columns"].get(c) != h for c, h in old.items()):
+                differ.append(k)
+            else:
+                added[k] = sorted(set(a["columns"]) - set(old))
+    return differ, added
 
 
 def main() -> int:
@@ -91,8 +120,10 @@ def main() -> int:
     if not args.compare:
         return 0
     before = json.load(open(args.compare))
-    differ = sorted(k for k in set(fp) | set(before) if fp.get(k) != before.get(k))
+    differ, added = compare(fp, before)
     print("identical to " + args.compare if not differ else "DIFFERENT: " + ", ".join(differ))
+    for name, cols in added.items():
+        print(f"  {name}: same parameters and score columns; columns added: {', '.join(cols)}")
     return 1 if differ else 0
 
 

@@ -15,7 +15,7 @@ from vaco_jax.core.train import make_train
 from vaco_jax.core.update import reads_learner_logp
 
 # which presets read log π_T themselves (V-trace's ratio, decoupled PPO's proximal policy)
-READS_PI_T = {"vaco", "vaco_realign_only", "impala", "decoupled_recompute"}
+READS_PI_T = {"vaco", "vaco_realign_only", "impala", "decoupled_recompute", "tis", "mis"}
 
 
 def test_which_presets_read_pi_t():
@@ -57,11 +57,14 @@ def test_the_update_is_the_same_without_the_pi_t_diagnostic(method, lag_model):
     for a, b in zip(jax.tree.leaves(on), jax.tree.leaves(off)):
         np.testing.assert_array_equal(a, b)
     assert set(on_diag) == set(off_diag)
+    learner_diags = ("tv_learner", "abs_log_ratio_learner_mean", "abs_log_ratio_learner_p99")
     for name in on_diag:
-        if name != "tv_learner":
+        if name not in learner_diags:
             np.testing.assert_array_equal(on_diag[name], off_diag[name], err_msg=name)
     assert np.all(np.isfinite(on_diag["tv_learner"]))
     # π_T is skipped only where nothing reads it (on the synchronous path π_old is π_T): its diagnostic
     # is NaN then, never a made-up number
     skipped = method not in READS_PI_T and lag_model != "synchronous"
-    assert np.all(np.isnan(off_diag["tv_learner"])) == skipped
+    for name in learner_diags:
+        assert np.all(np.isfinite(on_diag[name])), name
+        assert np.all(np.isnan(off_diag[name])) == skipped, name

@@ -154,6 +154,13 @@ class Config:
     mismatch_bound: Optional[float] = None
     ewma_age: Optional[float] = None
     ewma_reset_threshold: Optional[float] = None
+    weight_floor: Optional[float] = None
+    second_moment_budget: Optional[float] = None
+    trust_width: Optional[float] = None
+    gate_temperature: Optional[float] = None
+    gate_temperature_ratio: Optional[float] = None
+    ratio_cap: Optional[float] = None
+    target_update_phases: Optional[int] = None
 
     def __post_init__(self):
         from vaco_jax.envs import check_env_name

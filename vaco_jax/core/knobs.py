@@ -85,6 +85,21 @@ KNOBS: dict[str, Knob] = {
     "ewma_age": Knob("method", "PPO-EWMA: age of the average in gradient steps (None: (S-1)/2)", low=0),
     "ewma_reset_threshold": Knob("method", "revised PPO-EWMA: reset when the kept fraction falls below it",
                                  low=0, high=1),
+    # the staleness corrections of 2025-26 (docs/corrections.md)
+    "weight_floor": Knob("method", "decoupled PPO, weight_cap_mode='band': keep w = pi_prox/pi_old in "
+                         "[weight_floor, weight_cap] (None: 1/weight_cap)", low=0, low_open=True, optional=True),
+    "second_moment_budget": Knob("method", "M2PO: drop the largest squared log-ratios to beta until their mean is "
+                                 "at most this tau (inf: no filtering)", low=0, low_open=True, allow_inf=True),
+    "trust_width": Knob("method", "GIPO: width sigma of the Gaussian trust weight exp(-l^2/(2 sigma^2)) on the "
+                        "log-ratio to beta (inf: no weighting)", low=0, low_open=True, allow_inf=True),
+    "gate_temperature": Knob("method", "SAPO: temperature tau of the sigmoid gate for positive advantages "
+                             "(larger: a tighter trust region)", low=0, low_open=True),
+    "gate_temperature_ratio": Knob("method", "SAPO: the negative-advantage temperature over the positive one",
+                                   low=0, low_open=True),
+    "ratio_cap": Knob("method", "VCPO: truncation C of the importance weight pi_theta/beta (inf: none)", low=0,
+                      low_open=True, allow_inf=True),
+    "target_update_phases": Knob("method", "IMPACT: phases between copies of the learner into the target policy",
+                                 low=1, integer=True),
 }
 
 LAG_KNOBS = tuple(n for n, k in KNOBS.items() if k.home == "lag")

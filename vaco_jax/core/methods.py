@@ -46,14 +46,15 @@ def piece_class(kind: str, choice: str | type) -> type:
 
 def register_method(name: str, advantage_estimator: type | str, proximal_source: type | str, surrogate: type | str,
                     sample_filter: type | str, description: str = "", label: str = "", colour: str | None = None,
-                    marker: str = "o", step_knob: str | None = None) -> MethodPreset:
+                    marker: str = "o", step_knob: str | None = None, options: dict | None = None) -> MethodPreset:
     """Add a named method (pieces: registry names or a user's own classes); ``Config(method=name)``,
     the command line, figures and tables then know it (``presets.MethodPreset`` for the fields)."""
     if name == CUSTOM:
         raise ConfigError(f"method name {CUSTOM!r} is reserved")
     preset = MethodPreset(piece_class("advantage_estimator", advantage_estimator),
                           piece_class("proximal_source", proximal_source), piece_class("surrogate", surrogate),
-                          piece_class("sample_filter", sample_filter), description, label, colour, marker, step_knob)
+                          piece_class("sample_filter", sample_filter), description, label, colour, marker, step_knob,
+                          dict(options or {}))
     for kind, (_, base, _) in PIECE_KINDS.items():
         if not (isinstance(getattr(preset, kind), type) and issubclass(getattr(preset, kind), base)):
             raise ConfigError(f"register_method({name!r}): {kind} must be a subclass of pieces.{base.__name__}")
@@ -92,6 +93,8 @@ def make_method(name: str, **options) -> Method:
                               f"(which uses {preset_cls.name!r}); {hint}")
         classes[kind] = preset_cls
     piece_names = ", ".join(f"{k}={c.name!r}" for k, c in classes.items())
+    if name != CUSTOM:
+        _apply_preset_options(name, options)
 
     # π_old of the revised EWMA is the EWMA itself: it imposes the surrogate's old-logit source.
     imposed = classes["proximal_source"].old_logit_source
@@ -117,6 +120,21 @@ def make_method(name: str, **options) -> Method:
                    pieces["sample_filter"], name=name)
 
 
+def _apply_preset_options(name: str, options: dict) -> None:
+    """The preset's own option values (``MethodPreset.options``) into ``options``: a structural one must
+    not be contradicted (it is what makes the method); a number is a default the caller may change."""
+    for opt, value in METHODS[name].options.items():
+        given = options.get(opt)
+        if opt in STATIC_CHOICES and given is not None and given != value:
+            wanted = {k: v for k, v in METHODS[name].options.items() if k in STATIC_CHOICES and k != opt}
+            alt = [n for n, p in METHODS.items() if n != name and p.piece_names() == METHODS[name].piece_names()
+                   and p.options.get(opt, given) == given
+                   and all(p.options.get(k) == v for k, v in wanted.items())]
+            hint = f"; method={alt[0]!r} has {opt}={given!r}" if alt else ""
+            raise ConfigError(f"{opt}={given!r} conflicts with method={name!r} (which sets {opt}={value!r}){hint}")
+        options.setdefault(opt, value)
+
+
 def compose(advantage: Any, proximal: Any, surrogate: Any, sample_filter: Any, name: str = CUSTOM) -> Method:
     """A method from four piece instances, refusing combinations in which a piece would be ignored."""
     method = Method(advantage=advantage, proximal=proximal, surrogate=surrogate, sample_filter=sample_filter,
@@ -131,6 +149,12 @@ def check_method(method: Method) -> None:
         piece = getattr(method, attr)
         if not isinstance(piece, base):
             raise ConfigError(f"{kind}: {piece!r} is not a pieces.{base.__name__}")
+    for kind, (attr, _, _) in PIECE_KINDS.items():
+        piece = getattr(method, attr)
+        missing = [q for q in (getattr(piece, "reads", None) or ()) if q not in P.PROVIDED[kind]]
+        if missing:
+            raise ConfigError(f"{kind}={piece.name!r} reads {', '.join(map(repr, missing))}, which the rollout does "
+                              f"not provide to a {kind.replace('_', ' ')} (it provides: {', '.join(P.PROVIDED[kind])})")
     adv, prox, sur, filt = method.pieces()
     if sur.needs_every_step and not adv.every_step:
         raise ConfigError(f"surrogate={sur.name!r} needs an every-step estimator (advantage_estimator="

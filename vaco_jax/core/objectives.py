@@ -19,15 +19,21 @@ import jax
 import jax.numpy as jnp
 
 __all__ = [
+    "truncated_is_pg_loss",
+    "soft_gate_loss",
+    "gaussian_trust_loss",
     "decoupled_ppo_loss",
+    "effective_sample_size",
     "impala_pg_loss",
     "is_pg_loss",
     "mean_abs_ratio_minus_one",
     "mean_exp",
+    "abs_log_ratio_stats",
     "mismatch_mask",
     "normalize_advantages",
     "ppo_clip_loss",
     "ppo_kl_loss",
+    "second_moment_keep",
     "spo_loss",
     "tv_estimate",
     "tv_filter_keep",
@@ -37,7 +43,7 @@ __all__ = [
 
 _sg = jax.lax.stop_gradient
 _TV_SCALES = ("tv", "l1")
-_CAP_MODES = ("truncate", "mask")
+_CAP_MODES = ("truncate", "mask", "band")
 
 
 def _f32(x):
@@ -143,10 +149,12 @@ def decoupled_ppo_loss(
     cap_mode: str = "truncate",
     mismatch_bound=2.0,
     mismatch_log_ratio=None,
+    weight_floor=None,
 ):
     """Decoupled PPO with old logits and mismatch mask (docs/surrogates.md, "Decoupled PPO"):
 
-        w_i  = sg(π_prox/π_old),  capped: ``truncate`` → min(w, w_max); ``mask`` → 0 if w > w_max
+        w_i  = sg(π_prox/π_old),  capped: ``truncate`` → min(w, w_max); ``mask`` → 0 if w > w_max;
+                                  ``band`` → 0 unless w ∈ [w_min, w_max] (masked IS, IcePop)
         m_i  = 1[π_old/π_infer ∈ [1/c, c]]
         r_p  = exp(logp − sg(log π_prox))
         loss = −(1/n) Σ_i m_i · sg(π_old/π_infer) · w_i · min(r_p A, clip(r_p, 1−ε, 1+ε) A)
@@ -160,13 +168,15 @@ def decoupled_ppo_loss(
     (the revised EWMA's per-dimension test); the coefficient keeps the joint ``π_old/π_infer``.
 
     Args:
-      cap_mode: static Python string, ``"truncate"`` or ``"mask"``.
+      cap_mode: static Python string, ``"truncate"``, ``"mask"`` or ``"band"``.
       weight_cap: ``w_max`` (may be traced; ``inf`` disables the cap).
+      weight_floor: ``w_min`` of the ``band`` mode (may be traced; None: ``1/w_max``, the symmetric band).
       mismatch_bound: ``c`` of the mismatch mask (may be traced; ``inf`` disables it).
 
     Metrics: ``clip_fraction`` (``|r_p − 1| > ε``), ``weight_mean`` / ``weight_max`` (of the
     uncapped ``w``), ``capped_fraction`` (``w > w_max``), ``mismatch_kept_fraction`` (mean ``m``),
-    ``mismatch_ratio_mean`` / ``mismatch_ratio_max`` (``r_d = π_old/π_infer``),
+    ``mismatch_ratio_mean`` / ``mismatch_ratio_max`` (``r_d = π_old/π_infer``), with ``capped_fraction``
+    counting the samples outside the band in ``band`` mode,
     ``staleness_ratio_mean`` (``r_s = π_θ/π_old``).
     """
     if cap_mode not in _CAP_MODES:
@@ -182,7 +192,11 @@ def decoupled_ppo_loss(
     exceeds_cap = weight > weight_cap
     if cap_mode == "truncate":
         capped_weight = jnp.minimum(weight, weight_cap)
-    else:
+    elif cap_mode == "mask":
+        capped_weight = jnp.where(exceeds_cap, 0.0, weight)
+    else:  # band: inclusive at both bounds
+        floor = 1.0 / _f32(weight_cap) if weight_floor is None else _f32(weight_floor)
+        exceeds_cap = exceeds_cap | (weight < floor)
         capped_weight = jnp.where(exceeds_cap, 0.0, weight)
 
     if mismatch_log_ratio is None:
@@ -310,6 +324,135 @@ def is_pg_loss(logp, denominator_logp, advantages):
     advantages = _sg(_f32(advantages))
     ratio = jnp.exp(_f32(logp) - _sg(_f32(denominator_logp)))
     return -jnp.mean(ratio * advantages), _ratio_metrics(ratio)
+
+
+# --------------------------------------------------------------------------------------------
+# The staleness corrections of 2025–26 (docs/corrections.md) and the diagnostics every method records
+# --------------------------------------------------------------------------------------------
+
+
+def effective_sample_size(log_w):
+    """Normalised effective sample size of importance weights ``w = exp(log_w)`` (docs/corrections.md, VCPO):
+
+        ESS = (Σ w)² / (N Σ w²)  ∈ [1/N, 1]
+
+    computed in log space, ``exp(2 logsumexp(l) − log N − logsumexp(2 l))``, so it stays finite when
+    the weights overflow float32. No gradient. 1 when every weight is equal.
+    """
+    lw = _sg(_f32(log_w)).reshape(-1)
+    n = jnp.float32(lw.size)
+    return jnp.exp(2.0 * jax.nn.logsumexp(lw) - jnp.log(n) - jax.nn.logsumexp(2.0 * lw))
+
+
+def abs_log_ratio_stats(log_ratio) -> tuple:
+    """``(mean |l|, 99th percentile of |l|)`` over the minibatch (linear interpolation between order
+    statistics, numpy's default). No gradient."""
+    a = jnp.abs(_sg(_f32(log_ratio))).reshape(-1)
+    return jnp.mean(a), jnp.percentile(a, 99.0)
+
+
+def second_moment_keep(log_ratio, budget):
+    """M2PO's second-moment mask (docs/corrections.md, eq. C1): with ``ℓ_i = sg(log_ratio_i)`` and
+    ``M̂₂(kept) = mean of ℓ_i² over the kept samples``, drop the kept sample with the largest ``ℓ²``
+    while ``M̂₂(kept) > τ``.
+
+    The greedy loop drops the ``k`` largest ``ℓ²`` for the smallest ``k`` whose remaining mean is at
+    most ``τ``; computed at once from the sorted values (suffix sums). An empty remainder counts as
+    within the budget, so every sample is dropped only when even the smallest ``ℓ²`` exceeds ``τ``.
+    Ties in ``ℓ²`` are broken by position (the earlier sample is dropped first). ``budget = inf``
+    keeps everything.
+
+    Returns:
+      ``(keep, second_moment)``: float32 0/1 mask of the shape of ``log_ratio`` and ``M̂₂`` of all
+      samples (before masking).
+    """
+    lr = _sg(_f32(log_ratio))
+    sq = jnp.square(lr).reshape(-1)
+    n = sq.shape[0]
+    order = jnp.argsort(-sq, stable=True)  # largest first
+    ranked = sq[order]
+    # remaining_sum[k] = sum of the n - k smallest values (k dropped), k = 0..n
+    remaining_sum = jnp.concatenate([jnp.cumsum(ranked[::-1])[::-1], jnp.zeros((1,), jnp.float32)])
+    remaining = jnp.float32(n) - jnp.arange(n + 1, dtype=jnp.float32)
+    mean_left = jnp.where(remaining > 0, remaining_sum / jnp.maximum(remaining, 1.0), 0.0)
+    dropped = jnp.argmax(mean_left <= budget)  # the first k within budget (k = n always is)
+    rank = jnp.zeros((n,), jnp.int32).at[order].set(jnp.arange(n, dtype=jnp.int32))
+    keep = (rank >= dropped).astype(jnp.float32).reshape(lr.shape)
+    return keep, jnp.mean(sq)
+
+
+def gaussian_trust_loss(logp, behaviour_logp, advantages, trust_width):
+    """GIPO (docs/corrections.md, eq. C3): the hard clip replaced by a Gaussian trust weight on the log-ratio,
+
+        ℓ_i = sg(log π_θ − log β),   ω_i = exp(−ℓ_i² / (2σ²)),   loss = −mean_i ω_i · r_β,i · A_i
+
+    with ``ω`` carrying no gradient (the authors' code), so the gradient is ``ω r_β A ∇log π_θ``; no clip.
+    ``r_β ω`` is formed in log space, so a sample whose ratio overflows contributes 0, not NaN.
+    ``trust_width`` σ may be traced; ``inf`` gives the plain importance-sampled policy gradient.
+
+    Metrics: ``gated_fraction`` (samples whose weight ω is below ½), ``trust_weight_mean``, ``ratio_mean``,
+    ``ratio_max``.
+    """
+    chex.assert_equal_shape([logp, behaviour_logp, advantages])
+    advantages = _sg(_f32(advantages))
+    log_ratio = _f32(logp) - _sg(_f32(behaviour_logp))
+    log_weight = -0.5 * jnp.square(_sg(log_ratio) / trust_width)
+    loss = -jnp.mean(jnp.exp(log_ratio + log_weight) * advantages)
+    weight = jnp.exp(log_weight)
+    metrics = {"gated_fraction": jnp.mean((weight < 0.5).astype(jnp.float32)), "trust_weight_mean": jnp.mean(weight),
+               **_ratio_metrics(jnp.exp(log_ratio))}
+    return loss, metrics
+
+
+def soft_gate_loss(logp, behaviour_logp, advantages, temperature, temperature_ratio):
+    """SAPO (docs/corrections.md, eq. C4): the clip replaced by a temperature-controlled sigmoid gate,
+
+        f_τ(r) = σ(τ (r − 1)) · 4/τ,   τ_i = τ for A_i > 0, τ · ``temperature_ratio`` otherwise,
+        loss = −mean_i f_{τ_i}(r_β,i) · A_i
+
+    The gate carries the gradient: ``∇f = 4 p (1 − p) r ∇log π_θ`` with ``p = σ(τ(r − 1))``, which is 1 at
+    ``r = 1`` and decays like ``4 e^{−τ|r−1|}``; the paper's defaults are τ_pos = 1, τ_neg = 1.05.
+    The log-ratio is capped at ``log(1 + 60/τ)`` before the exponential (there the gate's gradient is
+    below ``4 e^{−60}`` of its peak), so an overflowing ratio gives 0, not NaN.
+
+    Metrics: ``gated_fraction`` (samples whose gradient weight ``4p(1 − p)`` is below ½), ``ratio_mean``,
+    ``ratio_max``.
+    """
+    chex.assert_equal_shape([logp, behaviour_logp, advantages])
+    advantages = _sg(_f32(advantages))
+    log_ratio = _f32(logp) - _sg(_f32(behaviour_logp))
+    tau = jnp.where(advantages > 0, _f32(temperature), _f32(temperature) * _f32(temperature_ratio))
+    ratio = jnp.exp(jnp.minimum(log_ratio, jnp.log1p(60.0 / tau)))
+    gate = jax.nn.sigmoid(tau * (ratio - 1.0))
+    loss = -jnp.mean(gate * (4.0 / tau) * advantages)
+    grad_weight = 4.0 * _sg(gate) * (1.0 - _sg(gate))
+    metrics = {"gated_fraction": jnp.mean((grad_weight < 0.5).astype(jnp.float32)),
+               **_ratio_metrics(jnp.exp(log_ratio))}
+    return loss, metrics
+
+
+def truncated_is_pg_loss(logp, behaviour_logp, advantages, ratio_cap):
+    """The policy gradient of VCPO's recipe (docs/corrections.md, eq. C5): a truncated importance weight
+    to β times the score function, no clip,
+
+        w_i = min(sg(r_β,i), C),   loss = −mean_i w_i · exp(log π_θ − sg(log π_θ)) · A_i
+
+    (value ``−mean w A``; gradient ``w A ∇log π_θ``). Also the minibatch's normalised ESS of the untruncated
+    weights and the step scale ``√ESS`` the update step applies to the policy's learning rate
+    (``update.STEP_SCALE``). ``ratio_cap`` C may be traced (``inf``: untruncated).
+
+    Metrics: ``step_scale`` (``√ESS``), ``capped_fraction`` (``r_β > C``), ``ratio_mean``, ``ratio_max``.
+    """
+    chex.assert_equal_shape([logp, behaviour_logp, advantages])
+    advantages = _sg(_f32(advantages))
+    logp = _f32(logp)
+    log_ratio = _sg(logp - _f32(behaviour_logp))
+    weight = jnp.minimum(jnp.exp(log_ratio), ratio_cap)
+    loss = -jnp.mean(weight * jnp.exp(logp - _sg(logp)) * advantages)
+    metrics = {"step_scale": jnp.sqrt(effective_sample_size(log_ratio)),
+               "capped_fraction": jnp.mean((jnp.exp(log_ratio) > ratio_cap).astype(jnp.float32)),
+               **_ratio_metrics(jnp.exp(log_ratio))}
+    return loss, metrics
 
 
 # --------------------------------------------------------------------------------------------

@@ -67,6 +67,15 @@ class PolicyInputs(NamedTuple):
     advantages: jnp.ndarray  # the advantage the ratio multiplies (normalised when the run normalises)
 
 
+# What each kind of piece is given (its ``reads`` may name only these; ``methods.check_method``).
+PROVIDED = {
+    "advantage_estimator": ("rewards", "values", "next_values", "terminations", "truncations", "log_rho", "gamma"),
+    "proximal_source": PolicyInputs._fields + ("ewma_logp", "ewma_dist"),
+    "surrogate": PolicyInputs._fields,
+    "sample_filter": ("log_ratio", "advantages"),
+}
+
+
 class Estimate(NamedTuple):
     advantages: jnp.ndarray  # multiplies a ratio taken to β
     pg_advantages: jnp.ndarray  # ρ-weighted form (ratio to π_T, IMPALA)
@@ -89,6 +98,9 @@ class AdvantageEstimator:
     from the current policy and critic (IMPALA); minibatches then split the env axis."""
 
     name: ClassVar[str] = "?"
+    # the quantities the piece reads (a subset of ``PROVIDED``): a name the rollout does not provide is
+    # an error when the method is composed, not a failure inside the compiled program (None: undeclared)
+    reads: ClassVar[Optional[tuple]] = None
     every_step: ClassVar[bool] = False
     # whether ``estimate`` reads ``log_rho`` = log π_T − log β (False lets the update skip the π_T pass
     # when nothing else reads it; only a class's own declaration counts, so a subclass that does not
@@ -147,6 +159,9 @@ class ProximalSource:
     that carry a parameter average across gradient steps (``uses_ewma``)."""
 
     name: ClassVar[str] = "?"
+    # the quantities the piece reads (a subset of ``PROVIDED``): a name the rollout does not provide is
+    # an error when the method is composed, not a failure inside the compiled program (None: undeclared)
+    reads: ClassVar[Optional[tuple]] = None
     uses_ewma: ClassVar[bool] = False
     # whether ``proximal`` reads ``x.learner_logp`` (log π_T); True unless the piece's own class says otherwise
     reads_learner_logp: ClassVar[bool] = True
@@ -263,6 +278,31 @@ class EwmaRevised(ProximalSource):
                                      self.ewma_reset_threshold)
 
 
+@struct.dataclass
+class Target(ProximalSource):
+    """IMPACT's target network: π_prox = π_tgt, a copy of θ taken every ``target_update_phases`` phases
+    (docs/corrections.md, eq. C6). It rides on the EWMA's state: ``params`` hold the copy and ``weight``
+    counts 1 + the gradient steps since it was taken; ``decay`` is the copy period K·S in steps.
+
+    At ``target_update_phases = 1`` the copy is taken after a phase's last step, so π_tgt = π_T in
+    every phase (``recompute``'s proximal policy, computed per minibatch instead of once)."""
+
+    name: ClassVar[str] = "target"
+    reads: ClassVar[Optional[tuple]] = ("ewma_logp",)
+    reads_learner_logp: ClassVar[bool] = False
+    uses_ewma: ClassVar[bool] = True
+    target_update_phases: Any = 1
+
+    def proximal(self, x, ewma_logp=None, ewma_dist=None):
+        return ProximalOut(ewma_logp)
+
+    def decay(self, steps_per_phase, lag_depth):
+        return jnp.asarray(self.target_update_phases, jnp.float32) * jnp.float32(steps_per_phase)
+
+    def after_step(self, ewma, policy_params, metrics, decay):
+        return prox.target_update(ewma, policy_params, decay)
+
+
 # ============================================================================================
 # Surrogates (docs/surrogates.md)
 # ============================================================================================
@@ -278,6 +318,9 @@ class Surrogate:
     """
 
     name: ClassVar[str] = "?"
+    # the quantities the piece reads (a subset of ``PROVIDED``): a name the rollout does not provide is
+    # an error when the method is composed, not a failure inside the compiled program (None: undeclared)
+    reads: ClassVar[Optional[tuple]] = None
     reads_proximal: ClassVar[bool] = False
     filterable: ClassVar[bool] = False
     needs_every_step: ClassVar[bool] = False
@@ -353,6 +396,7 @@ class Decoupled(Surrogate):
 
     ``old_logit_source``: snapshot (exact: the sample's own version, float32), infer (the actor's
     log-prob), recompute (π_T), or ewma_revised (set by the revised-EWMA source, which supplies it).
+    ``weight_cap_mode``: truncate, mask (drop w > w_max) or band (drop w outside [w_min, w_max]).
     """
 
     name: ClassVar[str] = "decoupled"
@@ -360,6 +404,7 @@ class Decoupled(Surrogate):
     clip_epsilon: Any = 0.2
     weight_cap: Any = 5.0
     mismatch_bound: Any = 2.0
+    weight_floor: Any = None  # the band's lower bound (weight_cap_mode='band'; None: 1/weight_cap)
     weight_cap_mode: str = static("truncate")
     old_logit_source: str = static("snapshot")
 
@@ -372,7 +417,8 @@ class Decoupled(Surrogate):
     def loss(self, x):
         return obj.decoupled_ppo_loss(x.logp, x.proximal_logp, x.old_logp, x.behaviour_logp, x.advantages,
                                       self.clip_epsilon, self.weight_cap, self.weight_cap_mode,
-                                      self.mismatch_bound, mismatch_log_ratio=x.mismatch_log_ratio)
+                                      self.mismatch_bound, mismatch_log_ratio=x.mismatch_log_ratio,
+                                      weight_floor=self.weight_floor)
 
 
 @struct.dataclass
@@ -414,6 +460,58 @@ class Impala(Surrogate):
         return obj.impala_pg_loss(x.logp, x.advantages)
 
 
+@struct.dataclass
+class GaussianTrust(Surrogate):
+    """GIPO: −mean sg(ω) r_β A with ω = exp(−ℓ²/(2σ²)), ℓ = sg(log r_β), no clip (docs/corrections.md, eq. C3)."""
+
+    name: ClassVar[str] = "gaussian_trust"
+    reads: ClassVar[Optional[tuple]] = ("logp", "behaviour_logp", "advantages")
+    trust_width: Any = 0.5
+
+    def reads_learner_logp(self):
+        return False
+
+    def loss(self, x):
+        return obj.gaussian_trust_loss(x.logp, x.behaviour_logp, x.advantages, self.trust_width)
+
+
+@struct.dataclass
+class SoftGate(Surrogate):
+    """SAPO: −mean σ(τ(r_β − 1))·4/τ·A, τ for A > 0 and τ·``gate_temperature_ratio`` otherwise
+    (docs/corrections.md, eq. C4)."""
+
+    name: ClassVar[str] = "soft_gate"
+    reads: ClassVar[Optional[tuple]] = ("logp", "behaviour_logp", "advantages")
+    gate_temperature: Any = 1.0
+    gate_temperature_ratio: Any = 1.05
+
+    def reads_learner_logp(self):
+        return False
+
+    def loss(self, x):
+        return obj.soft_gate_loss(x.logp, x.behaviour_logp, x.advantages, self.gate_temperature,
+                                  self.gate_temperature_ratio)
+
+
+@struct.dataclass
+class ESSScaledPG(Surrogate):
+    """VCPO: the truncated importance-weighted policy gradient −mean min(sg(r_β), C) A log π_θ, with the
+    policy's learning rate scaled by √ESS of the minibatch's weights (docs/corrections.md, eq. C5).
+
+    The scale reaches the update step as the ``step_scale`` metric (``update.STEP_SCALE``): any surrogate
+    that reports it gets its step scaled the same way."""
+
+    name: ClassVar[str] = "ess_scaled_pg"
+    reads: ClassVar[Optional[tuple]] = ("logp", "behaviour_logp", "advantages")
+    ratio_cap: Any = 8.0
+
+    def reads_learner_logp(self):
+        return False
+
+    def loss(self, x):
+        return obj.truncated_is_pg_loss(x.logp, x.behaviour_logp, x.advantages, self.ratio_cap)
+
+
 # ============================================================================================
 # Sample filters (docs/surrogates.md, "Filters")
 # ============================================================================================
@@ -424,6 +522,9 @@ class SampleFilter:
     gradient the surrogate keeps (None: keep all). ``log_ratio`` is sg(log π_θ − denominator)."""
 
     name: ClassVar[str] = "?"
+    # the quantities the piece reads (a subset of ``PROVIDED``): a name the rollout does not provide is
+    # an error when the method is composed, not a failure inside the compiled program (None: undeclared)
+    reads: ClassVar[Optional[tuple]] = None
 
     def keep(self, log_ratio, advantages):
         raise NotImplementedError
@@ -451,6 +552,20 @@ class TVFilter(SampleFilter):
         return keep, {"tv_estimate": tv, "filtered_fraction": 1.0 - jnp.mean(keep)}
 
 
+@struct.dataclass
+class SecondMomentFilter(SampleFilter):
+    """M2PO's filter (docs/corrections.md, eq. C1): drop the samples with the largest squared log-ratio
+    until the kept samples' mean ``ℓ²`` is at most ``second_moment_budget`` (τ); whatever the advantage."""
+
+    name: ClassVar[str] = "second_moment"
+    reads: ClassVar[Optional[tuple]] = ("log_ratio",)
+    second_moment_budget: Any = 0.04
+
+    def keep(self, log_ratio, advantages):
+        keep, m2 = obj.second_moment_keep(log_ratio, self.second_moment_budget)
+        return keep, {"second_moment": m2, "filtered_fraction": 1.0 - jnp.mean(keep)}
+
+
 # ============================================================================================
 # A method: one piece of each kind
 # ============================================================================================
@@ -472,9 +587,9 @@ class Method:
 
 
 ADVANTAGE_ESTIMATORS = {c.name: c for c in (GAE, VTrace, VTraceEveryStep)}
-PROXIMAL_SOURCES = {c.name: c for c in (Behavior, Recompute, LogLinear, Linear, Ewma, EwmaRevised)}
-SURROGATES = {c.name: c for c in (PPOClip, PPOKL, SPO, Decoupled, ISPG, Impala)}
-SAMPLE_FILTERS = {c.name: c for c in (NoFilter, TVFilter)}
+PROXIMAL_SOURCES = {c.name: c for c in (Behavior, Recompute, LogLinear, Linear, Ewma, EwmaRevised, Target)}
+SURROGATES = {c.name: c for c in (PPOClip, PPOKL, SPO, Decoupled, ISPG, Impala, GaussianTrust, SoftGate, ESSScaledPG)}
+SAMPLE_FILTERS = {c.name: c for c in (NoFilter, TVFilter, SecondMomentFilter)}
 PIECE_KINDS = {  # Config field naming the piece -> (Method attribute, base class, registry)
     "advantage_estimator": ("advantage", AdvantageEstimator, ADVANTAGE_ESTIMATORS),
     "proximal_source": ("proximal", ProximalSource, PROXIMAL_SOURCES),
@@ -487,6 +602,6 @@ STATIC_CHOICES = {
     "old_logit_source": ("snapshot", "infer", "recompute", "ewma_revised"),
     "tv_denominator": ("behavior", "learner"),
     "tv_scale": ("tv", "l1"),
-    "weight_cap_mode": ("truncate", "mask"),
+    "weight_cap_mode": ("truncate", "mask", "band"),
     "ewma_ratio_test": ("joint", "per_dim"),
 }

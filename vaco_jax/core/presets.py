@@ -28,6 +28,9 @@ class MethodPreset:
     colour: str | None = None  # in every figure (None: one of figures' spare colours)
     marker: str = "o"
     step_knob: str | None = None  # the step-size knob the studies tune besides the learning rate
+    # the method's own settings of its pieces' options: a structural one (``weight_cap_mode``, ...) is part of
+    # the method (another value is an error); a number is its default (a flag or a sweep may change it)
+    options: dict = dataclasses.field(default_factory=dict)
 
     def piece_names(self) -> dict:
         return {kind: v if isinstance(v, str) else v.name for kind in PIECE_FIELDS for v in [getattr(self, kind)]}
@@ -62,6 +65,30 @@ METHODS: dict[str, MethodPreset] = {
                                       "VACO (realign only)", "#ff9896", "X", None),
     "vaco_filter_only": MethodPreset("gae", "behavior", "is_pg", "tv", "VACO ablation: TV filter on GAE advantages",
                                      "VACO (filter only)", "#bcbd22", "d", "tv_budget"),
+    # the staleness corrections of 2025-26 (docs/corrections.md)
+    "m2po": MethodPreset("gae", "behavior", "is_pg", "second_moment",
+                         "M2PO: IS policy gradient, largest squared log-ratios dropped until their mean is <= tau",
+                         "M2PO", "#393b79", "p", "second_moment_budget"),
+    "tis": MethodPreset("gae", "recompute", "decoupled", "none",
+                        "truncated IS: PPO-Clip on pi_theta/pi_T times min(pi_T/beta, C)",
+                        "TIS", "#637939", "8", "weight_cap", {"old_logit_source": "infer", "weight_cap": 2.0}),
+    "mis": MethodPreset("gae", "recompute", "decoupled", "none",
+                        "masked IS (IcePop): PPO-Clip on pi_theta/pi_T times pi_T/beta, 0 outside [1/C, C]",
+                        "MIS", "#8c6d31", "H", "weight_cap",
+                        {"old_logit_source": "infer", "weight_cap": 2.0, "weight_cap_mode": "band"}),
+    "gipo": MethodPreset("gae", "behavior", "gaussian_trust", "none",
+                         "GIPO: a Gaussian trust weight on the log-ratio in place of the clip",
+                         "GIPO", "#843c39", "1", "trust_width"),
+    "sapo": MethodPreset("gae", "behavior", "soft_gate", "none",
+                         "SAPO: a temperature-controlled sigmoid gate on the ratio in place of the clip",
+                         "SAPO", "#7b4173", "2", "gate_temperature"),
+    "vcpo": MethodPreset("gae", "behavior", "ess_scaled_pg", "none",
+                         "VCPO: truncated IS policy gradient, learning rate scaled by the sqrt of the weights' ESS",
+                         "VCPO", "#e7969c", "3", None),
+    "impact": MethodPreset("gae", "target", "decoupled", "none",
+                           "IMPACT: PPO-Clip on pi_theta/pi_target times min(pi_target/beta, rho_bar), target "
+                           "copied every K phases", "IMPACT", "#5254a3", "4", "clip_epsilon",
+                           {"old_logit_source": "infer", "weight_cap": 2.0, "target_update_phases": 2}),
     "impala": MethodPreset("vtrace_every_step", "behavior", "impala", "none",
                            "IMPALA: V-trace recomputed at every gradient step", "IMPALA", "#000000", "h", None),
 }

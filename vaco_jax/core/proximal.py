@@ -30,6 +30,7 @@ __all__ = [
     "linear_proximal_logp",
     "loglinear_proximal_logp",
     "revised_ewma_decay",
+    "target_update",
 ]
 
 
@@ -174,3 +175,19 @@ def ewma_maybe_reset(state: EwmaState, params, kept_fraction, threshold) -> Ewma
         weight=jnp.where(reset, jnp.ones((), jnp.float32), state.weight),
         resets=state.resets + reset.astype(jnp.int32),
     )
+
+
+# --------------------------------------------------------------------------------------------
+# IMPACT's target network (kept in an EwmaState: params = the copy, weight = 1 + steps since it)
+# --------------------------------------------------------------------------------------------
+
+
+def target_update(state: EwmaState, params, period) -> EwmaState:
+    """After a gradient step: ``W ← W + 1``; when ``W > period`` (``period`` steps since the last copy,
+    ``W`` starting at 1) the target becomes ``θ`` and ``W ← 1`` (docs/corrections.md, IMPACT).
+    ``period`` (K·S gradient steps) may be traced. ``resets`` is left alone."""
+    weight = state.weight + 1.0
+    copy = weight > jnp.asarray(period, jnp.float32)
+    new_params = jax.tree.map(lambda avg, p: jnp.where(copy, jnp.asarray(p, avg.dtype), avg), state.params, params)
+    return EwmaState(params=new_params, weight=jnp.where(copy, jnp.ones((), jnp.float32), weight),
+                     resets=state.resets)

@@ -68,6 +68,9 @@ class UpdateShape(NamedTuple):
         return self.num_epochs * self.num_minibatches
 
 
+# the metric a surrogate reports to scale the policy's learning rate in that gradient step (no gradient)
+STEP_SCALE = "step_scale"
+
 RANK_SHUFFLE_MAX = 1 << 16  # 'rank' draws keys until they are distinct: P(a tie) ~ n^2 / 2^33 per draw
 
 
@@ -232,11 +235,19 @@ def policy_loss(method: Method, nets: Networks, policy_params, ewma_params, mb: 
 
 
 def _add_diagnostics(metrics: dict, log_std, sg_logp, behaviour_logp, learner_logp, old_logp):
-    """Entropy, TV to beta and to pi_T, and r_s / r_d (docs/diagnostics.md) for every method (a loss
-    that reports its own r_s / r_d, the decoupled one, keeps them). Returns the entropy."""
+    """Entropy, TV to beta and to pi_T, the ESS of sg(pi_theta/beta), mean and 99th percentile of |log ratio|
+    to beta and to pi_T, and r_s / r_d (docs/diagnostics.md) for every method (a loss that reports its own
+    r_s / r_d, the decoupled one, keeps them). Returns the entropy."""
     entropy = jnp.mean(gaussian_entropy(log_std))
     metrics.update(entropy=entropy, tv_behaviour=obj.tv_estimate(sg_logp - behaviour_logp, "tv"),
                    tv_learner=obj.tv_estimate(sg_logp - learner_logp, "tv"))
+    # what a reader needs to see why a method fails under lag (docs/diagnostics.md): the importance
+    # weights' effective sample size and the size of the log-ratio to β and to π_T
+    metrics["ess_behaviour"] = obj.effective_sample_size(sg_logp - behaviour_logp)
+    for to, denominator in (("behaviour", behaviour_logp), ("learner", learner_logp)):
+        mean_abs, p99_abs = obj.abs_log_ratio_stats(sg_logp - denominator)
+        metrics[f"abs_log_ratio_{to}_mean"] = mean_abs
+        metrics[f"abs_log_ratio_{to}_p99"] = p99_abs
     metrics.setdefault("staleness_ratio_mean", obj.mean_exp(sg_logp - old_logp))
     metrics.setdefault("mismatch_ratio_mean", obj.mean_exp(old_logp - behaviour_logp))
     metrics.setdefault("mismatch_ratio_max", jnp.max(jnp.exp(old_logp - behaviour_logp)))
@@ -349,8 +360,10 @@ def update_phase(shape: UpdateShape, method: Method, nets: Networks, opt, learne
         grad_norms = dict(grad_norm_policy=optax.global_norm(g_pol), grad_norm_value=optax.global_norm(g_val))
         if shape.joint_grad_clip:
             g_pol, g_val = joint_clip((g_pol, g_val), max_grad_norm)
+        # a surrogate may scale the policy's step by a factor of its minibatch (VCPO's ESS; Surrogate doc)
+        policy_lr = learning_rate * m[STEP_SCALE] if STEP_SCALE in m else learning_rate
         policy_params, policy_opt = apply_updates(opt, learner.policy_opt, g_pol, learner.policy_params,
-                                                  learning_rate)
+                                                  policy_lr)
         value_params, value_opt = apply_updates(opt, learner.value_opt, g_val, learner.value_params,
                                                 learning_rate)
         ewma = proximal.after_step(learner.ewma, policy_params, m, decay)

@@ -89,6 +89,13 @@ def field_choices(skip: tuple | set = ()) -> dict[str, tuple]:
     return {k: v for k, v in choices.items() if k not in skip}
 
 
+def methods_help() -> str:
+    """Every registered method with its one-line description (``presets.METHODS``)."""
+    from vaco_jax.core.methods import CUSTOM, METHODS
+
+    return "; ".join(f"{n}: {p.description}" for n, p in METHODS.items()) + f"; {CUSTOM}: the four pieces below"
+
+
 def _lag_model_help() -> str:
     from vaco_jax.core.lag import LAG_MODELS
 
@@ -378,6 +385,8 @@ def grouped(cls: type) -> type:
             text = _field_help(cls, f.name, hint)
             if text:
                 hint = Annotated[hint, _arg(text)]
+        if f.name in ("method", "methods"):  # every registered method with what it is
+            hint = Annotated[_base(hint), _arg(f"{_attached_help(hint) or ''} — {methods_help()}")]
         kept = {"default": f.default} if f.default is not dataclasses.MISSING else (
             {"default_factory": f.default_factory} if f.default_factory is not dataclasses.MISSING else {})
         members[help_group(f.name)].append((f.name, hint, dataclasses.field(**kept)))
