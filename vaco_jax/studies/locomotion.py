@@ -257,7 +257,7 @@ def _manifest(results_dir: str) -> list[dict]:
     return results.read_table(path) if os.path.exists(path) else []
 
 
-def check_protocol_unchanged(results_dir: str, digest: str, deviation: str) -> None:
+def check_protocol_unchanged(results_dir: str, digest: str, deviation: str, protocol: str = PROTOCOL) -> None:
     """Units run under another protocol hash need a recorded deviation before more units run."""
     from vaco_jax.analysis import results
     seen = {r["protocol_sha256"] for r in _manifest(results_dir)}
@@ -266,7 +266,7 @@ def check_protocol_unchanged(results_dir: str, digest: str, deviation: str) -> N
     if not seen or seen <= {digest} or digest in recorded:
         return
     if not deviation:
-        raise ConfigError(f"protocol: {PROTOCOL} changed since earlier units ran (their sha256 "
+        raise ConfigError(f"protocol: {protocol} changed since earlier units ran (their sha256 "
                           f"{', '.join(sorted(seen - {digest}))}, now {digest}); record why with --deviation \"...\"")
     rows = results.read_table(dev_path) if os.path.exists(dev_path) else []
     rows.append({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "protocol_sha256": digest,

@@ -1,0 +1,158 @@
+"""The step size x lag study's stage-1 rules (``vaco_jax.analysis.surfaces``) on synthetic rows, each on
+both sides of its threshold, and its driver's plan (``vaco_jax.studies.steplag``) on the committed protocol."""
+
+import math
+import os
+import shutil
+
+import pytest
+
+from vaco_jax.analysis import surfaces as S
+
+NORM = {"A": (0.0, 100.0), "B": (10.0, 110.0)}
+
+
+def rows_for(means: dict, tasks=("A", "B"), lags=(1, 32), seeds=(0, 1, 2), spread=0.0, diverged=(), missing=()):
+    """Rows whose raw AUC is ``random + s * (reference - random)`` with s = means[v] (+ seed spread)."""
+    out = []
+    for v, s in means.items():
+        for t in tasks:
+            lo, hi = NORM[t]
+            for b in lags:
+                for seed in seeds:
+                    sv = s(b) if callable(s) else s
+                    raw = lo + (sv + spread * (seed - 1)) * (hi - lo)
+                    if (v, t, b, seed) in missing:
+                        raw = ""
+                    out.append({"env": t, "lag_depth": b, "seed": seed, "value": v, "auc": raw,
+                                "diverged": (v, t, b, seed) in diverged})
+    return out
+
+
+def test_floored_is_zero_below_random_and_normalised_above():
+    assert S.floored(-50.0, 0.0, 100.0) == 0.0
+    assert S.floored(0.0, 0.0, 100.0) == 0.0
+    assert S.floored(150.0, 0.0, 100.0) == pytest.approx(1.5)
+    assert math.isnan(S.floored(float("nan"), 0.0, 100.0))
+    with pytest.raises(ValueError, match="not above"):
+        S.floored(1.0, 100.0, 100.0)
+
+
+def test_robust_choice_is_the_largest_mean_over_tasks_and_lags():
+    rows = rows_for({0.1: lambda b: 1.0 if b == 1 else 0.2, 0.3: 0.7, 1.0: lambda b: 0.3 if b == 1 else 0.9})
+    c = S.robust_choice(rows, "auc", NORM)
+    assert c["R"][0.1] == pytest.approx(0.6) and c["R"][0.3] == pytest.approx(0.7) and c["R"][1.0] == pytest.approx(0.6)
+    assert c["value"] == 0.3
+    # the per-lag optima differ from the robust choice
+    assert S.per_lag_optima(rows, "auc", NORM) == {1: 0.1, 32: 1.0}
+
+
+def test_the_floor_changes_the_choice_a_collapsed_run_would_decide():
+    """Without the floor, one run far below random would sink a value; floored, it counts as random."""
+    rows = rows_for({0.1: 0.5, 0.3: 0.45})
+    for r in rows:
+        if r["value"] == 0.1 and r["env"] == "A" and r["lag_depth"] == 32 and r["seed"] == 0:
+            r["auc"] = -10_000.0  # far below A's random score 0
+    assert S.robust_choice(rows, "auc", NORM)["value"] == 0.1  # floored: R = 0.5 - 0.5/12 > 0.45
+    mean_unfloored = (0.5 * 11 + (-10_000.0 / 100.0)) / 12
+    assert mean_unfloored < 0.45  # unfloored it would have lost
+
+
+@pytest.mark.parametrize("kind", ["diverged", "missing"])
+def test_a_value_with_a_diverged_or_missing_run_is_never_chosen(kind):
+    bad = {(0.3, "B", 32, 2)}
+    rows = rows_for({0.1: 0.5, 0.3: 0.9}, **{kind: bad})
+    c = S.robust_choice(rows, "auc", NORM)
+    assert c["value"] == 0.1 and c["excluded"] == {0.3: [kind]}
+    clean = S.robust_choice(rows_for({0.1: 0.5, 0.3: 0.9}), "auc", NORM)
+    assert clean["value"] == 0.3 and clean["excluded"] == {}
+
+
+def test_a_value_missing_a_cell_is_incomplete_and_not_chosen():
+    rows = [r for r in rows_for({0.1: 0.5, 0.3: 0.9}) if not (r["value"] == 0.3 and r["seed"] == 2 and r["env"] == "A")]
+    c = S.robust_choice(rows, "auc", NORM)
+    assert c["value"] == 0.1 and "incomplete" in c["excluded"][0.3]
+
+
+def test_a_tie_goes_to_the_smaller_value():
+    assert S.robust_choice(rows_for({0.3: 0.7, 0.1: 0.7, 1.0: 0.5}), "auc", NORM)["value"] == 0.1
+
+
+def test_edge_extensions_at_each_edge_and_at_most_twice():
+    values = [0.02, 0.06, 0.2, 0.6, 1.8]
+    assert S.edge_extensions(values, [0.2, 0.6], {}) == []  # interior: none
+    assert S.edge_extensions(values, [0.02], {}) == [pytest.approx(0.02 * 0.02 / 0.06, rel=1e-3)]
+    assert S.edge_extensions(values, [1.8, 0.2], {}) == [pytest.approx(5.4)]
+    assert S.edge_extensions(values, [0.02, 1.8], {}) == [pytest.approx(0.006667, rel=1e-3), pytest.approx(5.4)]
+    assert S.edge_extensions(values + [5.4], [5.4], {"high": 1}) == [pytest.approx(16.2)]
+    assert S.edge_extensions(values + [5.4, 16.2], [16.2], {"high": 2}) == []  # the cap: reported at the edge
+    assert S.edge_extensions(values, [None], {}) == []
+
+
+def test_stability_on_both_sides_of_the_threshold():
+    clear = S.stability(rows_for({0.1: 0.3, 0.3: 0.9}, spread=0.05), "auc", NORM, reps=400)
+    assert clear["value"] == 0.3 and clear["share"] == 1.0 and clear["stable"]
+    assert clear["within_noise"] == [0.3]
+    # two values within the seeds' noise: the bootstrap picks each often
+    rows = rows_for({0.1: 0.50, 0.3: 0.51})
+    for r in rows:  # seed-specific noise, opposite in sign for the two values
+        sign = 1 if r["value"] == 0.1 else -1
+        r["auc"] = float(r["auc"]) + sign * (r["seed"] - 1) * 8.0
+    close = S.stability(rows, "auc", NORM, reps=400)
+    assert close["share"] < S.STABILITY_THRESHOLD and not close["stable"]
+    assert set(close["within_noise"]) == {0.1, 0.3}
+    assert sum(close["picks"].values()) == pytest.approx(1.0)
+
+
+def test_stability_threshold_and_noise_share_are_inclusive(monkeypatch):
+    rows = rows_for({0.1: 0.3, 0.3: 0.9}, spread=0.05)
+    monkeypatch.setattr(S, "STABILITY_THRESHOLD", 1.0)
+    assert S.stability(rows, "auc", NORM, reps=50)["stable"]  # share 1.0 == threshold: stable
+    monkeypatch.setattr(S, "NOISE_SHARE", 1.0)
+    assert S.stability(rows, "auc", NORM, reps=50)["within_noise"] == [0.3]  # pick share 1.0 == NOISE_SHARE
+
+
+# ----------------------------------------------------------------------------- the driver's plan
+
+def _args(tmp_path, stage="plan"):
+    from vaco_jax.studies.steplag import Args
+    return Args(stage=stage, results=str(tmp_path / "results"), runs=str(tmp_path / "runs"))
+
+
+def test_the_plan_reuses_the_first_study_and_runs_the_check_first(tmp_path):
+    from vaco_jax.studies import locomotion as first
+    from vaco_jax.studies import steplag
+
+    p, _ = first.load_protocol(steplag.PROTOCOL)
+    steplag.check_protocol(p)
+    units, reuse = steplag.all_units(p, _args(tmp_path))
+    assert reuse == "unknown" and units[0].name == "reuse_check" and units[0].runs == 1
+    by = {u.name: u for u in units}
+    assert by["surface/Hopper-v4/ppo_clip"].runs == 45 - 12  # 12 cells from the first study
+    assert by["surface/Hopper-v4/vaco_learner"].runs == 45  # never run before
+    assert by["surface/Hopper-v4/m2po"].runs == 30  # Hopper only, B in 1, 32
+    reused = steplag.reused_cells(p, "Hopper-v4", "ppo_clip")
+    assert {(b, v) for b, _, v in reused} == {(1, 0.2), (8, 0.2), (32, 0.2), (32, 0.6)}
+    cells = {(c.lag_depth, c.seed, c.knob_dict()["clip_epsilon"]) for c in by["surface/Hopper-v4/ppo_clip"].group.cells}
+    assert not cells & set(reused)
+    assert by["surface/Hopper-v4/vaco_learner"].group.config.build_method().surrogate.tv_denominator == "learner"
+
+
+@pytest.mark.parametrize("same", [True, False])
+def test_a_failed_reuse_check_adds_fill_units(tmp_path, same):
+    from vaco_jax.analysis import results
+    from vaco_jax.studies import locomotion as first
+    from vaco_jax.studies import steplag
+
+    p, _ = first.load_protocol(steplag.PROTOCOL)
+    c = steplag.CHECK
+    then = steplag.reused_cells(p, c["task"], c["surface"])[(c["lag_depth"], c["seed"], c["value"])]
+    d = tmp_path / "results" / "check" / c["task"] / c["surface"]
+    os.makedirs(d)
+    auc = float(then["auc_eval_return"]) if same else float(then["auc_eval_return"]) + 1e-3
+    results.write_table(str(d / "scores.csv"), [{**then, "auc_eval_return": auc}])
+    units, reuse = steplag.all_units(p, _args(tmp_path))
+    assert reuse == ("holds" if same else "fails")
+    fills = [u for u in units if u.name.startswith("fill/")]
+    assert (len(fills) == 8) != same  # 4 reused methods x 2 tasks
+    shutil.rmtree(tmp_path / "results")

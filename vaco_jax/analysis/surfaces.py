@@ -1,0 +1,157 @@
+"""The step size x lag study's stage-1 rules on per-run rows (``results/steplag/protocol.json``, "stage1").
+
+A *surface* is one method's score over a grid of its step knob x lag depths x seeds (x tasks). Rows are
+plain dicts with ``env``, ``lag_depth``, ``seed``, ``value`` (the knob's value), the score and
+``diverged``. The rules, each written in the protocol before any stage-1 run:
+
+* ``floored``: ``s = max(0, (score − random) / (reference − random))`` per run;
+* ``robust_choice``: ``R(v)`` = mean over the surface's (task, B) of the seed-mean of ``s``; the largest
+  wins; a value with a diverged run or a missing score anywhere is never chosen; ties go to the smaller;
+* ``per_lag_optima``: per B, the value with the largest mean over tasks of the seed-mean of ``s``;
+* ``edge_extensions``: optima at an edge of the values run ask for one point beyond it (at most two
+  per edge);
+* ``stability``: the share of paired seed-bootstrap resamples whose argmax of ``R`` is the chosen value,
+  and the values picked in at least 5% of them (those get more seeds below 0.8).
+
+numpy only: no jax, no core.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from vaco_jax.analysis.tables import is_diverged
+
+STABILITY_THRESHOLD = 0.8
+NOISE_SHARE = 0.05  # a value picked in at least this share of resamples is "within noise of the best"
+MAX_EXTENSIONS_PER_EDGE = 2
+
+
+def floored(score: float, random: float, reference: float) -> float:
+    """The random-floored normalised score; NaN stays NaN (a missing score)."""
+    if reference - random <= 0:
+        raise ValueError(f"reference {reference} is not above the random score {random}")
+    s = (score - random) / (reference - random)
+    return s if math.isnan(s) else max(0.0, s)
+
+
+def _table(rows: list[dict], score: str, norm: dict) -> dict:
+    """{(value, task, B): {seed: s or nan}} and the values that are excluded (diverged or missing)."""
+    cells: dict = {}
+    excluded: dict = {}
+    for r in rows:
+        v, task, b, seed = float(r["value"]), r["env"], int(r["lag_depth"]), int(r["seed"])
+        raw = float(r[score]) if r.get(score) not in (None, "") else float("nan")
+        if is_diverged(r):
+            excluded.setdefault(v, set()).add("diverged")
+            s = float("nan")
+        else:
+            s = floored(raw, *norm[task])
+            if math.isnan(s):
+                excluded.setdefault(v, set()).add("missing")
+        cells.setdefault((v, task, b), {})[seed] = s
+    return {"cells": cells, "excluded": {v: sorted(x) for v, x in excluded.items()}}
+
+
+def _expected(cells: dict) -> tuple[list, list, list]:
+    values = sorted({k[0] for k in cells})
+    tasks = sorted({k[1] for k in cells})
+    lags = sorted({k[2] for k in cells})
+    return values, tasks, lags
+
+
+def _incomplete(cells: dict, values, tasks, lags) -> dict:
+    """Values missing a (task, B) cell or a seed another value of the same (task, B) has."""
+    out: dict = {}
+    for task in tasks:
+        for b in lags:
+            seeds = set().union(*(cells.get((v, task, b), {}).keys() for v in values))
+            for v in values:
+                if set(cells.get((v, task, b), {})) != seeds:
+                    out.setdefault(v, set()).add("incomplete")
+    return out
+
+
+def _r_values(cells: dict, values, tasks, lags, resample: dict | None = None) -> dict:
+    """R(v) for every value; ``resample`` maps a task to the seeds drawn (paired over values and B)."""
+    out = {}
+    for v in values:
+        per = []
+        for task in tasks:
+            for b in lags:
+                by_seed = cells[(v, task, b)]
+                seeds = resample[task] if resample else sorted(by_seed)
+                per.append(np.mean([by_seed[s] for s in seeds]))
+        out[v] = float(np.mean(per))
+    return out
+
+
+def _argmax(r: dict, allowed) -> float | None:
+    ok = [v for v in sorted(r) if v in allowed and math.isfinite(r[v])]
+    if not ok:
+        return None
+    best = max(r[v] for v in ok)
+    return min(v for v in ok if r[v] == best)  # a tie goes to the smaller value
+
+
+def robust_choice(rows: list[dict], score: str, norm: dict) -> dict:
+    """The lag-robust setting: ``{"value", "R": {v: R}, "excluded": {v: reasons}}`` (value None when
+    every value is excluded). ``norm`` maps a task to ``(random, reference)``."""
+    t = _table(rows, score, norm)
+    cells = t["cells"]
+    values, tasks, lags = _expected(cells)
+    excluded = {v: set(x) for v, x in t["excluded"].items()}
+    for v, x in _incomplete(cells, values, tasks, lags).items():
+        excluded.setdefault(v, set()).update(x)
+    complete = [v for v in values if "incomplete" not in excluded.get(v, ())]
+    r = _r_values(cells, complete, tasks, lags)
+    allowed = [v for v in complete if v not in excluded]
+    return {"value": _argmax(r, allowed), "R": r, "excluded": {v: sorted(x) for v, x in excluded.items()},
+            "values": values, "tasks": tasks, "lag_depths": lags}
+
+
+def per_lag_optima(rows: list[dict], score: str, norm: dict) -> dict:
+    """{B: the value with the largest mean over tasks of the seed-mean of s} (None: every value excluded)."""
+    out = {}
+    for b in sorted({int(r["lag_depth"]) for r in rows}):
+        out[b] = robust_choice([r for r in rows if int(r["lag_depth"]) == b], score, norm)["value"]
+    return out
+
+
+def edge_extensions(values_run: list[float], optima: list[float | None], extensions_done: dict) -> list[float]:
+    """The points to add: for each edge of ``values_run`` holding one of ``optima``, the edge times its
+    ratio to its neighbour, unless that edge has been extended ``MAX_EXTENSIONS_PER_EDGE`` times
+    (``extensions_done``: {'low': n, 'high': n})."""
+    vs = sorted(values_run)
+    out = []
+    if len(vs) < 2:
+        return out
+    if vs[0] in optima and extensions_done.get("low", 0) < MAX_EXTENSIONS_PER_EDGE:
+        out.append(float(f"{vs[0] * vs[0] / vs[1]:.4g}"))
+    if vs[-1] in optima and extensions_done.get("high", 0) < MAX_EXTENSIONS_PER_EDGE:
+        out.append(float(f"{vs[-1] * vs[-1] / vs[-2]:.4g}"))
+    return out
+
+
+def stability(rows: list[dict], score: str, norm: dict, reps: int = 2000, seed: int = 0) -> dict:
+    """How often a paired seed bootstrap picks the chosen value: ``{"value", "share", "picks": {v: share},
+    "within_noise": [values picked in >= NOISE_SHARE of resamples], "stable": share >= threshold}``."""
+    choice = robust_choice(rows, score, norm)
+    if choice["value"] is None:
+        return {"value": None, "share": float("nan"), "picks": {}, "within_noise": [], "stable": False}
+    cells = _table(rows, score, norm)["cells"]
+    allowed = [v for v in choice["R"] if v not in choice["excluded"]]
+    tasks, lags = choice["tasks"], choice["lag_depths"]
+    seeds = {task: sorted(cells[(allowed[0], task, lags[0])]) for task in tasks}
+    rng = np.random.default_rng(seed)
+    counts: dict = {}
+    for _ in range(reps):
+        draw = {task: list(rng.choice(seeds[task], size=len(seeds[task]), replace=True)) for task in tasks}
+        pick = _argmax(_r_values(cells, allowed, tasks, lags, draw), allowed)
+        counts[pick] = counts.get(pick, 0) + 1
+    picks = {v: c / reps for v, c in sorted(counts.items())}
+    share = picks.get(choice["value"], 0.0)
+    return {"value": choice["value"], "share": share, "picks": picks,
+            "within_noise": [v for v, p in picks.items() if p >= NOISE_SHARE], "stable": share >= STABILITY_THRESHOLD}

@@ -1,0 +1,293 @@
+"""The step size x lag study (the second locomotion study), run as its protocol fixes it
+(``results/steplag/protocol.json``, explained in ``protocol.md`` beside it).
+
+    python experiments/steplag.py plan                 # every unit, its cost, what is done; runs nothing
+    python experiments/steplag.py run --minutes 80     # the next unfinished units that fit in 80 minutes
+    python experiments/steplag.py report               # stage 1's rules on the committed scores, per surface
+
+Stage 1 is cut into **units**, one compiled group each, in the protocol's order:
+
+1. ``reuse_check``: one cell of the first locomotion study rerun with this code; the first study's runs
+   at identical settings are reused only when it reproduces that run's score to every bit.
+2. ``surface/<task>/<surface>``: a method's step knob on its grid x the surface's lag depths x the stage's
+   seeds, less the cells reused from the first study (``fill/<task>/<surface>`` runs those when the
+   check fails).
+3. ``extend/<task>/<surface>/<value>``: one point beyond an edge where the lag-robust setting or a
+   per-lag optimum sits (known once every task of the surface is in; at most two per edge).
+
+Each finished unit's small tables are copied under ``results/steplag/`` with a manifest line naming the
+protocol's sha256; a changed protocol needs ``--deviation`` before more units run (as in the first
+study, whose driver this one shares: ``vaco_jax.studies.locomotion``). The rules are
+``vaco_jax.analysis.surfaces``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from typing import Literal
+
+from tyro.conf import Positional
+
+from vaco_jax.core.config import Config, ConfigError
+from vaco_jax.studies import locomotion as first
+
+RESULTS = os.path.join("results", "steplag")
+RUNS = os.path.join("runs", "steplag")
+PROTOCOL = os.path.join(RESULTS, "protocol.json")
+FIRST = os.path.join("results", "locomotion")
+CHECK = {"task": "Hopper-v4", "surface": "ppo_clip", "lag_depth": 8, "seed": 0, "value": 0.2}
+
+
+@dataclasses.dataclass
+class Args:
+    """The step size x lag study: plan it, run its next units, or apply stage 1's rules."""
+
+    # plan: print units, costs and status; run: run units; report: stage 1's rules on the committed scores
+    stage: Positional[Literal["plan", "run", "report"]]
+    minutes: float | None = None  # run: the next unfinished units whose summed estimated cost fits in this
+    units: tuple[str, ...] = ()  # run: these units (names as `plan` prints them) instead of --minutes
+    protocol: str = PROTOCOL  # the protocol file
+    results: str = RESULTS  # where manifest.csv and the units' tables go
+    runs: str = RUNS  # where run directories (checkpoints, policies) go; git-ignored
+    deviation: str = ""  # run: record a change of the protocol since earlier units ran (text, dated)
+    progress: bool = True  # a progress bar per group (--no-progress for logs)
+    max_chunks: int | None = None  # stop every group after this many chunks; rerun to continue
+    bootstrap_reps: int = 2000  # bootstrap resamples of each run directory's summary
+
+
+# ----------------------------------------------------------------------------- the protocol
+
+def check_protocol(p: dict) -> None:
+    """Every name and number the protocol uses is valid, before anything is planned."""
+    from vaco_jax.core.knobs import check_knob
+    from vaco_jax.envs import available_envs
+
+    known = available_envs()
+    s1 = p["stage1"]
+    for key, s in s1["surfaces"].items():
+        for task in s["tasks"]:
+            if task not in known:
+                raise ConfigError(f"protocol stage1.surfaces.{key}.tasks: {task!r} is not valid")
+            if not p["budget"]["rates_env_steps_per_s"].get(task):
+                raise ConfigError(f"protocol budget.rates_env_steps_per_s: no rate for {task!r}")
+        for v in s["values"]:
+            check_knob(s["knob"], float(v))
+        base_config(p, s["tasks"][0], key)  # the method and its options compose
+        if len(s["values"]) < 5 or max(s["values"]) / min(s["values"]) < 30:
+            raise ConfigError(f"protocol stage1.surfaces.{key}.values: at least 5 points spanning 30x")
+
+
+def base_config(p: dict, task: str, key: str) -> Config:
+    s = p["stage1"]["surfaces"][key]
+    return Config(env=task, method=s["method"], backend=p["engine"]["backend"], **{
+        k: tuple(v) if isinstance(v, list) else v for k, v in p["settings"].items()}, **s.get("options", {}))
+
+
+def _cost(p: dict, task: str, runs: int) -> float:
+    return runs * p["settings"]["total_env_steps"] / p["budget"]["rates_env_steps_per_s"][task] / 60.0
+
+
+def _unit(p: dict, name: str, stage: str, config: Config, cells: list, subdir: str) -> first.Unit:
+    from vaco_jax.driver import grid
+    return first.Unit(name, stage, grid.Group(config, tuple(cells), subdir, name), len(cells),
+                      _cost(p, config.env, len(cells)))
+
+
+# ----------------------------------------------------------------------------- reuse of the first study
+
+REUSED = ("ppo_clip", "ppo_kl", "spo", "vaco")
+
+
+def reused_cells(p: dict, task: str, key: str) -> dict:
+    """{(B, seed, value): the first study's row} for the surface's cells the first study ran with the same
+    settings: B = 1-tuned value at every B, lag-aware value at B = 32, seeds of stage 1."""
+    from vaco_jax.analysis import results
+    if key not in REUSED or task not in ("Hopper-v4", "Walker2d-v4"):
+        return {}
+    tuned = results.read_json(os.path.join(FIRST, "tuned.json"))["chosen"][key]
+    seeds = set(p["stage1"]["seeds"])
+    out = {}
+    for sub, value, lags in (("", tuned["1"]["value"], (1, 8, 32)),
+                             ("variant=lag_aware", tuned["16"]["value"], (32,))):
+        path = os.path.join(FIRST, "study", task, key, sub, "scores.csv")
+        for r in results.read_table(path):
+            if int(r["seed"]) in seeds and int(r["lag_depth"]) in lags:
+                out[(int(r["lag_depth"]), int(r["seed"]), float(value))] = {**r, "value": float(value)}
+    return out
+
+
+def reuse_state(p: dict, results_dir: str) -> str:
+    """'unknown' (the check has not run), 'holds' or 'fails'."""
+    from vaco_jax.analysis import results
+    path = os.path.join(results_dir, "check", CHECK["task"], CHECK["surface"], "scores.csv")
+    if not os.path.exists(path):
+        return "unknown"
+    now = results.read_table(path)[0]
+    then = reused_cells(p, CHECK["task"], CHECK["surface"])[(CHECK["lag_depth"], CHECK["seed"], CHECK["value"])]
+    return "holds" if float(now["auc_eval_return"]) == float(then["auc_eval_return"]) else "fails"
+
+
+# ----------------------------------------------------------------------------- units
+
+def surface_rows(p: dict, results_dir: str, task: str, key: str, reuse: str) -> list[dict]:
+    """Every committed row of a surface on one task (its units and, when reuse holds, the first study's)."""
+    from vaco_jax.analysis import results
+    knob = p["stage1"]["surfaces"][key]["knob"]
+    rows = []
+    base = os.path.join(results_dir, "surface", task, key)
+    for root, _, files in sorted(os.walk(base)) if os.path.isdir(base) else []:
+        if "scores.csv" in files:
+            rows += [{**r, "value": float(r[knob])} for r in results.read_table(os.path.join(root, "scores.csv"))]
+    if reuse == "holds":
+        rows += list(reused_cells(p, task, key).values())
+    return rows
+
+
+def extensions_state(p: dict, results_dir: str, key: str, reuse: str) -> tuple[list, str]:
+    """The extension points the rules ask for once every task of the surface is complete."""
+    from vaco_jax.analysis import surfaces
+    s = p["stage1"]["surfaces"][key]
+    norm = {t: (s1n["random"][t], s1n["reference"][t]) for s1n in [p["stage1"]["normalisation"]] for t in s["tasks"]}
+    rows = [r for t in s["tasks"] for r in surface_rows(p, results_dir, t, key, reuse)]
+    expected = len(s["tasks"]) * len(s["lag_depths"]) * len(p["stage1"]["seeds"])
+    values_run = sorted({r["value"] for r in rows})
+    if not rows or any(sum(1 for r in rows if r["value"] == v) < expected for v in values_run) \
+            or not set(map(float, s["values"])) <= set(values_run):
+        return [], "incomplete"
+    score = p["stage1"]["score"]
+    optima = [surfaces.robust_choice(rows, score, norm)["value"]] + list(
+        surfaces.per_lag_optima(rows, score, norm).values())
+    grid_values = sorted(map(float, s["values"]))
+    done = {"low": sum(v < grid_values[0] for v in values_run), "high": sum(v > grid_values[-1] for v in values_run)}
+    return surfaces.edge_extensions(values_run, optima, done), "complete"
+
+
+def all_units(p: dict, args: Args) -> tuple[list, str]:
+    from vaco_jax.driver import grid
+    s1 = p["stage1"]
+    reuse = reuse_state(p, args.results)
+    c = CHECK
+    check_cfg = base_config(p, c["task"], c["surface"])
+    units = [_unit(p, "reuse_check", "check", check_cfg,
+                   grid.grid([c["lag_depth"]], [c["seed"]], **{s1["surfaces"][c["surface"]]["knob"]: [c["value"]]}),
+                   os.path.join(c["task"], c["surface"]))]
+    order = [(t, k) for t in ("Hopper-v4",) for k in ("ppo_clip", "vaco", "vaco_learner", "ppo_kl", "spo")]
+    order += [("Hopper-v4", k) for k in ("m2po", "tis", "mis", "gipo", "sapo", "vcpo", "impact")]
+    order += [("Walker2d-v4", k) for k in ("ppo_clip", "vaco", "vaco_learner", "ppo_kl", "spo")]
+    extend = []
+    for task, key in order:
+        s = s1["surfaces"][key]
+        config = base_config(p, task, key)
+        reused = reused_cells(p, task, key)
+        cells = [cell for cell in grid.grid(s["lag_depths"], s1["seeds"], **{s["knob"]: [float(v) for v in s["values"]]})
+                 if (cell.lag_depth, cell.seed, cell.knob_dict()[s["knob"]]) not in reused]
+        units.append(_unit(p, f"surface/{task}/{key}", "surface", config, cells, os.path.join(task, key)))
+        if reuse == "fails" and reused:
+            fill = [grid.Cell(b, seed).with_knobs(**{s["knob"]: v}) for (b, seed, v) in sorted(reused)]
+            units.append(_unit(p, f"fill/{task}/{key}", "surface", config, fill, os.path.join(task, key, "fill")))
+        if task == s["tasks"][-1]:
+            points, _ = extensions_state(p, args.results, key, reuse)
+            for t in s["tasks"]:
+                for v in points:
+                    extend.append(_unit(p, f"extend/{t}/{key}/{v:g}", "surface", base_config(p, t, key),
+                                        grid.grid(s["lag_depths"], s1["seeds"], **{s["knob"]: [v]}),
+                                        os.path.join(t, key, f"extend={v:g}")))
+    # an extension runs right after the surfaces it extends are complete: before the next surfaces
+    return units[:1] + extend + units[1:], reuse
+
+
+def plan_text(units: list, reuse: str, args: Args) -> str:
+    lines = [f"{'unit':<44}{'runs':>6}{'est. min':>10}  status"]
+    for u in units:
+        lines.append(f"{u.name:<44}{u.runs:>6}{u.minutes:>10.1f}  {'done' if first._finished(args, u) else 'to run'}")
+    todo = [u for u in units if not first._finished(args, u)]
+    lines.append(f"reuse of the first study's runs: {reuse}")
+    lines.append(f"{len(units)} units, {sum(u.runs for u in units)} runs, ~{sum(u.minutes for u in units) / 60:.1f} h "
+                 f"at the protocol's rates; to run: {len(todo)} units, ~{sum(u.minutes for u in todo) / 60:.1f} h")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- report
+
+def report(p: dict, results_dir: str, reps: int = 2000) -> str:
+    """Stage 1's rules on every surface whose units are all in (the rest: what is missing)."""
+    from vaco_jax.analysis import surfaces
+    reuse = reuse_state(p, results_dir)
+    s1 = p["stage1"]
+    lines = [f"reuse of the first study's runs: {reuse}"]
+    for key, s in s1["surfaces"].items():
+        points, state = extensions_state(p, results_dir, key, reuse)
+        if state != "complete":
+            lines.append(f"{key:<14} incomplete")
+            continue
+        norm = {t: (s1["normalisation"]["random"][t], s1["normalisation"]["reference"][t]) for t in s["tasks"]}
+        rows = [r for t in s["tasks"] for r in surface_rows(p, results_dir, t, key, reuse)]
+        choice = surfaces.robust_choice(rows, s1["score"], norm)
+        stab = surfaces.stability(rows, s1["score"], norm, reps=reps)
+        lags = surfaces.per_lag_optima(rows, s1["score"], norm)
+        shown = ", ".join(f"{v:g}: {r:.3f}" for v, r in sorted(choice["R"].items()))
+        lines.append(f"{key:<14} {s['knob']} lag-robust {choice['value']:g} (stability {stab['share']:.2f}); per B "
+                     + ", ".join(f"B={b}: {v:g}" for b, v in lags.items()) + f"; R {shown}"
+                     + (f"; extensions pending: {points}" if points else "")
+                     + (f"; excluded {choice['excluded']}" if choice["excluded"] else ""))
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- main
+
+def main(args: Args) -> list[str]:
+    from vaco_jax.driver import study
+    p, digest = first.load_protocol(args.protocol)
+    check_protocol(p)
+    if args.stage == "report":
+        print(report(p, args.results, args.bootstrap_reps))
+        return []
+    units, reuse = all_units(p, args)
+    if args.stage == "plan":
+        print(f"protocol {args.protocol} sha256 {digest}")
+        print(plan_text(units, reuse, args))
+        return []
+    if not args.units and (args.minutes is None or not args.minutes > 0):
+        raise ConfigError(f"minutes={args.minutes!r}: give --minutes (a positive number) or --units")
+    first.check_protocol_unchanged(args.results, digest, args.deviation, args.protocol)
+    start, done, measured, estimated = time.perf_counter(), [], 0.0, 0.0
+    while True:  # plan again after every round: the check's outcome and finished surfaces change the units
+        left = None if args.units else args.minutes - (time.perf_counter() - start) / 60.0
+        pace = measured / estimated if estimated else 1.0
+        chosen = [u for u in first.select(units, args, left, first=not done, pace=pace) if u.name not in done]
+        if not chosen:
+            if not done:
+                print("every unit has finished" if all(first._finished(args, u) for u in units) else "nothing to run")
+            break
+        print(f"protocol sha256 {digest}; next: " + ", ".join(u.name for u in chosen)
+              + f" (~{sum(u.minutes for u in chosen) * pace:.0f} min estimated)", flush=True)
+        for u in chosen:
+            run_dir = os.path.join(args.runs, u.stage)
+            spec = {"study": "steplag", "unit": u.name, "protocol_sha256": digest}
+            t0 = time.perf_counter()
+            if study.run_study(run_dir, [u.group], args, spec,
+                               prepare=lambda: study.random_scores(run_dir, [u.group.config.env], u.group.config)):
+                first.collect(u, run_dir, args.results, digest, time.perf_counter() - t0)
+                done.append(u.name)
+                measured, estimated = measured + (time.perf_counter() - t0) / 60.0, estimated + u.minutes
+                print(f"unit {u.name} finished in {time.perf_counter() - t0:.0f} s", flush=True)
+            if u.name == "reuse_check":
+                print(f"reuse of the first study's runs: {reuse_state(p, args.results)}", flush=True)
+                break  # the plan depends on the check's outcome
+        units, reuse = all_units(p, args)
+        if args.units or args.max_chunks is not None:
+            break
+    return done
+
+
+def cli() -> None:
+    """The command line (`experiments/steplag.py`, `python -m vaco_jax steplag`)."""
+    from vaco_jax.driver.cli import cli_main, parse_args
+
+    cli_main(main, parse_args(Args))
+
+
+if __name__ == "__main__":
+    cli()
