@@ -410,3 +410,17 @@ def test_each_new_step_knob_is_a_traced_sweep_axis_of_one_program(tmp_path):
         # TIS, MIS and IMPACT read both clip_epsilon and weight_cap: the cells multiply by every knob a method reads
         assert len(rows) == (8 if method in ("tis", "mis", "impact") else 4), method
         assert all(r["diverged"] in (False, "False", 0) for r in rows)
+
+
+def test_help_lists_each_new_method_with_its_description():
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-m", "vaco_jax", "train", "--help"], capture_output=True, text=True,
+                         timeout=120, cwd=root, env={**os.environ, "COLUMNS": "80"})
+    squeeze = lambda t: "".join(t.replace("│", "").split())  # noqa: E731  (the help is wrapped in a box)
+    text = squeeze(out.stdout)
+    for name in NEW_METHODS:
+        assert squeeze(f"{name}: {METHODS[name].description}") in text, name
