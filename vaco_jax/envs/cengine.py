@@ -249,7 +249,7 @@ class Engine:
         """MuJoCo's own threaded batch (``mujoco.batch``): each row loaded into an MjData of a C++ thread,
         ``mj_step`` ``frame_skip`` times, saved back; the bound derived fields copied out."""
         n = states_in.shape[0]
-        b, views = self._checkout_batch(n)
+        b, views, key = self._checkout_batch(n)
         try:
             bad = b.warning[:, 3:6, 1].sum(axis=1)  # BADQPOS, BADQVEL, BADQACC counters of each row
             b.state[:] = states_in
@@ -257,7 +257,7 @@ class Engine:
             unstable = b.warning[:, 3:6, 1].sum(axis=1) != bad
             return b.state.copy(), {f: v.copy() for f, v in views.items()}, unstable
         finally:
-            self._checkin_batch(n, b, views)
+            self._checkin_batch(key, b, views)
 
     def _step_loop(self, states_in: np.ndarray):
         """A thread pool of our own over ``MjData``: needed where Gymnasium calls ``mj_rnePostConstraint``
@@ -292,18 +292,23 @@ class Engine:
         return states, derived, unstable
 
     def _checkout_batch(self, n: int):
+        """A free batch of ``n`` rows for the threads asked for now, its bound views, and the pool's key.
+        The key is what was asked for, not the batch's ``nthread``: MuJoCo runs fewer threads than asked
+        when there are fewer rows (1 row: 1 thread), and a batch returned under its own ``nthread`` would
+        never be found again — a new batch per step, each kept (one env per cell leaked ~0.8 MB a step)."""
+        key = (n, threads())
         with self._lock:
-            free = self._batches.setdefault((n, threads()), [])
+            free = self._batches.setdefault(key, [])
             if free:
-                return free.pop()
+                return free.pop() + (key,)
         from mujoco import batch as mj_batch
 
-        b = mj_batch.Batch(self.model, n, threads())
-        return b, {f: b.bind(f) for f in self._derived_shapes}
+        b = mj_batch.Batch(self.model, n, key[1])
+        return b, {f: b.bind(f) for f in self._derived_shapes}, key
 
-    def _checkin_batch(self, n: int, b, views) -> None:
+    def _checkin_batch(self, key: tuple, b, views) -> None:
         with self._lock:
-            self._batches.setdefault((n, b.nthread), []).append((b, views))
+            self._batches.setdefault(key, []).append((b, views))
 
     def _views(self, data):
         """Cached numpy views into ``data``: its warning counters and the derived fields the task reads."""
