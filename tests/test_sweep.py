@@ -198,3 +198,17 @@ def test_a_raised_buffer_capacity_is_printed_and_its_clash_explained(capsys):
         lag_sweep.resolve(small)
     with pytest.raises(ConfigError, match="a lag depth above 4 needs another --out"):
         provenance._compare_identity("RUN", {"g": {"buffer_capacity": 4}}, {"g": {"buffer_capacity": 8}})
+
+
+@pytest.mark.parametrize("seed", [-1, 2 ** 32, 2 ** 32 + 5])
+def test_a_seed_outside_32_bits_is_refused_before_anything_is_written(tmp_path, seed):
+    """PRNG keys hold a seed modulo 2^32: seed 2^32 would repeat seed 0 and count as a second run."""
+    from conftest import tiny_config
+    from vaco_jax.driver.train import run
+
+    with pytest.raises(ConfigError, match=rf"seed={seed} is not allowed; a seed must be an integer in \[0, 4294967295\]"):
+        grid.check_cells(grid.grid([1], [0, seed]))
+    with pytest.raises(ConfigError, match=f"seed={seed}"):
+        run(tiny_config(), seed=seed, out=str(tmp_path / "out"), progress=False)
+    assert not (tmp_path / "out").exists()
+    grid.check_cells(grid.grid([1], [0, 2 ** 32 - 1]))  # the largest allowed

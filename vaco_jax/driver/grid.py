@@ -5,12 +5,14 @@ split of a large group into parts."""
 
 from __future__ import annotations
 
-from __future__ import annotations
 import dataclasses
 import itertools
 import json
 import os
 from typing import Iterable, Sequence
+
+import numpy as np
+
 from vaco_jax.core.config import STATIC_FIELDS, TRACED_FIELDS, Config, _ages_depth, make_traced
 from vaco_jax.core.lag import LAG_MODELS
 from vaco_jax.core.knobs import ConfigError, check_knob
@@ -301,12 +303,18 @@ def _cell_from_row(row: dict) -> Cell:
     return Cell(int(row["lag_depth"]), int(row["seed"]), tuple(sorted(knobs.items())))
 
 
+SEED_LIMIT = 2 ** 32  # seeds are folded into 32-bit PRNG keys
+
+
 def check_cells(cells: Sequence[Cell], where: str = "") -> None:
     """A group needs at least one cell and no cell twice (a duplicate would be counted as two runs)."""
     if not cells:
         raise ConfigError(f"{where or 'a group'}: no cells (empty --seeds or --lag-depths?)")
     seen: dict = {}
     for c in cells:
+        # a PRNG key holds a seed modulo 2^32: seeds 0 and 2^32 would be the same run counted twice
+        if isinstance(c.seed, bool) or not isinstance(c.seed, (int, np.integer)) or not 0 <= c.seed < SEED_LIMIT:
+            raise ConfigError(f"seed={c.seed!r} is not allowed; a seed must be an integer in [0, {SEED_LIMIT - 1}]")
         key = json.dumps(c.row(), sort_keys=True, default=str)
         if key in seen:
             raise ConfigError(f"{where or 'a group'}: the cell {c.row()} appears twice (duplicate seeds, lag "

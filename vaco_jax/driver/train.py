@@ -105,9 +105,10 @@ def run(config: Config, seed: int = 0, out: str = "runs/train", progress: bool =
     """Train ``config`` (its own lag depth and knobs) with ``seed`` into ``out/<name>/`` as a one-cell
     group; resumes from the last chunk when that directory holds an unfinished run of the same settings."""
     runner.check_max_chunks(max_chunks)
+    group = grid.Group(config, (grid.Cell(config.effective_lag_depth(), seed),), f"{config.env}/{config.method}")
+    grid.check_cells(group.cells)  # the seed, before anything is written
     _check_out(out)
     run_dir = os.path.join(out, run_name(config, seed))
-    group = grid.Group(config, (grid.Cell(config.effective_lag_depth(), seed),), f"{config.env}/{config.method}")
     provenance.write_run_metadata(run_dir, [group], command or {"seed": seed})
     group_dir = os.path.join(run_dir, group.subdir)
     rows = runner.run_group(config, list(group.cells), group_dir, progress=progress, label=group.subdir,
