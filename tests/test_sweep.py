@@ -212,3 +212,14 @@ def test_a_seed_outside_32_bits_is_refused_before_anything_is_written(tmp_path, 
         run(tiny_config(), seed=seed, out=str(tmp_path / "out"), progress=False)
     assert not (tmp_path / "out").exists()
     grid.check_cells(grid.grid([1], [0, 2 ** 32 - 1]))  # the largest allowed
+
+
+def test_a_step_budget_that_is_not_whole_chunks_is_said_in_the_plan():
+    from conftest import tiny_config
+
+    short = tiny_config(total_env_steps=8 * 16 * 5 + 7, num_evals=2)  # 5 phases possible, 4 run
+    note = grid.steps_note(short)
+    assert note.startswith("note: total_env_steps=647 runs 512 env steps: 2 chunks of 2 phases of 128")
+    assert note in grid.plan_text([grid.Group(short, tuple(grid.grid([1], [0])), "g")])
+    whole = tiny_config(total_env_steps=8 * 16 * 4, num_evals=2)
+    assert grid.steps_note(whole) == "" and "note" not in grid.plan_text([grid.Group(whole, (grid.Cell(1, 0),), "g")])

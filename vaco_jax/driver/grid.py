@@ -247,7 +247,19 @@ def plan_text(groups: Sequence[Group], first: int = 0) -> str:
         numbers = f"#{first}" if len(g.cells) == 1 else f"#{first}-{first + len(g.cells) - 1}"
         lines.append(f"  {g.subdir:<44} {len(g.cells):>4} cells {numbers:>12}  {desc}")
         first += len(g.cells)
-    return "\n".join(lines)
+    shortfalls = {steps_note(g.config) for g in groups} - {""}
+    return "\n".join(lines + sorted(shortfalls))
+
+
+def steps_note(config: Config) -> str:
+    """A line when ``total_env_steps`` is not what runs: training stops after the last whole chunk
+    (``num_evals`` chunks of whole phases), so the steps that run are said, never silently fewer."""
+    run = config.phases_run * config.batch_size
+    if run == config.total_env_steps:
+        return ""
+    return (f"note: total_env_steps={config.total_env_steps:,} runs {run:,} env steps: {config.num_evals} chunks of "
+            f"{config.phases_per_chunk} phases of {config.batch_size:,} (num_envs x unroll_length); a multiple of "
+            f"{config.num_evals * config.batch_size:,} runs in full")
 
 
 def with_knobs(configs: Sequence[Config], knobs: dict) -> list[Config]:

@@ -107,6 +107,8 @@ def run(config: Config, seed: int = 0, out: str = "runs/train", progress: bool =
     runner.check_max_chunks(max_chunks)
     group = grid.Group(config, (grid.Cell(config.effective_lag_depth(), seed),), f"{config.env}/{config.method}")
     grid.check_cells(group.cells)  # the seed, before anything is written
+    if grid.steps_note(config):
+        print(grid.steps_note(config))
     _check_out(out)
     run_dir = os.path.join(out, run_name(config, seed))
     provenance.write_run_metadata(run_dir, [group], command or {"seed": seed})
