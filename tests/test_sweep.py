@@ -223,3 +223,26 @@ def test_a_step_budget_that_is_not_whole_chunks_is_said_in_the_plan():
     assert note in grid.plan_text([grid.Group(short, tuple(grid.grid([1], [0])), "g")])
     whole = tiny_config(total_env_steps=8 * 16 * 4, num_evals=2)
     assert grid.steps_note(whole) == "" and "note" not in grid.plan_text([grid.Group(whole, (grid.Cell(1, 0),), "g")])
+
+
+def test_a_refused_command_writes_nothing_and_the_original_command_still_runs(tmp_path):
+    """With run.json gone, a command with other settings was refused only after it had written run.json
+    with them (and the random scores): the group's own command was then refused in turn."""
+    import types
+
+    from conftest import tiny_config
+
+    run_dir = str(tmp_path / "run")
+    config = tiny_config(total_env_steps=8 * 16 * 2, num_evals=2, eval_episodes=2)
+    cells = grid.grid([1], [0])
+    runner.run_group(config, cells, os.path.join(run_dir, "g"), progress=False)  # a finished group, no run.json
+    args = types.SimpleNamespace(max_chunks=None, progress=False, shard=None, cell=None)
+    before = sorted(os.listdir(run_dir))
+    other = grid.Group(config.replace(learning_rate=1e-3), tuple(cells), "g")
+    with pytest.raises(ConfigError, match=r"learning_rate: 0.0003 there, 0.001 now"):
+        study.run_study(run_dir, [other], args, {})
+    duplicate = grid.Group(config, tuple(cells) * 2, "g2")
+    with pytest.raises(ConfigError, match="appears twice"):
+        study.run_study(run_dir, [duplicate], args, {})
+    assert sorted(os.listdir(run_dir)) == before and "run.json" not in before
+    study.preflight(run_dir, [grid.Group(config, tuple(cells), "g")])  # the group's own settings pass

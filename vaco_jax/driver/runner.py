@@ -311,6 +311,16 @@ def _same_number(a, b) -> bool:
         return False
 
 
+def check_group_settings(group_dir: str, config: Config) -> None:
+    """Read-only: a group directory that records its settings (``config.json``) was run with ``config``'s;
+    otherwise a ConfigError naming the settings that differ. Nothing to check where none is recorded.
+    Commands call it for every group before they write anything (``study.run_study``)."""
+    from vaco_jax.driver.policies import CONFIG
+
+    if os.path.exists(os.path.join(group_dir, CONFIG)):
+        _compare_settings(group_dir, config)
+
+
 def check_finished_group(group_dir: str, config: Config) -> None:
     """A finished group holds its settings (``config.json``, equal to the command's) and its trained
     policies (``policies.npz``); anything missing, unreadable or different is named before it is reported."""
@@ -320,7 +330,16 @@ def check_finished_group(group_dir: str, config: Config) -> None:
     if not os.path.exists(path):
         raise ResultsError(f"{path}: missing in a finished group, so nothing says which settings produced its scores; "
                            "restore it, or delete the group directory to run it again")
-    recorded = results.read_json(path)  # a damaged file is a ResultsError naming it
+    _compare_settings(group_dir, config)
+    if not os.path.exists(os.path.join(group_dir, POLICIES)):
+        raise ResultsError(f"{os.path.join(group_dir, POLICIES)}: missing in a finished group (its trained policies); "
+                           "restore it, or delete the group directory to run it again")
+
+
+def _compare_settings(group_dir: str, config: Config) -> None:
+    from vaco_jax.driver.policies import CONFIG
+
+    recorded = results.read_json(os.path.join(group_dir, CONFIG))  # a damaged file is a ResultsError naming it
     now = json.loads(json.dumps(dataclasses.asdict(config), default=str))
     recorded = {**UNRECORDED_SETTINGS, **recorded}
     if "backend" in recorded:  # None means the task's default engine: compare the engines meant
@@ -329,11 +348,8 @@ def check_finished_group(group_dir: str, config: Config) -> None:
     diff = [k for k in now if k in recorded and recorded[k] != now[k]]
     if diff:
         shown = ", ".join(f"{k}: {recorded[k]!r} there, {now[k]!r} now" for k in diff[:4])
-        raise ConfigError(f"{group_dir} finished with other settings ({shown}); run with the same settings or "
+        raise ConfigError(f"{group_dir} was run with other settings ({shown}); run with the same settings or "
                           "choose another --out")
-    if not os.path.exists(os.path.join(group_dir, POLICIES)):
-        raise ResultsError(f"{os.path.join(group_dir, POLICIES)}: missing in a finished group (its trained policies); "
-                           "restore it, or delete the group directory to run it again")
 
 
 def _extend_group(config, cells, cell_rows, old_rows, group_dir, **kwargs):

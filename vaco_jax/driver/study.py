@@ -15,10 +15,10 @@ from vaco_jax.analysis import results
 from vaco_jax.core.knobs import ConfigError
 from vaco_jax.core.train import make_train
 from vaco_jax.driver.devices import barrier
-from vaco_jax.driver.grid import Cell, Group, _fmt, check_max_cells, parse_shard, plan_digest, plan_text, select_cell, shard_groups
+from vaco_jax.driver.grid import Cell, Group, _fmt, check_cells, check_max_cells, parse_shard, plan_digest, plan_text, select_cell, shard_groups
 from vaco_jax.driver.memory import memory_plan
 from vaco_jax.driver.provenance import check_identity, shard_records, write_run_metadata
-from vaco_jax.driver.runner import check_max_chunks, group_finished, run_group, run_groups
+from vaco_jax.driver.runner import check_group_settings, check_max_chunks, group_finished, run_group, run_groups
 
 
 def random_scores(run_dir: str, tasks: Sequence[str], base_config: Config, episodes: int = 16) -> dict:
@@ -164,6 +164,7 @@ def run_study(run_dir: str, groups: Sequence[Group], args, spec: dict, prepare=N
                               "evaluation return) need evaluation episodes; allowed values: an integer >= 1")
     max_cells = getattr(args, "max_cells_per_program", None)
     check_max_cells(max_cells)
+    preflight(run_dir, groups)
     info = {**dataclasses.asdict(args), **spec}
     if cell is not None:
         print(plan_text(groups))
@@ -195,6 +196,18 @@ def run_study(run_dir: str, groups: Sequence[Group], args, spec: dict, prepare=N
         prepare()
     return run_groups(run_dir, groups, progress=args.progress, max_chunks=args.max_chunks,
                       tensorboard=getattr(args, "tensorboard", False), max_cells_per_program=max_cells)
+
+
+def preflight(run_dir: str, groups: Sequence[Group]) -> None:
+    """Read-only, before a command writes anything: every group's cells are valid and distinct, a group
+    that recorded its settings was run with these, and the run's records agree. A refused command thus
+    leaves ``run.json`` and every other file as they were (a refusal after writing would have rewritten
+    the run's identity with the refused settings)."""
+    for g in groups:
+        check_cells(g.cells, g.subdir)
+        check_group_settings(os.path.join(run_dir, g.subdir), g.config)
+    if os.path.isdir(run_dir):
+        check_identity(run_dir, groups)
 
 
 def _run_shard(run_dir, groups, index, count, info, args, prepare, max_cells, distributed: bool = False) -> bool:
