@@ -503,6 +503,24 @@ def test_the_ceiling_reads_only_the_reference_runs_it_is_given():
     assert tables.ceiling_tasks(at, None, "final") == [] and tables.ceiling_tasks(at, {"b": 0.0}, "final") == []
 
 
+def test_the_ceiling_is_two_percent_of_the_random_to_best_range_at_a_nonzero_random_score():
+    """``tables.ceiling_tasks`` at random scores away from 0, where 2% of the random-to-best range and 2% of
+    the best score disagree. Best 1000 (a VACO run): random -500 puts the ceiling at 970, so PPO-Clip at
+    975 is at it (2% of the best, 980, would say not); random 1000 (best 1500) puts it at 1490, so
+    PPO-Clip at 1480 is not (2% of the best, 1470, would say it is)."""
+    def run(method, score, env="a"):
+        return {"env": env, "method": method, "lag_depth": 1, "final": score, "diverged": False}
+    a = [run("ppo_clip", 975.0), run("ppo_clip", 972.0), run("ppo_clip", 900.0), run("vaco", 1000.0)]
+    b = [run("ppo_clip", 1480.0, "b"), run("ppo_clip", 1485.0, "b"), run("ppo_clip", 1300.0, "b"),
+         run("vaco", 1500.0, "b")]
+    assert tables.ceiling_tasks(a + b, {"a": -500.0, "b": 1000.0}, "final") == ["a"]
+    # just outside each bound: a's runs 1 below 970 are not at it; b's runs at 1490 and above are
+    below = [run("ppo_clip", 969.0), run("ppo_clip", 969.5), run("ppo_clip", 900.0), run("vaco", 1000.0)]
+    above = [run("ppo_clip", 1490.0, "b"), run("ppo_clip", 1495.0, "b"), run("ppo_clip", 1300.0, "b"),
+             run("vaco", 1500.0, "b")]
+    assert tables.ceiling_tasks(below + above, {"a": -500.0, "b": 1000.0}, "final") == ["b"]
+
+
 def test_a_task_at_its_ceiling_leaves_the_final_return_parts_only(tmp_path):
     """Task a: synchronous PPO-Clip ends at the best final return any run reached (a ceiling); task b: far
     below it. The final-return parts rest on b alone and name a as left out at its ceiling; the parts

@@ -23,7 +23,7 @@ from scipy import stats
 from vaco_jax.core.config import ConfigError
 from vaco_jax.envs import make_env, reset_batch
 from vaco_jax.envs import cengine
-from vaco_jax.envs.gymnasium_tasks import GYM_TASKS
+from vaco_jax.envs.gymnasium_tasks import GYM_TASKS, InvertedDoublePendulumTask
 
 TASKS = ["Hopper-v4", "Walker2d-v4", "HalfCheetah-v4", "Ant-v4", "Humanoid-v4",
          "Hopper-v5", "Walker2d-v5", "HalfCheetah-v5", "Ant-v5", "Humanoid-v5",
@@ -436,3 +436,108 @@ def test_stepping_few_envs_reuses_one_batch_and_memory_stays_flat(n):
         assert grown < 100, f"resident memory grew {grown:.0f} MiB over 2,000 steps"
     finally:
         cengine.set_threads(previous)
+
+
+def _gym_health_bounds(name: str, u) -> list[float]:
+    """The finite bounds of a task's termination rule, read from the Gymnasium env's own attributes
+    (``_healthy_z_range``, ``_healthy_angle_range``, ``_healthy_state_range``); the pendulums have none
+    (their bounds are literals in Gymnasium's ``step``: |qpos[1]| > 0.2, tip height <= 1)."""
+    bounds = {float(b) for attr in ("_healthy_z_range", "_healthy_angle_range", "_healthy_state_range")
+              for b in getattr(u, attr, ()) if np.isfinite(b)}
+    if name.startswith("InvertedPendulum"):
+        bounds |= {-0.2, 0.2}
+    if name.startswith("InvertedDoublePendulum"):
+        bounds |= {1.0}
+    return sorted(bounds)
+
+
+def _probes(bounds: list[float]) -> list[float]:
+    """Each bound itself, the floats either side of it, a little either side, and the non-finite values."""
+    out = [np.nan, np.inf, -np.inf, 1e6, -1e6]
+    for b in bounds:
+        out += [b, np.nextafter(b, -np.inf), np.nextafter(b, np.inf), b - 1e-3, b + 1e-3]
+    return out
+
+
+@pytest.mark.parametrize("name", TASKS)
+def test_termination_on_both_sides_of_every_bound_is_gymnasiums(name):
+    """Each task's termination (``terminated(np, fields)``) against Gymnasium's own env on states set
+    just inside, on and just outside every bound: every element of qpos and qvel in turn (the others at
+    the model's initial state, which is healthy) takes each probe value, so z, the angle, each state
+    element and the finiteness test are all probed, at the right index. Gymnasium's verdict is its
+    ``step``'s ``terminated`` on that state, with the physics step itself disabled (Hopper's upper angle
+    bound, 0.2, is never reached by random actions, so the step tests alone cannot see it flipped).
+    InvertedDoublePendulum's rule reads the pole tip's height (``site_xpos``), probed there."""
+    task = GYM_TASKS[name]
+    genv = gymnasium.make(name)
+    genv.reset(seed=0)
+    u = genv.unwrapped
+    u.do_simulation = lambda ctrl, n_frames: None  # step reads the state we set, unchanged
+    zero = np.zeros(u.action_space.shape)
+    q0, v0 = u.init_qpos.copy(), u.init_qvel.copy()
+    nq = q0.size
+    bounds = _gym_health_bounds(name, u)
+    probes = _probes(bounds)
+    site = isinstance(task, InvertedDoublePendulumTask)
+    # (element index, value); the double pendulum: (0, the tip's height)
+    cases = [(0, p) for p in probes] if site else [(i, p) for i in range(nq + v0.size) for p in probes]
+
+    def gym_terminated(i, p):
+        q, v = q0.copy(), v0.copy()
+        if not site:
+            (q if i < nq else v)[i if i < nq else i - nq] = p
+        u.data.qpos[:], u.data.qvel[:] = q, v
+        mujoco.mj_forward(u.model, u.data)
+        if site:
+            u.data.site_xpos[0, 2] = p
+        fields = {"qpos": u.data.qpos[None].copy(), "qvel": u.data.qvel[None].copy()}
+        for f in task.read_fields():
+            fields[f] = np.asarray(getattr(u.data, f))[None].copy()
+        with np.errstate(all="ignore"):
+            terminated = u.step(zero)[2]
+        return bool(terminated), fields
+
+    gym, ours = [], []
+    for i, p in cases:
+        t, fields = gym_terminated(i, p)
+        gym.append(t)
+        with np.errstate(all="ignore"):
+            ours.append(bool(np.asarray(task.terminated(np, fields))[0]))
+    wrong = [(i, p, g, o) for (i, p), g, o in zip(cases, gym, ours) if g != o]
+    assert not wrong, f"{name}: (element, value, Gymnasium's terminated, ours): {wrong[:10]}"
+    if task.healthy is None and not site:
+        assert not any(gym) and bounds == [], name  # never terminates
+        return
+    assert bounds and any(gym) and not all(gym), name
+    # every bound is exercised: for some element the floats just either side of it disagree
+    verdict = dict(zip(cases, gym))
+    for b in bounds:
+        lo, hi = np.nextafter(b, -np.inf), np.nextafter(b, np.inf)
+        assert any(verdict[(i, lo)] != verdict[(i, hi)] for i in {i for i, _ in cases}), (name, b)
+
+
+def test_each_auto_reset_starts_the_next_episode_from_its_own_start_state():
+    """Forced auto-resets (``ends``) of one env in a row: the episode number goes up by one each time, the
+    start states all differ, and each is ``host_reset`` of that episode number; an env not ending in the
+    same batch keeps its episode number and its stepped state."""
+    eng = cengine.engine("Hopper-v4")
+    keys = np.array([[7, 11], [7, 12]], np.uint32)
+    episodes = np.zeros(2, np.int64)
+    states, position, obs = eng.host_reset(keys, episodes)
+    starts = [obs[0].copy()]
+    action = np.zeros((2, eng.nu))
+    for k in range(1, 5):
+        ends = np.array([True, False])
+        out = eng.host_step(states, position, action, keys, episodes, ends, auto_reset=True)
+        states, position, obs, next_obs, _, terminated, _, new_episodes = out
+        assert not terminated.any()
+        assert new_episodes.tolist() == [k, 0], new_episodes
+        r_states, r_position, r_obs = eng.host_reset(keys[:1], new_episodes[:1])
+        np.testing.assert_array_equal(states[0], r_states[0])
+        np.testing.assert_array_equal(position[0], r_position[0])
+        np.testing.assert_array_equal(obs[0], r_obs[0])
+        np.testing.assert_array_equal(obs[1], next_obs[1])  # env 1 continues
+        assert not np.array_equal(obs[0], next_obs[0])
+        starts.append(obs[0].copy())
+        episodes = new_episodes
+    assert len({s.tobytes() for s in starts}) == len(starts), "two auto-resets started from the same state"

@@ -113,3 +113,104 @@ def test_diverged_runs_must_be_left_out_first():
     bad[0, 0] = np.nan
     with pytest.raises(ValueError, match="diverged"):
         rules.retention(bad, _runs([1.0, 1.0]))
+
+
+def _holm_slow(p: dict, alpha: float) -> dict:
+    """Holm by the textbook: sort the p-values, p_(i) * (m - i + 1) (i from 1), a running maximum, capped at
+    1, mapped back to the input names; a hypothesis is rejected when its adjusted p-value is <= alpha."""
+    names = sorted(p, key=lambda k: (p[k], k))
+    m = len(names)
+    adjusted, running = {}, 0.0
+    for i, name in enumerate(names, start=1):
+        running = max(running, p[name] * (m - i + 1))
+        adjusted[name] = min(1.0, running)
+    return {k: (adjusted[k], adjusted[k] <= alpha) for k in p}
+
+
+def test_holm_adjusts_every_hypothesis_as_the_textbook_step_down():
+    """Every adjusted p-value (not only the smallest) and every decision against the slow reference, on
+    cases where the running maximum matters: a larger p sorted later whose own product is smaller."""
+    cases = [
+        {"a": 0.01, "b": 0.04, "c": 0.03, "d": 0.005},  # 0.02, 0.03, 0.06, then 0.04 x 1 raised to 0.06
+        {"a": 0.01, "b": 0.03, "c": 0.035},  # the second decides: 0.06 > 0.05 stops; 0.035 is not rejected
+        {"a": 0.2, "b": 0.9, "c": 0.6},  # capped at 1
+        {"x": 0.001},
+    ]
+    rng = np.random.default_rng(7)
+    for m in (2, 3, 5, 8, 13):
+        for scale in (0.05, 0.2, 1.0):
+            cases.append({f"h{i}": float(v) for i, v in enumerate(rng.uniform(0.0, scale, m))})
+    raised = 0
+    for p in cases:
+        got, want = rules.holm(p, alpha=0.05), _holm_slow(p, 0.05)
+        assert set(got) == set(p)
+        for k in p:
+            assert got[k][0] == pytest.approx(want[k][0], rel=1e-12, abs=0.0), (p, k)
+            assert got[k][1] is want[k][1], (p, k)
+        # the cases exercise the running maximum: some adjusted p-value exceeds its own (m - i + 1) p_(i)
+        names = sorted(p, key=lambda k: (p[k], k))
+        raised += any(want[k][0] > min(1.0, p[k] * (len(p) - i)) for i, k in enumerate(names))
+    assert raised >= 5
+    # the running maximum itself, by hand: d 0.005 x 4 = 0.02, a 0.01 x 3 = 0.03, c 0.03 x 2 = 0.06 (stop),
+    # b 0.04 x 1 = 0.04 but raised to 0.06
+    out = rules.holm(cases[0], alpha=0.05)
+    assert out == {"d": (pytest.approx(0.02), True), "a": (pytest.approx(0.03), True),
+                   "c": (pytest.approx(0.06), False), "b": (pytest.approx(0.06), False)}
+    # the second hypothesis decides: the third (0.035 x 1 <= 0.05 on its own) is not rejected after it
+    out = rules.holm(cases[1], alpha=0.05)
+    assert out == {"a": (pytest.approx(0.03), True), "b": (pytest.approx(0.06), False),
+                   "c": (pytest.approx(0.06), False)}
+    # and it rejects when the second clears its level (0.02 x 2 = 0.04 <= 0.05): then all three go
+    assert [v[1] for v in rules.holm({"a": 0.01, "b": 0.02, "c": 0.035}).values()] == [True, True, True]
+
+
+def test_ceiling_is_measured_on_the_random_to_best_range_at_a_nonzero_random_score():
+    """At a random score of 0 the 2% of the range equals the 2% of the best score; elsewhere they differ.
+    Random -500, best 1000: the ceiling is 1000 - 0.02 x 1500 = 970 (2% of the best would say 980);
+    random 1000, best 1500: 1500 - 0.02 x 500 = 1490 (2% of the best would say 1470)."""
+    assert rules.at_ceiling([975, 975, 972, 960], best_score=1000, random_score=-500)
+    assert rules.at_ceiling([970, 970, 970, 900], best_score=1000, random_score=-500)  # at the bound: in
+    assert not rules.at_ceiling([969, 969, 965, 1000], best_score=1000, random_score=-500)
+    assert not rules.at_ceiling([1480, 1485, 1475, 1500], best_score=1500, random_score=1000)
+    assert rules.at_ceiling([1491, 1495, 1490, 1300], best_score=1500, random_score=1000)
+    # "most runs" is strictly more than half
+    assert not rules.at_ceiling([1000, 990, 900, 800], best_score=1000, random_score=-500)
+    assert rules.at_ceiling([1000, 990, 980, 800], best_score=1000, random_score=-500)
+    # no range, no ceiling
+    assert not rules.at_ceiling([1000, 1000], best_score=1000, random_score=1000)
+
+
+@pytest.mark.parametrize("low,high,expected", [
+    (0.5, 0.8, "inconclusive"),  # the lower bound at the threshold: "greater" does not hold (strict)
+    (0.2, 0.5, "inconclusive"),  # the upper bound at the threshold: it does not fail either
+    (0.5, 0.5, "inconclusive"),
+    (np.nextafter(0.5, 1.0), 0.8, "holds"),
+    (0.2, np.nextafter(0.5, 0.0), "fails"),
+    (0.45, 0.55, "inconclusive"),  # straddling: neither side
+])
+def test_verdict_at_the_exact_threshold(low, high, expected):
+    assert rules.verdict(low, high, 0.5) == expected
+    assert rules.verdict(-high, -low, -0.5, side="less") == expected
+
+
+def test_head_to_head_counts_replicates_at_one_half_against_the_claim():
+    """Identical samples: every replicate of P(A > X) is exactly ½ (ties count ½), so nothing supports
+    "P(A > X) > ½": the p-value is 1 (replicates at ½ count as not above it) and the verdict inconclusive."""
+    a = _runs([1.0, 2.0], runs=1)
+    out = rules.head_to_head(a, a.copy(), reps=200)
+    assert out["point"] == 0.5 and out["low"] == out["high"] == 0.5
+    assert out["p_value"] == 1.0
+    assert rules.verdict(out["low"], out["high"], 0.5) == "inconclusive"
+
+
+@pytest.mark.parametrize("low,high,expected", [
+    (-0.1, 0.05, "inconclusive"),  # the interval's edge on the margin: not inside (-margin, margin)
+    (-0.05, 0.1, "inconclusive"),
+    (np.nextafter(-0.1, 0.0), np.nextafter(0.1, 0.0), "equivalent"),
+    (0.1, 0.3, "not equivalent"),  # wholly outside, touching the margin
+    (-0.3, -0.1, "not equivalent"),
+    (np.nextafter(0.1, 0.0), 0.3, "inconclusive"),
+])
+def test_equivalence_at_the_exact_margin(monkeypatch, low, high, expected):
+    monkeypatch.setattr(rules, "difference", lambda *a, **k: ((low + high) / 2, low, high))
+    assert rules.equivalence(np.zeros((2, 1)), np.zeros((2, 1)), margin=0.1)["verdict"] == expected
