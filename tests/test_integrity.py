@@ -603,6 +603,19 @@ def test_a_finished_group_never_reports_less_or_other_than_it_holds(tmp_path, ca
         runner.run_group(config, cells, d, progress=False)
     shutil.move(str(tmp_path / "p.npz"), os.path.join(d, "policies.npz"))
     _same(runner.run_group(config, cells, d, progress=False), before)
+    # one flipped bit in a stored array: named by its checksum on the rerun, not passed over
+    path = os.path.join(d, "policies.npz")
+    good = open(path, "rb").read()
+    arrays = dict(np.load(path))
+    name = next(k for k in arrays if k != "__sha256__" and arrays[k].dtype == np.float32 and arrays[k].size)
+    flipped = arrays[name].copy()
+    flipped.view(np.uint32).reshape(-1)[0] ^= 1
+    np.savez(path, **{**arrays, name: flipped})
+    with pytest.raises(ResultsError, match="policies.npz: checksum mismatch"):
+        runner.run_group(config, cells, d, progress=False)
+    with open(path, "wb") as f:
+        f.write(good)
+    _same(runner.run_group(config, cells, d, progress=False), before)
 
 
 def test_a_single_run_is_a_run_directory_every_reader_takes(tmp_path):

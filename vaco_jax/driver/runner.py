@@ -334,6 +334,7 @@ def check_finished_group(group_dir: str, config: Config) -> None:
     if not os.path.exists(os.path.join(group_dir, POLICIES)):
         raise ResultsError(f"{os.path.join(group_dir, POLICIES)}: missing in a finished group (its trained policies); "
                            "restore it, or delete the group directory to run it again")
+    results.load_npz(os.path.join(group_dir, POLICIES))  # a damaged file is named (its checksum), not passed over
 
 
 def _compare_settings(group_dir: str, config: Config) -> None:
