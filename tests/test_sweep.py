@@ -246,3 +246,18 @@ def test_a_refused_command_writes_nothing_and_the_original_command_still_runs(tm
         study.run_study(run_dir, [duplicate], args, {})
     assert sorted(os.listdir(run_dir)) == before and "run.json" not in before
     study.preflight(run_dir, [grid.Group(config, tuple(cells), "g")])  # the group's own settings pass
+
+
+def test_an_out_that_is_a_file_and_an_empty_grid_are_one_line_errors(tmp_path):
+    import types
+
+    from conftest import tiny_config
+    from vaco_jax.core.config import stack_traced
+
+    path = tmp_path / "a_file"
+    path.write_text("x")
+    args = types.SimpleNamespace(max_chunks=None, progress=False, shard=None, cell=None)
+    with pytest.raises(ConfigError, match="is a file; give a directory"):
+        study.run_study(str(path), [grid.Group(tiny_config(), (grid.Cell(1, 0),), "g")], args, {})
+    with pytest.raises(ConfigError, match="stack_traced: no cells given"):
+        stack_traced([])

@@ -392,6 +392,8 @@ def make_traced(config: Config, lag_depth: int | None = None, *, method=None, **
 
 def stack_traced(cells: list[TracedParams]) -> TracedParams:
     """Stack cells along a new leading grid axis (they must share their structure)."""
+    if not cells:
+        raise ConfigError("stack_traced: no cells given; allowed values: a non-empty list of make_traced(...) cells")
     structures = {str(jax.tree.structure(c)) for c in cells}
     if len(structures) > 1:
         raise ConfigError("cells of one grid must share lag model, method pieces and structural options "

@@ -203,6 +203,8 @@ def preflight(run_dir: str, groups: Sequence[Group]) -> None:
     that recorded its settings was run with these, and the run's records agree. A refused command thus
     leaves ``run.json`` and every other file as they were (a refusal after writing would have rewritten
     the run's identity with the refused settings)."""
+    if os.path.exists(run_dir) and not os.path.isdir(run_dir):
+        raise ConfigError(f"out={run_dir!r} is a file; give a directory")
     for g in groups:
         check_cells(g.cells, g.subdir)
         check_group_settings(os.path.join(run_dir, g.subdir), g.config)
