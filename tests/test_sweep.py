@@ -258,6 +258,6 @@ def test_an_out_that_is_a_file_and_an_empty_grid_are_one_line_errors(tmp_path):
     path.write_text("x")
     args = types.SimpleNamespace(max_chunks=None, progress=False, shard=None, cell=None)
     with pytest.raises(ConfigError, match="is a file; give a directory"):
-        study.run_study(str(path), [grid.Group(tiny_config(), (grid.Cell(1, 0),), "g")], args, {})
+        study.run_study(str(path), [grid.Group(tiny_config(eval_episodes=2), (grid.Cell(1, 0),), "g")], args, {})
     with pytest.raises(ConfigError, match="stack_traced: no cells given"):
         stack_traced([])
