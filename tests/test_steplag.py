@@ -156,3 +156,17 @@ def test_a_failed_reuse_check_adds_fill_units(tmp_path, same):
     fills = [u for u in units if u.name.startswith("fill/")]
     assert (len(fills) == 8) != same  # 4 reused methods x 2 tasks
     shutil.rmtree(tmp_path / "results")
+
+
+def test_surface_curves_per_task_and_pooled_and_the_figure_draws(tmp_path):
+    rows = rows_for({0.1: lambda b: 0.8 if b == 1 else 0.2, 0.3: 0.6, 1.0: 0.4}, spread=0.1)
+    rows[0]["diverged"] = True  # value 0.1, task A, B = 1, seed 0: left out of its point
+    curves = S.surface_curves(rows, "auc", NORM)
+    assert set(curves) == {(p, b) for p in ("A", "B", "pooled") for b in (1, 32)}
+    v, mean, lo, hi = curves[("A", 1)][0]
+    assert v == 0.1 and mean == pytest.approx(0.85) and (lo, hi) == (pytest.approx(0.8), pytest.approx(0.9))
+    v, mean, lo, hi = curves[("pooled", 32)][1]
+    assert v == 0.3 and mean == pytest.approx(0.6) and lo == pytest.approx(0.5) and hi == pytest.approx(0.7)
+    fig = S.draw_surface(rows, "auc", NORM, "clip_epsilon", "PPO-Clip", chosen=0.3)
+    fig.savefig(tmp_path / "s.png")
+    assert (tmp_path / "s.png").stat().st_size > 1000

@@ -155,3 +155,58 @@ def stability(rows: list[dict], score: str, norm: dict, reps: int = 2000, seed: 
     share = picks.get(choice["value"], 0.0)
     return {"value": choice["value"], "share": share, "picks": picks,
             "within_noise": [v for v, p in picks.items() if p >= NOISE_SHARE], "stable": share >= STABILITY_THRESHOLD}
+
+
+# ----------------------------------------------------------------------------- the figure
+
+def surface_curves(rows: list[dict], score: str, norm: dict) -> dict:
+    """{(panel, B): [(value, seed-mean, min, max)]} of the floored normalised score, panel = a task or
+    'pooled' (per seed, the mean over tasks; only seeds every task has). Diverged and missing runs are
+    left out of a point (a point with none left is not drawn)."""
+    cells = _table(rows, score, norm)["cells"]
+    values, tasks, lags = _expected(cells)
+    out: dict = {}
+    for b in lags:
+        for panel in list(tasks) + (["pooled"] if len(tasks) > 1 else []):
+            points = []
+            for v in values:
+                if panel == "pooled":
+                    per_task = [cells.get((v, t, b), {}) for t in tasks]
+                    seeds = set.intersection(*(set(d) for d in per_task))
+                    ys = [float(np.mean([d[s] for d in per_task])) for s in sorted(seeds)]
+                else:
+                    ys = list(cells.get((v, panel, b), {}).values())
+                ys = [y for y in ys if math.isfinite(y)]
+                if ys:
+                    points.append((v, float(np.mean(ys)), float(min(ys)), float(max(ys))))
+            out[(panel, b)] = points
+    return out
+
+
+def draw_surface(rows: list[dict], score: str, norm: dict, knob: str, title: str, chosen: float | None = None):
+    """The stage-1 figure of one surface: score against the knob (log axis), one curve per lag depth with
+    the seeds' min-max as a band, a panel per task and one pooled; the lag-robust setting marked."""
+    from vaco_jax.analysis.plotting import new_figure
+
+    curves = surface_curves(rows, score, norm)
+    panels = sorted({p for p, _ in curves}, key=lambda p: (p == "pooled", p))
+    lags = sorted({b for _, b in curves})
+    fig, axes = new_figure(len(panels), panel=(3.6, 2.8), sharey=True)
+    colours = dict(zip(lags, ("#1f77b4", "#ff7f0e", "#d62728", "#2ca02c", "#9467bd")))
+    for ax, panel in zip(axes[0], panels):
+        for b in lags:
+            pts = curves[(panel, b)]
+            if not pts:
+                continue
+            x, m, lo, hi = (np.array(c) for c in zip(*pts))
+            ax.plot(x, m, marker="o", color=colours[b], label=f"B = {b}")
+            ax.fill_between(x, lo, hi, color=colours[b], alpha=0.15, linewidth=0)
+        if chosen is not None:
+            ax.axvline(chosen, color="0.4", linestyle=":", linewidth=1)
+        ax.set_xscale("log")
+        ax.set_title(panel, fontsize=10)
+        ax.set_xlabel(knob)
+    axes[0][0].set_ylabel("normalised AUC (floored at random)")
+    axes[0][-1].legend(loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False, fontsize=8)
+    fig.suptitle(title, fontsize=11)
+    return fig

@@ -54,7 +54,8 @@ class Args:
     deviation: str = ""  # run: record a change of the protocol since earlier units ran (text, dated)
     progress: bool = True  # a progress bar per group (--no-progress for logs)
     max_chunks: int | None = None  # stop every group after this many chunks; rerun to continue
-    bootstrap_reps: int = 2000  # bootstrap resamples of each run directory's summary
+    bootstrap_reps: int = 2000  # bootstrap resamples of each run directory's summary and of the stability rule
+    figures: str = os.path.join("docs", "figures", "steplag")  # report: where the surface figures go
 
 
 # ----------------------------------------------------------------------------- the protocol
@@ -211,6 +212,27 @@ def plan_text(units: list, reuse: str, args: Args) -> str:
 
 # ----------------------------------------------------------------------------- report
 
+def draw_figures(p: dict, results_dir: str, figures_dir: str) -> list[str]:
+    """The surface figure of every surface with rows (complete or not: the title says which)."""
+    from vaco_jax.analysis import surfaces
+    from vaco_jax.analysis.plotting import method_label, save_figure
+    reuse = reuse_state(p, results_dir)
+    s1 = p["stage1"]
+    paths = []
+    for key, s in s1["surfaces"].items():
+        rows = [r for t in s["tasks"] for r in surface_rows(p, results_dir, t, key, reuse)]
+        if not rows:
+            continue
+        norm = {t: (s1["normalisation"]["random"][t], s1["normalisation"]["reference"][t]) for t in s["tasks"]}
+        state = extensions_state(p, results_dir, key, reuse)[1]
+        chosen = surfaces.robust_choice(rows, s1["score"], norm)["value"] if state == "complete" else None
+        label = method_label(s["method"]) + (" (TV to π_T)" if s.get("options", {}).get("tv_denominator") else "")
+        fig = surfaces.draw_surface(rows, s1["score"], norm, s["knob"], f"{label}: AUC against {s['knob']}"
+                                    + ("" if state == "complete" else " (incomplete)"), chosen)
+        paths += save_figure(fig, results_dir, f"surface_{key}", figures_dir)
+    return paths
+
+
 def report(p: dict, results_dir: str, reps: int = 2000) -> str:
     """Stage 1's rules on every surface whose units are all in (the rest: what is missing)."""
     from vaco_jax.analysis import surfaces
@@ -243,7 +265,9 @@ def main(args: Args) -> list[str]:
     check_protocol(p)
     if args.stage == "report":
         print(report(p, args.results, args.bootstrap_reps))
-        return []
+        paths = draw_figures(p, args.results, args.figures)
+        print("figures:", *paths, sep="\n  ")
+        return paths
     units, reuse = all_units(p, args)
     if args.stage == "plan":
         print(f"protocol {args.protocol} sha256 {digest}")
