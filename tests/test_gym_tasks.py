@@ -541,3 +541,26 @@ def test_each_auto_reset_starts_the_next_episode_from_its_own_start_state():
         starts.append(obs[0].copy())
         episodes = new_episodes
     assert len({s.tobytes() for s in starts}) == len(starts), "two auto-resets started from the same state"
+
+
+def test_a_nan_action_is_mujocos_alarm_counted_as_an_unstable_step():
+    """MuJoCo zeroes a non-finite control and counts BADCTRL: the step is flagged unstable (so it ends
+    the episode and is counted), not passed on as an ordinary step with a NaN reward."""
+    eng = cengine.engine("Hopper-v4")
+    keys = np.zeros((2, 2), np.uint32)
+    states, position, _ = eng.host_reset(keys, np.zeros(2, np.int64))
+    action = np.zeros((2, eng.nu))
+    action[1, 0] = np.nan
+    out = eng.host_step(states, position, action, keys, np.zeros(2, np.int64), np.zeros(2, bool), auto_reset=False)
+    terminated, unstable = out[5], out[6]
+    assert list(unstable) == [False, True] and list(terminated) == [False, True]
+
+
+def test_a_c_engine_run_reports_its_unstable_steps_per_phase(tmp_path):
+    from vaco_jax.core.config import Config
+    from vaco_jax.driver import grid, runner
+
+    config = Config(env="Hopper-v4", num_envs=4, unroll_length=16, total_env_steps=4 * 16 * 2, num_evals=2,
+                    eval_episodes=1, num_epochs=1, num_minibatches=2)
+    rows = runner.run_group(config, grid.grid([1], [0]), str(tmp_path / "g"), progress=False)
+    assert rows[0]["mean_unstable_steps"] == 0.0

@@ -72,6 +72,12 @@ def staleness_counts(phase, behaviour_version: jnp.ndarray, capacity: int) -> jn
     return jnp.zeros((capacity,), jnp.int32).at[ages].add(1)
 
 
+def _unstable_steps(env_state):
+    """Steps the physics flagged unstable so far, summed over envs (None: the engine keeps no count)."""
+    count = getattr(env_state.core, "unstable_steps", None)
+    return None if count is None else jnp.sum(count)
+
+
 def _all_finite(tree) -> jnp.ndarray:
     leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)
               if jnp.issubdtype(jnp.asarray(x).dtype, jnp.floating)]
@@ -149,6 +155,8 @@ class Trainer:
         T = state.phase
         learner = state.learner
         env_state, traj, update_key = self.collect(state, traced)
+        before, after = _unstable_steps(state.env_state), _unstable_steps(env_state)
+        unstable = None if after is None else after - before
         reward_scaler = state.reward_scaler
         if cfg.normalize_rewards:  # learner-side only: actors never see rewards
             dones = jnp.maximum(traj.termination, traj.truncation)
@@ -160,6 +168,8 @@ class Trainer:
             normalizer = normalizer_update(normalizer, traj.obs)
         buffer = lag_lib.buffer_publish(state.buffer, self.snapshot(learner.policy_params, normalizer), T + 1)
         ended = (traj.episode_length > 0).astype(jnp.float32)
+        if unstable is not None:  # MuJoCo's own alarm (docs/envs.md): steps it could not integrate or act on
+            diag = {**diag, "unstable_steps": unstable.astype(jnp.float32)}
         metrics = PhaseMetrics(
             env_steps=((T + 1) * cfg.batch_size).astype(jnp.float32),
             episode_return_sum=jnp.sum(traj.episode_return * ended),

@@ -251,10 +251,10 @@ class Engine:
         n = states_in.shape[0]
         b, views, key = self._checkout_batch(n)
         try:
-            bad = b.warning[:, 3:6, 1].sum(axis=1)  # BADQPOS, BADQVEL, BADQACC counters of each row
+            bad = b.warning[:, 3:7, 1].sum(axis=1)  # BADQPOS, BADQVEL, BADQACC, BADCTRL counters of each row
             b.state[:] = states_in
             b.step(nstep=self.task.frame_skip)
-            unstable = b.warning[:, 3:6, 1].sum(axis=1) != bad
+            unstable = b.warning[:, 3:7, 1].sum(axis=1) != bad
             return b.state.copy(), {f: v.copy() for f, v in views.items()}, unstable
         finally:
             self._checkin_batch(key, b, views)
@@ -275,14 +275,15 @@ class Engine:
         def work(data, lo, hi):
             warnings, views = self._views(data)
             # MuJoCo counts BADQPOS, BADQVEL and BADQACC (3, 4, 5) when it resets the data of a step it
-            # could not integrate; mj_setState leaves the counters alone, so a change marks this env
-            bad = int(warnings[3] + warnings[4] + warnings[5])
+            # could not integrate, and BADCTRL (6) when it zeroes a non-finite or huge control; mj_setState
+            # leaves the counters alone, so a change marks this env
+            bad = int(warnings[3] + warnings[4] + warnings[5] + warnings[6])
             for i in range(lo, hi):
                 set_state(model, data, states_in[i], spec)
                 mj_step(model, data, frame_skip)
                 if rne:
                     post(model, data)
-                now = int(warnings[3] + warnings[4] + warnings[5])
+                now = int(warnings[3] + warnings[4] + warnings[5] + warnings[6])
                 unstable[i], bad = now != bad, now
                 get_state(model, data, states[i], spec)
                 for f, v in views:
