@@ -309,7 +309,9 @@ class Target(ProximalSource):
 
 
 class Surrogate:
-    """``loss(x) -> (loss, metrics)``: the negative surrogate averaged over the minibatch.
+    """``loss(x) -> (loss, metrics)``: the negative surrogate averaged over the minibatch. A metric named
+    ``step_scale`` (``update.STEP_SCALE``, no gradient) multiplies the policy's learning rate in that
+    gradient step (VCPO's √ESS).
 
     Class attributes say what the surrogate reads, so ``methods.compose`` can refuse a piece it
     would ignore: ``reads_proximal`` (uses ``x.proximal_logp``), ``filterable`` (a sample filter may
