@@ -296,7 +296,7 @@ class Engine:
         """A free batch of ``n`` rows for the threads asked for now, its bound views, and the pool's key.
         The key is what was asked for, not the batch's ``nthread``: MuJoCo runs fewer threads than asked
         when there are fewer rows (1 row: 1 thread), and a batch returned under its own ``nthread`` would
-        never be found again — a new batch per step, each kept (one env per cell leaked ~0.8 MB a step)."""
+        never be found again: a new batch per step, each kept."""
         key = (n, threads())
         with self._lock:
             free = self._batches.setdefault(key, [])

@@ -86,6 +86,12 @@ def base_config(p: dict, task: str, key: str) -> Config:
         k: tuple(v) if isinstance(v, list) else v for k, v in p["settings"].items()}, **s.get("options", {}))
 
 
+def normalisation(p: dict, key: str) -> dict:
+    """{task: (random, reference)} of a surface's tasks: the protocol's fixed floor and scale."""
+    n = p["stage1"]["normalisation"]
+    return {t: (n["random"][t], n["reference"][t]) for t in p["stage1"]["surfaces"][key]["tasks"]}
+
+
 def _cost(p: dict, task: str, runs: int) -> float:
     return runs * p["settings"]["total_env_steps"] / p["budget"]["rates_env_steps_per_s"][task] / 60.0
 
@@ -150,7 +156,7 @@ def extensions_state(p: dict, results_dir: str, key: str, reuse: str) -> tuple[l
     """The extension points the rules ask for once every task of the surface is complete."""
     from vaco_jax.analysis import surfaces
     s = p["stage1"]["surfaces"][key]
-    norm = {t: (s1n["random"][t], s1n["reference"][t]) for s1n in [p["stage1"]["normalisation"]] for t in s["tasks"]}
+    norm = normalisation(p, key)
     rows = [r for t in s["tasks"] for r in surface_rows(p, results_dir, t, key, reuse)]
     expected = len(s["tasks"]) * len(s["lag_depths"]) * len(p["stage1"]["seeds"])
     values_run = sorted({r["value"] for r in rows})
@@ -174,9 +180,9 @@ def all_units(p: dict, args: Args) -> tuple[list, str]:
     units = [_unit(p, "reuse_check", "check", check_cfg,
                    grid.grid([c["lag_depth"]], [c["seed"]], **{s1["surfaces"][c["surface"]]["knob"]: [c["value"]]}),
                    os.path.join(c["task"], c["surface"]))]
-    order = [(t, k) for t in ("Hopper-v4",) for k in ("ppo_clip", "vaco", "vaco_learner", "ppo_kl", "spo")]
-    order += [("Hopper-v4", k) for k in ("m2po", "tis", "mis", "gipo", "sapo", "vcpo", "impact")]
-    order += [("Walker2d-v4", k) for k in ("ppo_clip", "vaco", "vaco_learner", "ppo_kl", "spo")]
+    # the protocol's order: every surface on the first task (in the protocol's order), then the second task
+    tasks = list(dict.fromkeys(t for s in s1["surfaces"].values() for t in s["tasks"]))
+    order = [(t, k) for t in tasks for k, s in s1["surfaces"].items() if t in s["tasks"]]
     extend = []
     for task, key in order:
         s = s1["surfaces"][key]
@@ -223,7 +229,7 @@ def draw_figures(p: dict, results_dir: str, figures_dir: str) -> list[str]:
         rows = [r for t in s["tasks"] for r in surface_rows(p, results_dir, t, key, reuse)]
         if not rows:
             continue
-        norm = {t: (s1["normalisation"]["random"][t], s1["normalisation"]["reference"][t]) for t in s["tasks"]}
+        norm = normalisation(p, key)
         state = extensions_state(p, results_dir, key, reuse)[1]
         chosen = surfaces.robust_choice(rows, s1["score"], norm)["value"] if state == "complete" else None
         label = method_label(s["method"]) + (" (TV to π_T)" if s.get("options", {}).get("tv_denominator") else "")
@@ -244,7 +250,7 @@ def report(p: dict, results_dir: str, reps: int = 2000) -> str:
         if state != "complete":
             lines.append(f"{key:<14} incomplete")
             continue
-        norm = {t: (s1["normalisation"]["random"][t], s1["normalisation"]["reference"][t]) for t in s["tasks"]}
+        norm = normalisation(p, key)
         rows = [r for t in s["tasks"] for r in surface_rows(p, results_dir, t, key, reuse)]
         choice = surfaces.robust_choice(rows, s1["score"], norm)
         stab = surfaces.stability(rows, s1["score"], norm, reps=reps)
