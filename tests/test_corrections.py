@@ -413,3 +413,11 @@ def test_help_lists_each_new_method_with_its_description():
     text = squeeze(out.stdout)
     for name in NEW_METHODS:
         assert squeeze(f"{name}: {METHODS[name].description}") in text, name
+
+
+def test_a_band_floor_outside_band_mode_or_above_the_cap_is_an_error():
+    with pytest.raises(ConfigError, match="weight_floor=0.5 is read only with weight_cap_mode='band'"):
+        make_method("tis", weight_floor=0.5)
+    with pytest.raises(ConfigError, match="weight_floor=3.0 is above weight_cap=2.0"):
+        make_method("mis", weight_floor=3.0)
+    assert make_method("mis", weight_floor=0.5, weight_cap=5.0).surrogate.weight_floor == 0.5  # IcePop's band

@@ -172,6 +172,13 @@ def check_method(method: Method) -> None:
     if (old == "ewma_revised") != (prox.old_logit_source == "ewma_revised"):
         raise ConfigError(f"old_logit_source='ewma_revised' and proximal_source='ewma_revised' go together "
                           f"(got old_logit_source={old!r}, proximal_source={prox.name!r})")
+    floor = getattr(sur, "weight_floor", None)
+    if floor is not None and getattr(sur, "weight_cap_mode", None) != "band":
+        raise ConfigError(f"weight_floor={floor!r} is read only with weight_cap_mode='band' "
+                          f"(got weight_cap_mode={sur.weight_cap_mode!r})")
+    if floor is not None and _concrete(floor) and _concrete(sur.weight_cap) and float(floor) > float(sur.weight_cap):
+        raise ConfigError(f"weight_floor={floor!r} is above weight_cap={sur.weight_cap!r}: the band would drop every "
+                          "sample; allowed values: weight_floor <= weight_cap")
     for piece in method.pieces():
         if not dataclasses.is_dataclass(piece):
             continue
