@@ -27,7 +27,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import FixedLocator, NullLocator  # noqa: E402
 
 from vaco_jax.analysis import results  # noqa: E402
-from vaco_jax.analysis.results import load_scores, read_csv  # noqa: E402
+from vaco_jax.analysis.results import SCORE_COLUMNS, load_scores, read_csv  # noqa: E402
 from vaco_jax.core.knobs import KNOBS  # noqa: E402
 from vaco_jax.core.presets import METHODS  # noqa: E402
 
@@ -57,8 +57,7 @@ AGGREGATE_ORDER = ("iqm", "median", "mean", "optimality_gap")
 LAG_AXIS_LABEL = "lag depth B (policy versions, log$_2$ scale)"
 CI_TEXT = "95% stratified bootstrap CI"
 # score-row columns that are neither a tag nor a traced hyper-parameter
-SCORE_FIXED = {"env", "method", "lag_depth", "seed", "diverged", "final_eval_return", "auc_eval_return",
-                "train_return_last5pct"}
+SCORE_FIXED = {"env", "method", "lag_depth", "seed", *SCORE_COLUMNS}
 HPARAMS = tuple(KNOBS)  # traced knobs a cell may carry as columns
 
 

@@ -282,7 +282,8 @@ def write_cells(group_dir: str, cells: list[dict]) -> None:
     write_json(os.path.join(group_dir, "cells.json"), {"cells": cells})
 
 
-SCORE_COLUMNS = ("final_eval_return", "auc_eval_return", "train_return_last5pct", "diverged")
+SCORE_COLUMNS = ("final_eval_return", "auc_eval_return", "train_return_last5pct", "diverged", "unstable_steps",
+                 "nonfinite")
 
 
 def identifies_cell(column: str) -> bool:

@@ -3,7 +3,8 @@
 ``summarise(run_dir)`` writes ``summary.csv`` (aggregate x method x lag depth, with stratified
 bootstrap CIs, on raw and on normalised scores) and ``diagnostics.csv`` (filtered/clipped
 fraction, TV estimates, staleness ... per method x lag depth). Diverged runs (``diverged`` true)
-are dropped and counted (column ``n_diverged``), never averaged in. A run that did not diverge but
+are dropped and counted (column ``n_diverged``), never averaged in. A run in which MuJoCo flagged a step
+unstable (``unstable_steps`` > 0) is kept and counted (``n_unstable``). A run that did not diverge but
 has no value for a score (NaN: e.g. ``train_return_last5pct`` when no training episode ended in the
 window) is *missing* for that score only: dropped from that score's aggregates and counted in
 ``n_missing``, never called diverged.
@@ -65,15 +66,21 @@ def cell_matrices(rows: list[dict], method: str, lag_depth: int, tasks: list[str
     """``(values, diverged)``, both (runs x tasks), of one cell: seeds aligned by sorted order, ragged ->
     truncated. ``values`` is the score (NaN where missing or diverged), ``diverged`` the run's flag.
     ``where``: an optional predicate on the score row (e.g. a tag column's value)."""
-    vals, divs = [], []
+    return _cell_arrays(rows, method, lag_depth, tasks, score, extra, where)[:2]
+
+
+def _cell_arrays(rows, method, lag_depth, tasks, score, extra=None, where=None):
+    """:func:`cell_matrices` and, third, each run's unstable flag (runs x tasks)."""
+    vals, divs, unst = [], [], []
     for task in tasks:
         sel = _cell_rows(rows, method, lag_depth, task, extra, where)
         divs.append(np.array([is_diverged(r) for r in sel], bool))
+        unst.append(np.array([is_unstable(r) for r in sel], bool))
         vals.append(np.array([np.nan if is_diverged(r) else _value(r, score) for r in sel], float))
     n = min(len(v) for v in vals) if vals else 0
     if not n:
-        return np.zeros((0, len(tasks))), np.zeros((0, len(tasks)), bool)
-    return np.stack([v[:n] for v in vals], axis=1), np.stack([d[:n] for d in divs], axis=1)
+        return np.zeros((0, len(tasks))), np.zeros((0, len(tasks)), bool), np.zeros((0, len(tasks)), bool)
+    return tuple(np.stack([a[:n] for a in arrs], axis=1) for arrs in (vals, divs, unst))
 
 
 def score_matrix(rows: list[dict], method: str, lag_depth: int, tasks: list[str], score: str,
@@ -81,6 +88,22 @@ def score_matrix(rows: list[dict], method: str, lag_depth: int, tasks: list[str]
     """(runs x tasks) array of one cell of the sweep; seeds aligned by sorted order, ragged -> truncated.
     NaN marks both diverged and missing values: use :func:`clean_cell` to tell them apart."""
     return cell_matrices(rows, method, lag_depth, tasks, score, extra)[0]
+
+
+def is_unstable(row: dict) -> bool:
+    """Whether MuJoCo flagged any step of the run unstable (``unstable_steps`` > 0: it could not
+    integrate the state, or it zeroed a non-finite control). Such a run is kept in the aggregates
+    (its returns are what the run did) and counted in ``n_unstable``, so a reader sees it."""
+    v = _value(row, "unstable_steps")
+    return bool(np.isfinite(v) and v > 0)
+
+
+def count_unstable(values: np.ndarray, diverged: np.ndarray, unstable: np.ndarray) -> int:
+    """Of one cell's runs (rows of the runs x tasks matrices), the kept ones (not diverged) with an
+    unstable step in any task."""
+    if not unstable.size:
+        return 0
+    return int(np.sum(unstable.any(axis=1) & ~diverged.any(axis=1)))
 
 
 def split_runs(values: np.ndarray, diverged: np.ndarray) -> tuple[np.ndarray, int, int]:
@@ -273,10 +296,11 @@ def summary_rows(rows: list[dict], random: dict | None, reps: int = 2000, seed: 
         for method in methods:
             own = own_b1_reference(rows, method, tasks, score, random)
             for b in lags:
-                values, div = cell_matrices(rows, method, b, tasks, score)
+                values, div, unstable = _cell_arrays(rows, method, b, tasks, score)
                 if values.shape[0] == 0:
                     continue
                 clean, n_div, n_miss = split_runs(values, div)
+                n_unstable = count_unstable(values, div, unstable)
                 variants = [("raw", clean)]
                 if refs is not None:
                     variants.append(("normalized", stats.normalize_scores(clean, refs[0], refs[1])))
@@ -285,7 +309,7 @@ def summary_rows(rows: list[dict], random: dict | None, reps: int = 2000, seed: 
                 for norm, mat in variants:
                     base = {"score": score, "normalization": norm, "method": method, "lag_depth": b,
                             "n_runs": int(mat.shape[0]), "n_tasks": len(tasks), "n_diverged": int(n_div),
-                            "n_missing": int(n_miss)}
+                            "n_missing": int(n_miss), "n_unstable": n_unstable}
                     if mat.shape[0] == 0:
                         summary.append({**base, "aggregate": empty_aggregate(n_div, n_miss)})
                         continue
@@ -369,20 +393,21 @@ def summarise_by(run_dirs, keys: tuple[str, ...], score: str = "final_eval_retur
     combos = sorted({tuple(r.get(k) for k in keys) for r in rows}, key=lambda c: tuple(map(str, c)))
     table = []
     for combo in combos:
-        vals, divs = [], []
+        vals, divs, unst = [], [], []
         for task in tasks:
             sel = sorted((r for r in rows if r["env"] == task and tuple(r.get(k) for k in keys) == combo),
                          key=lambda r: r["seed"])
             divs.append(np.array([is_diverged(r) for r in sel], bool))
+            unst.append(np.array([is_unstable(r) for r in sel], bool))
             vals.append(np.array([np.nan if is_diverged(r) else _value(r, score) for r in sel], float))
         n = min(len(v) for v in vals)
         if n == 0:
             continue
-        clean, n_div, n_miss = split_runs(np.stack([v[:n] for v in vals], axis=1),
-                                          np.stack([d[:n] for d in divs], axis=1))
+        values, div, unstable = (np.stack([a[:n] for a in arrs], axis=1) for arrs in (vals, divs, unst))
+        clean, n_div, n_miss = split_runs(values, div)
         row = dict(zip(keys, combo))
         row.update(score=score, n_runs=int(clean.shape[0]), n_tasks=len(tasks), n_diverged=int(n_div),
-                   n_missing=int(n_miss))
+                   n_missing=int(n_miss), n_unstable=count_unstable(values, div, unstable))
         if clean.shape[0]:
             cis = stats.aggregate_with_cis({"x": clean}, metrics=["iqm", "mean"], reps=reps, seed=seed)["x"]
             for name, (point, low, high) in cis.items():

@@ -342,6 +342,9 @@ def evaluated(metrics: ChunkMetrics, evaluation: Callable, state: TrainState, co
 
 # ----------------------------------------------------------------------------- host driver
 
+CHUNK_TOTALS = ("unstable_steps",)  # diagnostics that count events: a chunk's value is their sum
+
+
 def chunk_summary(metrics: ChunkMetrics) -> dict:
     """Host-side summary of one chunk (arrays may carry leading grid axes)."""
     ph = metrics.phases
@@ -355,6 +358,6 @@ def chunk_summary(metrics: ChunkMetrics) -> dict:
         "train_return": train_return,
         "diverged": np.asarray(metrics.diverged),
     }
-    for name, value in ph.diagnostics.items():
-        out[name] = np.asarray(value).mean(-1)
+    for name, value in ph.diagnostics.items():  # a count (unstable steps) is summed over the phases
+        out[name] = np.asarray(value).sum(-1) if name in CHUNK_TOTALS else np.asarray(value).mean(-1)
     return out

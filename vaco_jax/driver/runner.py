@@ -131,6 +131,44 @@ def cell_scores(curve_rows: list[dict], phase_returns: np.ndarray, phase_counts:
     }
 
 
+NONFINITE = "nonfinite"  # curve and score rows: which diagnostics were not finite (their cells are left empty)
+UNSTABLE = "unstable_steps"  # steps MuJoCo could not integrate or act on: a count, summed, never averaged
+NOT_DIAGNOSTICS = ("cell", "chunk", "env_steps", "eval_return", "train_return", "diverged", "seconds",
+                   "grid_steps_per_second", NONFINITE)
+
+
+def mark_nonfinite(row: dict, names: Sequence[str]) -> None:
+    """A curve row's diagnostics are finite or missing with a reason: each non-finite value among
+    ``names`` is emptied and named with what it was in ``row['nonfinite']`` ('tv_learner=inf;...')."""
+    bad = []
+    for k in names:
+        v = row[k]
+        if isinstance(v, float) and not math.isfinite(v):
+            bad.append(f"{k}={v}")
+            row[k] = float("nan")
+    row[NONFINITE] = ";".join(bad)
+
+
+def diagnostic_scores(rows: list[dict], skip: Sequence[str] = ()) -> dict:
+    """A cell's diagnostics in its score row: ``mean_<name>`` over its chunks, empty when any chunk's
+    value was not finite, with the reason in ``nonfinite`` ('tv_learner: not finite in 21 of 48
+    chunks'); the unstable-step count summed over the run (``unstable_steps``)."""
+    out, reasons = {}, []
+    for k in rows[0]:
+        if k in NOT_DIAGNOSTICS or k in skip:
+            continue
+        vals = np.array([r[k] for r in rows], float)
+        bad = int(np.sum(~np.isfinite(vals)))
+        if bad:
+            reasons.append(f"{k}: not finite in {bad} of {len(rows)} chunks")
+        if k == UNSTABLE:
+            out[UNSTABLE] = int(round(float(np.nansum(vals))))
+        else:
+            out[f"mean_{k}"] = float("nan") if bad else float(vals.mean())
+    out[NONFINITE] = "; ".join(reasons)
+    return out
+
+
 def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool = True,
               checkpoint: bool = True, trainer: Trainer | None = None, label: str = "",
               tags: dict | None = None, shard: bool = True, max_chunks: int | None = None,
@@ -237,6 +275,7 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
         for i, cell in enumerate(cells):
             row = {"env": config.env, "method": config.method, **tags, **cell.row(), "cell": i, "chunk": chunk}
             row.update({k: np.asarray(v)[i].item() for k, v in summary.items()})
+            mark_nonfinite(row, [k for k in summary if k not in NOT_DIAGNOSTICS])
             row["seconds"] = seconds
             row["grid_steps_per_second"] = config.env_steps_per_chunk * len(padded) / seconds
             curve_rows.append(row)
@@ -265,12 +304,7 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
         rows = [r for r in curve_rows if r["cell"] == i]
         row = {"env": config.env, "method": config.method, **tags, **cell.row()}
         row.update(cell_scores(rows, returns[i], counts[i], evaluated=config.eval_episodes > 0))
-        diag_names = [k for k in rows[0] if k not in row and k not in ("cell", "chunk", "env_steps", "eval_return",
-                                                                       "train_return", "seconds",
-                                                                       "grid_steps_per_second")]
-        for k in diag_names:
-            vals = np.array([r[k] for r in rows], float)
-            row[f"mean_{k}"] = float(np.nanmean(vals)) if np.any(np.isfinite(vals)) else float("nan")
+        row.update(diagnostic_scores(rows, skip=list(row)))
         score_rows.append(row)
     from vaco_jax.driver.policies import save_policies
 

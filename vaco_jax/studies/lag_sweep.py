@@ -187,7 +187,7 @@ def print_table(summary: list[dict]) -> None:
     """The IQM of the final eval return per method and lag depth; one block per setting when the
     sweep had axes beyond method, lag depth and seed (summary.csv's ``setting`` column)."""
     settings = sorted({r.get("setting", "") for r in summary})
-    diverged = []
+    diverged, unstable = [], []
     for setting in settings:
         part = [r for r in summary if r.get("setting", "") == setting and r["score"] == "final_eval_return"]
         norm = "normalized" if any(r["normalization"] == "normalized" for r in part) else "raw"
@@ -205,12 +205,17 @@ def print_table(summary: list[dict]) -> None:
             else:
                 print(f"{r['method']:<22}{r['lag_depth']:>5}  {r['point']:>9.3f}  [{r['low']:>9.3f}, "
                       f"{r['high']:>9.3f}]  {r['n_runs']:>4}  {r['n_diverged']:>8}")
+            where_cell = f"{r['method']} B={r['lag_depth']}" + (f" {setting}" if setting else "")
             if int(r["n_diverged"]):
-                diverged.append((int(r["n_diverged"]), f"{r['method']} B={r['lag_depth']}"
-                                 + (f" {setting}" if setting else "") + f" ({r['n_diverged']})"))
+                diverged.append((int(r["n_diverged"]), f"{where_cell} ({r['n_diverged']})"))
+            if int(r.get("n_unstable") or 0):
+                unstable.append((int(r["n_unstable"]), f"{where_cell} ({r['n_unstable']})"))
     if diverged:
         print(f"diverged runs (dropped from every aggregate): {sum(n for n, _ in diverged)} in "
               + ", ".join(text for _, text in diverged))
+    if unstable:
+        print(f"runs with steps MuJoCo flagged unstable (kept; see unstable_steps in scores.csv): "
+              f"{sum(n for n, _ in unstable)} in " + ", ".join(text for _, text in unstable))
 
 
 def cli() -> None:
