@@ -309,3 +309,16 @@ def test_the_committed_verdicts_are_what_the_committed_per_run_scores_give():
                 assert np.isclose(float(h[key]), value, rtol=1e-9, atol=1e-12, equal_nan=True), (w["comparison"], key)
             else:
                 assert str(h[key]) == str(value) or (value == "" and h[key] != h[key]), (w["comparison"], key)
+
+
+@pytest.mark.parametrize("rejected, high, verdict", [
+    (True, 0.9, "holds"), (True, 0.45, "holds"),  # Holm's rejection decides a hold, whatever the interval
+    (False, 0.49, "fails"),  # the whole interval below 0.5
+    (False, 0.5, "inconclusive"),  # touching 0.5 is not below it
+    (False, 0.55, "inconclusive"),  # straddling 0.5 (e.g. [0.45, 0.55]) is never a failure
+    (False, float("nan"), "inconclusive"),
+])
+def test_the_primary_call_at_and_around_its_thresholds(rejected, high, verdict):
+    from vaco_jax.studies.locomotion_report import primary_verdict
+
+    assert primary_verdict(rejected, high) == verdict

@@ -57,6 +57,15 @@ def _sample(rows: list[dict], tasks: list[str], method: str, b: int, variant: st
     return np.array([c[:k] for c in cols]).T
 
 
+def primary_verdict(rejected: bool, high: float) -> str:
+    """Claim 1's call on one comparison: *holds* when Holm's step-down rejects P(VACO > X) <= 0.5,
+    *fails* when the whole interval is below 0.5 (its upper bound), else *inconclusive*: an interval
+    that straddles 0.5, or touches it, is never a failure."""
+    if rejected:
+        return "holds"
+    return "fails" if high < 0.5 else "inconclusive"
+
+
 def verdicts(p: dict, results_dir: str) -> list[dict]:
     """Every rule of the protocol on the committed scores: the primary family (Holm) and the exploratory
     comparisons, each row with its point, interval, verdict, and (primary) p-values and stability."""
@@ -158,7 +167,7 @@ def verdicts(p: dict, results_dir: str) -> list[dict]:
 
     def call(s, key):
         h, _, rejected = family_at(s)[key]
-        return "holds" if rejected else "fails" if h["high"] < 0.5 else "inconclusive"
+        return primary_verdict(rejected, h["high"])
 
     for key in family:
         x, tuning, b = key
