@@ -13,7 +13,6 @@ import pytest
 from vaco_jax.analysis import tables
 
 from vaco_jax.analysis import results
-from vaco_jax.analysis.results import rows_to_csv
 from vaco_jax.studies import pendulum_tables
 
 from test_plots import RANDOM, TASKS, _write_group
@@ -51,7 +50,7 @@ def _write_screens(root, b1: float = 800.0) -> None:
     for name in ("screens", "screens_2m"):
         os.makedirs(root / "results" / name, exist_ok=True)
         rows = [_screen_row("taskA", b1, 300.0), _screen_row("taskB", 900.0, 880.0)]
-        results.atomic_write_text(str(root / "results" / name / "screens.csv"), rows_to_csv(rows))
+        results.write_table(str(root / "results" / name / "screens.csv"), rows)
 
 
 HEAD = "# Findings\n\nKept as is: tabs\t, trailing spaces   , Unicode − × ≥, a line separator \u2028 inside.\n\n"
@@ -237,11 +236,11 @@ def test_check_names_a_changed_study_figure_and_table(tmp_path, monkeypatch, cap
     for r in summary:
         if (r["method"], r["lag_depth"], r["normalization"], r["aggregate"]) == ("vaco", 16, "normalized", "iqm"):
             r.update(point=0.2, low=0.1, high=0.3)  # the figure's VACO line drops at B = 16
-    results.atomic_write_text(os.path.join(run, "summary.csv"), rows_to_csv(summary))
+    results.write_table(os.path.join(run, "summary.csv"), summary)
     group = os.path.join(run, "hopper", "vaco")
     scores = results.read_table(os.path.join(group, "scores.csv"))
     scores[-1]["final_eval_return"] = 1.0  # a vaco run at B = 16 now ends near random
-    results.atomic_write_text(os.path.join(group, "scores.csv"), rows_to_csv(scores))
+    results.write_table(os.path.join(group, "scores.csv"), scores)
     capsys.readouterr()
     assert rd.main(["--root", str(root), "--check"]) == 1
     out = capsys.readouterr().out
@@ -371,7 +370,8 @@ def test_the_sim_vs_real_block_reads_the_real_runs_then_the_verdicts(tmp_path):
     text = (root / "FINDINGS.md").read_text()
     assert "| sync4 | VACO | 2 | 0.00 | 3,000 | 1.00× | 1,100 ± 141 | 1,200 ± 141 |" in text
     assert "| async2 | VACO | 3 (1 diverged) | 1.17 | 6,000 | 2.00× | 400 ± 141 | 500 ± 141 |" in text
-    shutil.copy(real / "sync4" / "vaco" / "seed0" / "curve.csv", real / "sync4" / "vaco" / "seed1" / "curve.csv")
+    results.atomic_copy(str(real / "sync4" / "vaco" / "seed0" / "curve.csv"),  # a table with its checksum
+                        str(real / "sync4" / "vaco" / "seed1" / "curve.csv"))
     assert rd.main(["--root", str(root), "--check"]) == 1  # a changed real curve: the block is out of date
     assert "No verdict yet" in text
     verdict = {"configuration": "async2", "method": "vaco", "variant": "histogram", "margin": 0.15, "sim_mean": 420.0,

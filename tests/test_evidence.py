@@ -19,7 +19,7 @@ from vaco_jax.analysis import figures
 from vaco_jax.analysis import plotting
 
 from vaco_jax.analysis import results
-from vaco_jax.analysis.results import atomic_write_text, read_csv, rows_to_csv
+from vaco_jax.analysis.results import read_csv
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCALE = {"a": 100.0, "b": 1000.0}
@@ -58,9 +58,9 @@ def write_group(run_dir, task, method, levels, tags=None, diag=None, seconds=Non
         by_chunk = {}
         for r in curves:
             r["seconds"] = by_chunk.setdefault(r["chunk"], r["seconds"])
-        atomic_write_text(os.path.join(group, "curves.csv"), rows_to_csv(curves))
+        results.write_table(os.path.join(group, "curves.csv"), curves)
     results.write_cells(group, cells)
-    atomic_write_text(os.path.join(group, "scores.csv"), rows_to_csv(rows))
+    results.write_table(os.path.join(group, "scores.csv"), rows)
 
 
 def make_claims_run(run_dir):

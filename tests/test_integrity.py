@@ -3,6 +3,7 @@ every kind of file of a run directory, run identity, bad input before anything i
 codes, and analysis that imports no jax. Training runs on the tiny pure-JAX point_mass task."""
 
 import json
+import hashlib
 import os
 import shutil
 import subprocess
@@ -36,17 +37,68 @@ def test_a_table_round_trips_with_one_type_per_column(tmp_path):
 
 @pytest.mark.parametrize("damage, message", [
     (lambda t: t.replace("0.5", "0.6"), "checksum mismatch"),
-    (lambda t: t[: t.index("# vaco_jax")], "no checksum footer"),  # cut at a line boundary
-    (lambda t: t[: len(t) // 2], "no checksum footer"),  # cut mid-line
-    (lambda t: "", "no checksum footer"),  # empty
+    (lambda t: t[: t.rindex("\n", 0, len(t) - 1) + 1], "checksum mismatch"),  # a row cut at a line boundary
+    (lambda t: t[: len(t) // 2], "checksum mismatch"),  # cut mid-line
+    (lambda t: "", "checksum mismatch"),  # empty
 ])
-def test_a_damaged_table_is_named_with_what_is_wrong(tmp_path, damage, message):
+@pytest.mark.parametrize("old_format", [False, True])
+def test_a_damaged_table_is_named_with_what_is_wrong(tmp_path, damage, message, old_format):
     path = str(tmp_path / "scores.csv")
-    results.write_table(path, ROWS)
-    damaged = damage(open(path).read())
+    _write(path, ROWS, old_format)
+    text = open(path).read()
+    if old_format:  # damage the body, keep the footer line
+        body, footer = text[: text.index(results.FOOTER)], text[text.index(results.FOOTER):]
+        damaged = damage(body) + footer
+    else:
+        damaged = damage(text)
     open(path, "w").write(damaged)
+    if old_format:  # a body cut mid-line swallows the footer into its last line: then no checksum is found
+        message = f"({message}|no checksum)"
     with pytest.raises(ResultsError, match=f"scores.csv: {message}"):
         results.read_table(path)
+
+
+def _write(path, rows, old_format):
+    """A table as this version writes it, or as versions before the checksum sidecar did (its checksum in a
+    footer line): both must stay readable."""
+    results.write_table(path, rows)
+    if old_format:
+        body = open(path).read()
+        os.remove(path + results.CHECKSUM_SUFFIX)
+        open(path, "w").write(body + f"{results.FOOTER} rows={len(rows)} sha256={hashlib.sha256(body.encode()).hexdigest()}\n")
+
+
+def test_a_table_reads_with_plain_pandas_and_its_checksum_lives_beside_it(tmp_path):
+    import pandas as pd
+
+    path = str(tmp_path / "scores.csv")
+    rows = [{"env": "Hopper-v4", "lag_depth": b, "seed": s, "final_eval_return": 1.5 * b + s, "diverged": False}
+            for b in (1, 8) for s in (0, 1)]
+    results.write_table(path, rows)
+    frame = pd.read_csv(path)  # no argument: what every researcher does with a results file first
+    assert len(frame) == 4 and frame["lag_depth"].dtype.kind == "i" and frame["seed"].dtype.kind == "i"
+    assert frame["final_eval_return"].dtype.kind == "f" and frame["diverged"].dtype.kind == "b"
+    assert os.path.exists(path + ".sha256") and "rows=4 sha256=" in open(path + ".sha256").read()
+    os.remove(path + ".sha256")
+    with pytest.raises(ResultsError, match=r"scores.csv: no checksum \(scores.csv.sha256 is missing"):
+        results.read_table(path)
+
+
+def test_a_table_in_the_old_format_reads_and_copies_with_its_footer(tmp_path):
+    old, new = str(tmp_path / "old.csv"), str(tmp_path / "new.csv")
+    _write(old, ROWS, old_format=True)
+    assert str(results.read_table(old)) == str(results.read_table(str(_fresh(tmp_path))))  # (str: NaN != NaN)
+    results.write_table(new, ROWS)
+    results.atomic_copy(old, new)  # an old table copied over a new one: its own footer rules, no stale sidecar
+    assert not os.path.exists(new + ".sha256") and results.read_table(new)[0]["lag_depth"] == 1
+    results.atomic_copy(str(_fresh(tmp_path)), new)  # and a new one carries its sidecar along
+    assert os.path.exists(new + ".sha256") and len(results.read_table(new)) == 2
+
+
+def _fresh(tmp_path):
+    path = tmp_path / "fresh.csv"
+    results.write_table(str(path), ROWS)
+    return path
 
 
 def test_row_counts_are_checked_against_the_manifest(tmp_path):
@@ -93,17 +145,17 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary_file(tmp_path, monk
     monkeypatch.setattr(os, "fsync", full_disk)
     with pytest.raises(OSError, match="No space"):
         results.write_table(path, ROWS[:1])
-    assert open(path).read() == before
-    assert os.listdir(tmp_path) == ["t.csv"]
+    assert open(path).read() == before and len(results.read_table(path)) == 2  # the old table, still verified
+    assert sorted(os.listdir(tmp_path)) == ["t.csv", "t.csv.sha256"]
     # a copy into results (a study's tables) is the same kind of write
     src = tmp_path / "src.bin"
     src.write_bytes(b"new")
     with pytest.raises(OSError, match="No space"):
         results.atomic_copy(str(src), path)
-    assert open(path).read() == before and sorted(os.listdir(tmp_path)) == ["src.bin", "t.csv"]
+    assert open(path).read() == before and sorted(os.listdir(tmp_path)) == ["src.bin", "t.csv", "t.csv.sha256"]
     monkeypatch.undo()
     results.atomic_copy(str(src), path)
-    assert open(path, "rb").read() == b"new"
+    assert open(path, "rb").read() == b"new" and not os.path.exists(path + ".sha256")
 
 
 def test_reading_results_imports_no_jax():

@@ -15,7 +15,7 @@ from vaco_jax.analysis import tables
 from vaco_jax.analysis import figures
 from vaco_jax.analysis import reviewer_figures
 from vaco_jax.analysis import results
-from vaco_jax.analysis.results import atomic_write_text, read_csv, rows_to_csv
+from vaco_jax.analysis.results import read_csv
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TASKS = ("hopper", "inverted_double_pendulum")
@@ -77,8 +77,8 @@ def _write_group(group_dir: str, task: str, method: str, lags, seeds, tags: dict
                     score[f"mean_{k}"] = float(np.nanmean([float(r[k]) for r in rows]))
             score_rows.append(score)
     results.write_cells(group_dir, [{"lag_depth": b, "seed": s, **CELL} for b in lags for s in seeds])
-    atomic_write_text(os.path.join(group_dir, "curves.csv"), rows_to_csv(curve_rows))
-    atomic_write_text(os.path.join(group_dir, "scores.csv"), rows_to_csv(score_rows))
+    results.write_table(os.path.join(group_dir, "curves.csv"), curve_rows)
+    results.write_table(os.path.join(group_dir, "scores.csv"), score_rows)
 
 
 def make_synthetic_run(run_dir: str, seed: int = 0) -> str:

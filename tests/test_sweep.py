@@ -76,7 +76,7 @@ def test_csv_round_trip_keeps_types():
     rows = [{"env": "reacher", "lag_depth": 4, "lr": 3e-4, "diverged": False, "x": float("nan")},
             {"env": "hopper", "lag_depth": 1, "lr": 0.001, "diverged": True, "y": 2.5}]
     path = "/tmp/_vaco_csv_test.csv"
-    results.atomic_write_text(path, results.rows_to_csv(rows))
+    results.write_table(path, rows)
     back = results.read_table(path)
     assert back[0]["env"] == "reacher" and back[0]["lag_depth"] == 4 and back[0]["lr"] == 3e-4
     assert back[0]["diverged"] is False and back[1]["diverged"] is True
@@ -102,7 +102,7 @@ def test_summary_drops_and_counts_diverged_runs(tmp_path):
     rows[-1].update(diverged=True, final_eval_return=float("nan"))  # vaco, B=4, seed 3
     d = tmp_path / "reacher" / "all"
     d.mkdir(parents=True)
-    results.atomic_write_text(str(d / "scores.csv"), results.rows_to_csv(rows))
+    results.write_table(str(d / "scores.csv"), rows)
     results.write_cells(str(d), [{"lag_depth": r["lag_depth"], "seed": r["seed"], "m": r["method"]} for r in rows])
     results.write_json(str(tmp_path / "random_scores.json"), {"reacher": 0.0})
     summary, _ = tables.summarise(str(tmp_path), reps=200)

@@ -72,8 +72,8 @@ import numpy as np
 from vaco_jax.analysis import tables
 
 from vaco_jax.analysis import stats
-from vaco_jax.analysis.results import (LEARNER_COST, atomic_write_text, load_costs, load_curves, load_random_scores,
-                              load_scores, rows_to_csv)
+from vaco_jax.analysis.results import (LEARNER_COST, load_costs, load_curves, load_random_scores, load_scores,
+                              write_table)
 
 SCORE = "final_eval_return"
 # The scores a verdict can rest on: the primary (the final evaluation return) and the area under the
@@ -101,7 +101,7 @@ def _write(table: list[dict], out: str | None) -> None:
     """``table`` as ``claims.csv`` at ``out`` (atomically), when given."""
     if out:
         os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-        atomic_write_text(out, rows_to_csv([{c: r.get(c, "") for c in COLUMNS} for r in table]))
+        write_table(out, [{c: r.get(c, "") for c in COLUMNS} for r in table])
 
 
 def _reset_off(row: dict) -> bool:

@@ -13,11 +13,13 @@ Layout of a run directory (``experiments/*.py --out RUN``)::
     RUN/rerun/<group>/cell-K/  one cell re-run alone (``--cell K``); never read as part of the sweep
     RUN/tensorboard/           live metrics, with ``--tensorboard`` only (never read back)
 
-Every table ends with a footer line ``# vaco_jax rows=N sha256=HEX`` (the hash of every byte before
-it), every JSON file carries ``"sha256"`` of its canonical content, every ``.npz`` a ``__sha256__``
-array. A file that fails its check, lacks its footer, or whose row count disagrees with
-``cells.json`` raises :class:`ResultsError` naming the file and what is wrong (exit code 3 at the
-command line); nothing is ever read as if healthy. Writes go to a temporary name in the same folder,
+Every table ``NAME.csv`` is a plain CSV (``pandas.read_csv(path)`` reads its rows and types) with its
+checksum beside it in ``NAME.csv.sha256`` (``rows=N sha256=HEX``, the hash of the CSV's bytes); tables
+written before the sidecar existed end with that line as a footer ``# vaco_jax rows=N sha256=HEX``
+and are read the same way. Every JSON file carries ``"sha256"`` of its canonical content, every
+``.npz`` a ``__sha256__`` array. A file that fails its check, lacks its checksum, or whose row count
+disagrees with ``cells.json`` raises :class:`ResultsError` naming the file and what is wrong (exit
+code 3 at the command line); nothing is ever read as if healthy. Writes go to a temporary name in the same folder,
 are flushed to disk and renamed, so a crash or a full disk leaves the old file or the new one, and the
 temporary file is removed on failure.
 """
@@ -36,7 +38,8 @@ import numpy as np
 
 EXIT_BAD_INPUT = 2
 EXIT_DAMAGED = 3
-FOOTER = "# vaco_jax"
+FOOTER = "# vaco_jax"  # the checksum line of a table written before the sidecar existed
+CHECKSUM_SUFFIX = ".sha256"  # NAME.csv's checksum lives in NAME.csv.sha256
 
 
 class ResultsError(RuntimeError):
@@ -71,9 +74,15 @@ def atomic_write_bytes(path: str, data: bytes) -> None:
 
 
 def atomic_copy(src: str, dst: str) -> None:
-    """Copy ``src`` to ``dst`` so that a reader (or an interrupted copy) never sees a partial file."""
+    """Copy ``src`` to ``dst`` so that a reader (or an interrupted copy) never sees a partial file; a
+    table's checksum file travels with it (written first, like :func:`write_table`)."""
+    if os.path.exists(src + CHECKSUM_SUFFIX):
+        with open(src + CHECKSUM_SUFFIX, "rb") as f:
+            atomic_write_bytes(dst + CHECKSUM_SUFFIX, f.read())
     with open(src, "rb") as f:
         atomic_write_bytes(dst, f.read())
+    if not os.path.exists(src + CHECKSUM_SUFFIX) and os.path.exists(dst + CHECKSUM_SUFFIX):
+        os.remove(dst + CHECKSUM_SUFFIX)  # a file without one (an old-format table: its footer) replaced a table
 
 
 def atomic_write_text(path: str, text: str) -> None:
@@ -94,7 +103,7 @@ def cell_text(v) -> str:
 
 
 def rows_to_csv(rows: Sequence[dict]) -> str:
-    """CSV text of ``rows`` (union of their columns, in first-seen order) with the checksum footer."""
+    """Plain CSV text of ``rows`` (union of their columns, in first-seen order)."""
     fields: list[str] = []
     for row in rows:
         fields.extend(k for k in row if k not in fields)
@@ -102,12 +111,20 @@ def rows_to_csv(rows: Sequence[dict]) -> str:
     writer = csv.DictWriter(buf, fieldnames=fields, restval="", lineterminator="\n")
     writer.writeheader()
     writer.writerows({k: cell_text(v) for k, v in row.items()} for row in rows)
-    body = buf.getvalue()
-    return body + f"{FOOTER} rows={len(rows)} sha256={_sha(body.encode())}\n"
+    return buf.getvalue()
+
+
+def checksum_line(rows: int, body: str) -> str:
+    return f"rows={rows} sha256={_sha(body.encode())}\n"
 
 
 def write_table(path: str, rows: Sequence[dict]) -> None:
-    atomic_write_text(path, rows_to_csv(rows))
+    """``path`` as a plain CSV and its checksum in ``path.sha256``. The checksum is written first, so a
+    table that exists always has one (its own, or — after a crash between the two renames — the
+    next version's, which reads as damaged, never as healthy)."""
+    body = rows_to_csv(rows)
+    atomic_write_text(path + CHECKSUM_SUFFIX, checksum_line(len(rows), body))
+    atomic_write_text(path, body)
 
 
 def _column_parser(values: list[str]):
@@ -126,23 +143,42 @@ def _column_parser(values: list[str]):
         return lambda v: float("nan") if v == "" else v
 
 
-def _verified_body(path: str) -> tuple[str, int]:
+def _checksum_fields(path: str, line: str, what: str) -> tuple[int, str]:
+    try:
+        fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
+        return int(fields["rows"]), fields["sha256"]
+    except (ValueError, KeyError):
+        raise ResultsError(f"{path}: unreadable {what} {line.strip()!r}") from None
+
+
+def _read_bytes(path: str) -> bytes:
     try:
         with open(path, "rb") as f:
-            data = f.read()
+            return f.read()
     except FileNotFoundError:
         raise ResultsError(f"{path}: missing") from None
-    text = data.decode(errors="replace")
+
+
+def _verified_body(path: str, retry: bool = True) -> tuple[str, int]:
+    text = _read_bytes(path).decode(errors="replace")
     lines = text.splitlines(keepends=True)
-    if not lines or not lines[-1].startswith(FOOTER):
-        raise ResultsError(f"{path}: no checksum footer (truncated, edited, or written by another version)")
-    try:
-        fields = dict(part.split("=", 1) for part in lines[-1].split()[2:])
-        rows, digest = int(fields["rows"]), fields["sha256"]
-    except (ValueError, KeyError):
-        raise ResultsError(f"{path}: unreadable checksum footer {lines[-1].strip()!r}") from None
-    body = "".join(lines[:-1])
+    if lines and lines[-1].startswith(FOOTER):  # a table written before the checksum moved beside it
+        rows, digest = _checksum_fields(path, lines[-1], "checksum footer")
+        body = "".join(lines[:-1])
+    else:
+        try:
+            line = _read_bytes(path + CHECKSUM_SUFFIX).decode(errors="replace")
+        except ResultsError:
+            raise ResultsError(f"{path}: no checksum ({os.path.basename(path)}{CHECKSUM_SUFFIX} is missing beside "
+                               "it: the table was copied without it, edited, or written by another program)") from None
+        rows, digest = _checksum_fields(path, line, f"checksum file {os.path.basename(path)}{CHECKSUM_SUFFIX}")
+        body = text
     if _sha(body.encode()) != digest:
+        if retry:  # read while a writer was between its two renames: read once more
+            import time
+
+            time.sleep(0.2)
+            return _verified_body(path, retry=False)
         raise ResultsError(f"{path}: checksum mismatch (the file was changed or damaged after it was written)")
     return body, rows
 

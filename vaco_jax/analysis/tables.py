@@ -30,7 +30,7 @@ import numpy as np
 from vaco_jax.analysis import results
 
 from vaco_jax.analysis import stats
-from vaco_jax.analysis.results import atomic_write_text, load_random_scores, load_scores, rows_to_csv
+from vaco_jax.analysis.results import load_random_scores, load_scores, write_table
 
 SCORES = ("final_eval_return", "auc_eval_return", "train_return_last5pct")
 DIAGNOSTICS = ("mean_filtered_fraction", "mean_clip_fraction", "mean_tv_behaviour", "mean_tv_learner",
@@ -355,8 +355,8 @@ def summarise(run_dirs, reps: int = 2000, seed: int = 0, out: str | None = None)
     diag_rows = diagnostic_rows(rows)
     out = _out_dir(run_dirs, out)
     os.makedirs(out, exist_ok=True)
-    atomic_write_text(os.path.join(out, "summary.csv"), rows_to_csv(summary))
-    atomic_write_text(os.path.join(out, "diagnostics.csv"), rows_to_csv(diag_rows))
+    write_table(os.path.join(out, "summary.csv"), summary)
+    write_table(os.path.join(out, "diagnostics.csv"), diag_rows)
     return summary, diag_rows
 
 
@@ -416,5 +416,5 @@ def summarise_by(run_dirs, keys: tuple[str, ...], score: str = "final_eval_retur
     if filename:
         where = _out_dir(run_dirs, out)
         os.makedirs(where, exist_ok=True)
-        atomic_write_text(os.path.join(where, filename), rows_to_csv(table))
+        write_table(os.path.join(where, filename), table)
     return table

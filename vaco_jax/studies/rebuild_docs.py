@@ -286,7 +286,7 @@ def write_claims(build: Build) -> list[str]:
     from vaco_jax.analysis import claims
     claims.evaluate_study(build.src(STUDY), out=build.dst(CLAIMS))
     claims.evaluate_study(build.src(STUDY), out=build.dst(CLAIMS_AUC), score="auc_eval_return")
-    return [CLAIMS, CLAIMS_AUC]
+    return [CLAIMS, CLAIMS + results.CHECKSUM_SUFFIX, CLAIMS_AUC, CLAIMS_AUC + results.CHECKSUM_SUFFIX]
 
 
 def _findings_text(build: Build) -> str:
@@ -330,7 +330,7 @@ def build_all(build: Build) -> list[str]:
 
 def owned(root: str) -> list[str]:
     """The outputs of this script that exist under ``root`` (whether or not they would be produced now)."""
-    found = [c for c in (CLAIMS, CLAIMS_AUC) if os.path.exists(os.path.join(root, c))]
+    found = [c for c in (CLAIMS, CLAIMS_AUC) for c in (c, c + results.CHECKSUM_SUFFIX) if os.path.exists(os.path.join(root, c))]
     pattern = os.path.join(root, FIGURE_DIR, f"{FIGURE_PREFIX}*.png")
     return found + sorted(os.path.relpath(p, root) for p in glob.glob(pattern))
 

@@ -95,7 +95,7 @@ def write_table(run_dir: str, tasks) -> list[dict]:
     """``screens.csv`` from a finished screen run, printed."""
     from vaco_jax.analysis import results
     rows = screen_rows(run_dir, tasks)
-    results.atomic_write_text(os.path.join(run_dir, "screens.csv"), results.rows_to_csv(rows))
+    results.write_table(os.path.join(run_dir, "screens.csv"), rows)
     print(f"\n{'task':<26}{'B=1':>9}{'learned':>9}{'half/fin':>9}{'B=16':>9}{'lag loss':>9}  learnable  sensitive")
     for r in rows:
         print(f"{r['env']:<26}{r['ppo_clip_b1']:>9.1f}{r['learned_fraction']:>9.2f}{r['half_over_final']:>9.2f}"
