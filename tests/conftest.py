@@ -71,6 +71,10 @@ SLOW_TESTS = {
         "test_training_resumed_from_a_checkpoint_equals_uninterrupted"
     },
     "test_install.py": {"test_pip_install_puts_the_studies_and_commands_in_place_and_runs_the_tiny_preset"},
+    "test_single_file_experiments.py": {
+        "test_the_lag_sweep_runs_whole_and_writes_a_verified_table_and_a_figure",
+        "test_the_step_lag_grid_runs_both_methods_around_their_defaults"
+    },
     "test_integrity.py": {
         "test_a_full_disk_is_one_line_leaves_no_temporary_file_and_the_rerun_is_identical",
         "test_a_group_stopped_on_one_device_count_resumes_on_another",

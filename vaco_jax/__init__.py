@@ -7,7 +7,8 @@ statistics, tables, figures; no jax).
 
 The names most code needs are here: ``Config``, ``make_traced``, ``stack_traced``, ``make_train``,
 ``METHODS`` (each method's preset: advantage estimator, proximal source, surrogate, sample filter),
-``run`` (one configuration into a run directory) and ``load_policy``. Importing the package imports
+``run`` (one configuration into a run directory), ``load_policy``, and ``write_table`` /
+``read_table`` (a results table with its checksum, and the verified read of one). Importing the package imports
 nothing heavy; each name loads its module on first use.
 """
 
@@ -15,6 +16,7 @@ _EXPORTS = {
     "Config": "vaco_jax.core.config", "make_traced": "vaco_jax.core.config", "stack_traced": "vaco_jax.core.config",
     "make_train": "vaco_jax.core.train", "METHODS": "vaco_jax.core.methods", "run": "vaco_jax.driver.train",
     "load_policy": "vaco_jax.driver.policies", "ConfigError": "vaco_jax.errors",
+    "write_table": "vaco_jax.analysis.results", "read_table": "vaco_jax.analysis.results",
 }
 __all__ = sorted(_EXPORTS)
 
