@@ -82,6 +82,8 @@ def test_the_synchronous_mode_takes_one_fresh_batch_from_every_actor():
     (RealSettings(num_actors=2, queue_capacity=0), "queue_capacity=0 must be a positive integer"),
     (RealSettings(num_actors=2, mode="lockstep"), "mode='lockstep'; allowed values: async, sync"),
     (RealSettings(num_actors=2, mode="sync", batches_per_update=1), "mode='sync' takes one batch from every actor"),
+    (RealSettings(num_actors=2, publish_interval=0), "publish_interval=0 must be a positive integer"),
+    (RealSettings(num_actors=2, mode="sync", publish_interval=4), "mode='sync' publishes every update"),
 ])
 def test_bad_settings_are_one_line_before_anything_compiles(settings, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
@@ -95,3 +97,23 @@ def test_a_real_run_trains_and_scores_the_simulators_phases():
     run = run_real(config, RealSettings(num_actors=2, queue_capacity=2, mode="sync"), seed=0)
     assert run.updates == config.phases_run == 12
     assert [c["env_steps"] for c in run.curve] == [4 * k * 8 * 16 for k in (1, 2, 3)]
+
+
+def test_a_publish_interval_realises_deep_lag_and_the_record_stays_complete():
+    """The learner publishes every 8th version: a batch made between publications is up to 7 versions
+    old when the learner takes it, whatever the threads' timing (the i-th batch consumed after a
+    publication is at least i versions old), so ages above 4 are realised; every batch is still in the
+    record exactly once."""
+    settings = RealSettings(num_actors=4, queue_capacity=2, batches_per_update=1, publish_interval=8)
+    run = run_real(_config(buffer_capacity=16, total_env_steps=SAMPLES * 24), settings, seed=3)
+    _check_record(run, settings, 16)
+    consumed = [r for r in run.record if r["fate"] == "consumed"]
+    assert run.updates == 24 and {r["behaviour_version"] % 8 for r in consumed} == {0}  # only published versions
+    assert max(r["age"] for r in consumed) >= 7 and run.ages[5:].sum() > 0
+
+
+def test_a_deep_queue_keeps_every_batch_accounted_for():
+    settings = RealSettings(num_actors=4, queue_capacity=8, batches_per_update=1)
+    run = run_real(_config(buffer_capacity=16, total_env_steps=SAMPLES * 24), settings, seed=4)
+    _check_record(run, settings, 16)
+    assert run.updates == 24

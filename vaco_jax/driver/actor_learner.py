@@ -12,7 +12,12 @@ The simulator draws each actor's lag from a model; here the lag is whatever the 
   arrive, scales each batch's rewards with the running scaler of its envs, and runs the trainer's
   own ``learn`` (align once, then E x M minibatch steps) on their concatenation against its policy
   buffer of the last ``buffer_capacity`` versions; then it updates the observation normaliser and
-  publishes version ``T + 1``. A batch older than the buffer holds is dropped and counted.
+  makes version ``T + 1``, which it publishes to the actors every ``publish_interval`` updates (its
+  own buffer holds every version). A batch older than the buffer holds is dropped and counted.
+
+How deep the realised lag is follows from these knobs (docs/real_async.md, "Deep lag"): with one
+batch per update, a batch waits behind up to ``queue_capacity`` others, each one update; a publish
+interval of k adds up to k - 1 versions to every batch made between two publications.
 
 ``mode='sync'`` runs the same threads in lockstep: each actor waits for a version newer than the one
 it last used, and the learner takes one batch of the current version from every actor — the
@@ -58,6 +63,7 @@ class RealSettings:
     queue_capacity: int = 4  # batches waiting for the learner; a full queue blocks the actors
     batches_per_update: int | None = None  # batches per learner update (None: num_actors)
     mode: str = "async"  # 'async' or 'sync' (lockstep: the synchronous reference)
+    publish_interval: int = 1  # the learner publishes a version to the actors every this many updates
 
     def slowdowns(self) -> tuple[float, ...]:
         return tuple(self.slowdown) if self.slowdown else (1.0,) * self.num_actors
@@ -81,6 +87,11 @@ class RealSettings:
         per = self.per_update()
         if not isinstance(per, int) or per < 1:
             raise ConfigError(f"batches_per_update={self.batches_per_update!r} must be a positive integer")
+        if not isinstance(self.publish_interval, int) or isinstance(self.publish_interval, bool) \
+                or self.publish_interval < 1:
+            raise ConfigError(f"publish_interval={self.publish_interval!r} must be a positive integer")
+        if self.mode == "sync" and self.publish_interval != 1:
+            raise ConfigError(f"publish_interval={self.publish_interval}: mode='sync' publishes every update (1)")
         if self.mode == "sync" and per != self.num_actors:
             raise ConfigError(f"batches_per_update={per}: mode='sync' takes one batch from every actor "
                               f"({self.num_actors})")
@@ -284,7 +295,8 @@ def run_real(config: Config, settings: RealSettings, seed: int = 0, log=None) ->
                 ages[version - b.version] += per_actor * cfg.unroll_length
             learner, normalizer, buffer, diag = learn_jit(learner, normalizer, buffer, tuple(trajs), version)
             version += 1
-            store.publish(version, trainer.snapshot(learner.policy_params, normalizer))
+            if version % settings.publish_interval == 0:
+                store.publish(version, trainer.snapshot(learner.policy_params, normalizer))
             consumed_steps += len(taken) * per_actor * cfg.unroll_length
             diagnostics.append({k: float(np.mean(v)) for k, v in diag.items() if k in
                                 ("mean_staleness", "tv_behaviour", "tv_learner", "clip_fraction", "policy_loss")})
@@ -330,7 +342,8 @@ def write_real_run(run_dir: str, run: RealRun, config: Config, settings: RealSet
     write_age_histogram(os.path.join(run_dir, "age_histogram.csv"), run.ages[:last],
                         comment=f"real actor-learner: {config.env}, {config.method}, {settings.num_actors} actors, "
                                 f"slowdown {list(settings.slowdowns())}, queue {settings.queue_capacity}, "
-                                f"mode {settings.mode}, seed {seed}")
+                                f"{settings.per_update()} batch(es) per update, publish every "
+                                f"{settings.publish_interval}, mode {settings.mode}, seed {seed}")
     evals = np.array([c["eval_return"] for c in run.curve], float)
     fates = [r["fate"] for r in run.record]
     score = {"final_eval_return": float(evals[-1]), "auc_eval_return": float(np.mean(evals)),
