@@ -21,13 +21,13 @@ import sys
 import time
 
 import jax
-import jax.numpy as jnp
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from vaco_jax.core.config import Config, make_traced, stack_traced  # noqa: E402
+from vaco_jax.core.config import Config  # noqa: E402
 from vaco_jax.driver.devices import grid_mesh, grid_program, grid_sharding  # noqa: E402
-from vaco_jax.core.train import make_train  # noqa: E402
+from vaco_jax.driver.grid import Cell  # noqa: E402
+from vaco_jax.driver.program import group_program  # noqa: E402
 
 
 @dataclasses.dataclass
@@ -51,28 +51,24 @@ def main(args: Args) -> dict:
     config = Config(env=args.env, method=args.method, num_envs=args.num_envs, unroll_length=args.unroll_length,
                     total_env_steps=args.phases_per_chunk * args.num_envs * args.unroll_length, num_evals=1,
                     eval_episodes=0, buffer_capacity=16)
-    trainer = make_train(config)
     depths = [1, 2, 4, 8, 16]
-    keys = jnp.stack([jax.random.PRNGKey(s) for s in range(args.cells)])
-    traced = stack_traced([make_traced(config, depths[s % len(depths)]) for s in range(args.cells)])
+    cells = [Cell(lag_depth=depths[s % len(depths)], seed=s) for s in range(args.cells)]
+    one = group_program(config, cells, devices=1)  # how a sweep builds a group's program
+    trainer, keys, traced = one.trainer, one.keys, one.traced
     mesh = grid_mesh(devices)
     sharding = grid_sharding(mesh)
-    # name: (mesh for shard_map, inputs placed with the sharding, in/out shardings of jit)
-    layouts = {"one device": (None, False, None)}
+    # name: (init, chunk, keys, traced); the chunk with its evaluation, one program
+    programs = {"one device": (one.init, one.over_grid(trainer.run_chunk), keys, traced)}
     if mesh is not None:
-        layouts["shard_map"] = (mesh, True, None)
-        layouts["SPMD, inputs"] = (None, True, None)  # what run_group did before shard_map
-        layouts["SPMD, in/out"] = (None, True, sharding)  # jit told the shardings of inputs and outputs
-    programs = {}
-    for name, (m, placed, sh) in layouts.items():
-        k, t = jax.device_put((keys, traced), sharding) if placed else (keys, traced)
-        if sh is None:
-            init = jax.jit(grid_program(trainer.init, None, m))
-            chunk = jax.jit(grid_program(trainer.run_chunk, None, m))
-        else:
-            init = jax.jit(jax.vmap(trainer.init), in_shardings=sh, out_shardings=sh)
-            chunk = jax.jit(jax.vmap(trainer.run_chunk), in_shardings=sh, out_shardings=sh)
-        programs[name] = (init, chunk, k, t)
+        split = group_program(config, cells, trainer, devices=devices)  # shard_map: how sweeps run it
+        programs["shard_map"] = (split.init, split.over_grid(trainer.run_chunk), split.keys, split.traced)
+        k, t = jax.device_put((keys, traced), sharding)
+        # the SPMD partitioner: one vmapped program with only its inputs placed, or with jit told the
+        # shardings of its inputs and outputs
+        programs["SPMD, inputs"] = (jax.jit(grid_program(trainer.init)), jax.jit(grid_program(trainer.run_chunk)), k, t)
+        programs["SPMD, in/out"] = (jax.jit(jax.vmap(trainer.init), in_shardings=sharding, out_shardings=sharding),
+                                    jax.jit(jax.vmap(trainer.run_chunk), in_shardings=sharding,
+                                            out_shardings=sharding), k, t)
     steps = args.cells * config.env_steps_per_chunk
     results = {name: [] for name in programs}
     print(f"python {' '.join(sys.argv)}\n{time.strftime('%Y-%m-%d %H:%M')}, {platform.node()}, jax {jax.__version__}, "

@@ -27,9 +27,9 @@ import jax
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from vaco_jax.core.config import Config, make_traced  # noqa: E402
+from vaco_jax.core.config import Config  # noqa: E402
 from vaco_jax.core.methods import METHODS  # noqa: E402
-from vaco_jax.core.train import make_train  # noqa: E402
+from vaco_jax.driver.program import learner_call  # noqa: E402
 
 
 @dataclasses.dataclass
@@ -57,37 +57,6 @@ def _time(fn, repeats):
         jax.block_until_ready(fn())
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
-
-
-def learner_call(config: Config, lag_depth: int, traced=None, warm_chunks: int = 1, learner_diagnostics: bool = True):
-    """A zero-argument call that runs the learner's part of one phase (align + E x M gradient steps)
-    of ``config`` at ``lag_depth`` on one fixed trajectory batch and waits for it (compiled and run
-    once here). The batch comes from real lagged actors (``Trainer.collect``) after ``warm_chunks``
-    chunks, so snapshot recovery has several versions to gather from. Also returns the whole-phase
-    call (``run_chunk``) and the seconds of the first chunk (compilation included).
-    ``learner_diagnostics=False``: log π_T is computed only for a method whose pieces read it
-    (UpdateShape.learner_diagnostics)."""
-    trainer = make_train(config, learner_diagnostics=learner_diagnostics)
-    traced = traced if traced is not None else make_traced(config, lag_depth)
-    state = jax.jit(trainer.init)(jax.random.PRNGKey(0), traced)
-    chunk = jax.jit(trainer.run_chunk)
-    t0 = time.perf_counter()
-    for _ in range(warm_chunks):
-        state, _ = chunk(state, traced)
-    jax.block_until_ready(state)
-    compile_s = time.perf_counter() - t0
-
-    traj = jax.jit(lambda state: trainer.collect(state, traced)[1])(state)
-
-    @jax.jit
-    def learner_only(state, traj):
-        learner, _ = trainer.learn(state.learner, state.normalizer, state.buffer, traj, state.phase,
-                                   jax.random.PRNGKey(3), traced)
-        return learner.policy_params
-
-    jax.block_until_ready(learner_only(state, traj))  # compile
-    return (lambda: jax.block_until_ready(learner_only(state, traj)),
-            lambda: jax.block_until_ready(chunk(state, traced)[0].phase), compile_s)
 
 
 def measure(args: Args, name: str) -> dict:

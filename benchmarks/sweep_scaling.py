@@ -33,13 +33,13 @@ import sys
 import time
 
 import jax
-import jax.numpy as jnp
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from vaco_jax.core.config import Config, make_traced, stack_traced  # noqa: E402
-from vaco_jax.driver.devices import grid_layout, grid_mesh, grid_program, grid_put  # noqa: E402
+from vaco_jax.core.config import Config, make_traced  # noqa: E402
 from vaco_jax.core.train import make_train  # noqa: E402
+from vaco_jax.driver.grid import Cell  # noqa: E402
+from vaco_jax.driver.program import group_program, layout  # noqa: E402
 
 
 @dataclasses.dataclass
@@ -69,21 +69,20 @@ def _cells(config, g):
     return [(s, depths[s % len(depths)]) for s in range(g)]
 
 
+def _grid(config, g) -> list[Cell]:
+    return [Cell(lag_depth=b, seed=s) for s, b in _cells(config, g)]
+
+
 def time_grid(config, g):
-    trainer = make_train(config)
-    cells = _cells(config, g)
-    keys = jnp.stack([jax.random.PRNGKey(s) for s, _ in cells])
-    traced = stack_traced([make_traced(config, b) for _, b in cells])
-    used, per_device = grid_layout(g, config.grid_batch)
-    mesh = grid_mesh(used) if used * per_device == g else None  # else (padding needed) one device
-    keys, traced = grid_put((keys, traced), mesh)
+    used, per_device = layout(config, g)
+    program = group_program(config, _grid(config, g), devices=None if used * per_device == g else 1)  # padding: one device
     jax.clear_caches()
     t0 = time.perf_counter()
-    fn = jax.jit(grid_program(trainer.train, config.grid_batch, mesh))  # grid_batch must divide g
-    jax.block_until_ready(fn(keys, traced))
+    fn = program.over_grid(program.trainer.train)  # the whole run, every chunk and evaluation
+    jax.block_until_ready(fn(program.keys, program.traced))
     total = time.perf_counter() - t0
     t0 = time.perf_counter()
-    jax.block_until_ready(fn(keys, traced))
+    jax.block_until_ready(fn(program.keys, program.traced))
     steady = time.perf_counter() - t0
     return total, steady
 
@@ -155,17 +154,12 @@ def compare_brax(args: Args, config, g: int) -> dict:
 
     from benchmarks.throughput import Args as ThroughputArgs, CompileLog, bench_brax
 
-    trainer = make_train(config)
-    cells = _cells(config, g)
-    keys = jnp.stack([jax.random.PRNGKey(s) for s, _ in cells])
-    traced = stack_traced([make_traced(config, b) for _, b in cells])
-    used, per_device = grid_layout(g, config.grid_batch)
+    used, per_device = layout(config, g)
     if used * per_device != g:
         raise ValueError(f"{g} cells on {len(jax.local_devices())} devices need padding: choose a multiple")
-    mesh = grid_mesh(used)  # the grid split over the local devices, as a sweep runs it
-    keys, traced = grid_put((keys, traced), mesh)
-    init = jax.jit(grid_program(trainer.init, config.grid_batch, mesh))
-    chunk = jax.jit(grid_program(trainer.run_chunk, config.grid_batch, mesh))
+    program = group_program(config, _grid(config, g))  # the grid split over the local devices, as a sweep runs it
+    keys, traced, init = program.keys, program.traced, program.init
+    chunk = program.over_grid(program.trainer.run_chunk)  # a chunk with its evaluation, one program
     jax.clear_caches()
     t0 = time.perf_counter()
     state = jax.block_until_ready(chunk(init(keys, traced), traced)[0])

@@ -340,6 +340,32 @@ def test_task_defaults_fill_only_the_settings_left_unset(monkeypatch):
     assert (config.num_envs, config.unroll_length) == (16, spec["unroll_length"])
 
 
+def test_every_task_runs_to_its_own_time_limit():
+    """A task's episode length is its definition's ``max_episode_steps`` (Gymnasium's TimeLimit), so a
+    task added to gymnasium_tasks.py brings its time limit with it; a setting given still wins."""
+    from vaco_jax.core.config import TASK_DEFAULTS, Config
+
+    for name, task in GYM_TASKS.items():
+        assert TASK_DEFAULTS[name]["episode_length"] == task.max_episode_steps, name
+    assert Config.for_task("Reacher-v4").episode_length == 50
+    assert Config.for_task("Pusher-v5").episode_length == 100
+    assert Config.for_task("Hopper-v4").episode_length == 1000
+    assert Config.for_task("Reacher-v5", episode_length=20).episode_length == 20
+
+
+def test_the_lag_sweep_keeps_a_tasks_time_limit_unless_one_is_given(tmp_path):
+    import dataclasses
+
+    from conftest import study_module
+
+    ls = study_module("lag_sweep")
+    args = ls.Args(preset="tiny", tasks=("Reacher-v4", "point_mass"), out=str(tmp_path / "run"))
+    lengths = {g.config.env: g.config.episode_length for g in ls.plan(args, ls.resolve(args))}
+    assert lengths == {"Reacher-v4": 50, "point_mass": 1000}
+    args = dataclasses.replace(args, episode_length=30)
+    assert {g.config.episode_length for g in ls.plan(args, ls.resolve(args))} == {30}
+
+
 def test_task_defaults_are_the_settings_the_peer_check_ran():
     """Hopper-v4's defaults are what reached CleanRL's band: the committed peer-check record's settings."""
     import json
@@ -563,4 +589,4 @@ def test_a_c_engine_run_reports_its_unstable_steps_per_phase(tmp_path):
     config = Config(env="Hopper-v4", num_envs=4, unroll_length=16, total_env_steps=4 * 16 * 2, num_evals=2,
                     eval_episodes=1, num_epochs=1, num_minibatches=2)
     rows = runner.run_group(config, grid.grid([1], [0]), str(tmp_path / "g"), progress=False)
-    assert rows[0]["mean_unstable_steps"] == 0.0
+    assert rows[0]["unstable_steps"] == 0 and "mean_unstable_steps" not in rows[0]  # a count: the run's total

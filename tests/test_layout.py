@@ -1,6 +1,7 @@
-"""The package's layout holds: imports only go downward (studies -> driver -> core -> envs -> errors; analysis
-reads results and knows only the registries of names, which import no jax), and no two modules import
-each other at load time."""
+"""The package's layout holds: imports only go downward (studies -> driver -> core -> envs -> errors; driver
+and studies -> analysis; everything -> the jax-free registry of names, ``vaco_jax/names.py``), analysis
+imports nothing from core, no module imports another that imports it back (function-level imports
+included), and nothing in the package imports ``benchmarks/``."""
 
 import ast
 import os
@@ -12,13 +13,15 @@ PACKAGE = os.path.join(ROOT, "vaco_jax")
 
 # what each part may import from the package (every import: at load time or inside a function)
 ALLOWED = {
+    "names": ("vaco_jax.names",),
     "errors": ("vaco_jax.errors",),
-    "envs": ("vaco_jax.errors", "vaco_jax.envs"),
-    "core": ("vaco_jax.errors", "vaco_jax.envs", "vaco_jax.core"),
-    "analysis": ("vaco_jax.errors", "vaco_jax.analysis", "vaco_jax.core.knobs", "vaco_jax.core.presets"),
-    "driver": ("vaco_jax.errors", "vaco_jax.envs", "vaco_jax.core", "vaco_jax.analysis", "vaco_jax.driver"),
-    "studies": ("vaco_jax.errors", "vaco_jax.envs", "vaco_jax.core", "vaco_jax.analysis", "vaco_jax.driver",
-                "vaco_jax.studies"),
+    "envs": ("vaco_jax.names", "vaco_jax.errors", "vaco_jax.envs"),
+    "core": ("vaco_jax.names", "vaco_jax.errors", "vaco_jax.envs", "vaco_jax.core"),
+    "analysis": ("vaco_jax.names", "vaco_jax.errors", "vaco_jax.analysis"),
+    "driver": ("vaco_jax.names", "vaco_jax.errors", "vaco_jax.envs", "vaco_jax.core", "vaco_jax.analysis",
+               "vaco_jax.driver"),
+    "studies": ("vaco_jax.names", "vaco_jax.errors", "vaco_jax.envs", "vaco_jax.core", "vaco_jax.analysis",
+                "vaco_jax.driver", "vaco_jax.studies"),
 }
 
 
@@ -31,7 +34,7 @@ def _modules():
                 yield rel[: -len(".__init__")] if rel.endswith(".__init__") else rel, path
 
 
-def _imports(path: str, top_level_only: bool = False) -> list[tuple[int, str]]:
+def _imports(path: str, top_level_only: bool = False, package: str = "vaco_jax.") -> list[tuple[int, str]]:
     tree = ast.parse(open(path).read())
     nodes = tree.body if top_level_only else ast.walk(tree)
     out = []
@@ -40,7 +43,7 @@ def _imports(path: str, top_level_only: bool = False) -> list[tuple[int, str]]:
             out += [(node.lineno, a.name) for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             out += [(node.lineno, f"{node.module}.{a.name}") for a in node.names]
-    return [(line, name) for line, name in out if name.startswith("vaco_jax.")]
+    return [(line, name) for line, name in out if name.startswith(package)]
 
 
 def _part(module: str) -> str | None:
@@ -60,34 +63,82 @@ def test_imports_only_go_downward():
     assert not wrong, "\n".join(wrong)
 
 
-def test_no_import_cycle_at_load_time():
+def _import_graph(top_level_only: bool) -> dict:
     modules = dict(_modules())
     graph = {}
     for module, path in modules.items():
         deps = set()
-        for _, name in _imports(path, top_level_only=True):
+        for _, name in _imports(path, top_level_only=top_level_only):
             while name and name not in modules:  # `from pkg.mod import name` -> pkg.mod
                 name = name.rpartition(".")[0]
             if name and name != module:
                 deps.add(name)
         graph[module] = deps
-    state, cycles = {}, []
+    return graph
 
-    def visit(m, stack):
-        state[m] = "open"
-        for d in graph.get(m, ()):
-            if state.get(d) == "open":
-                cycles.append(" -> ".join(stack[stack.index(d):] + [d]))
-            elif d not in state:
-                visit(d, stack + [d])
-        state[m] = "done"
 
-    for m in graph:
-        if m not in state:
-            visit(m, [m])
-    # a package's __init__ importing its own submodules is not a cycle between modules
-    cycles = [c for c in cycles if not all(p.startswith(c.split(" -> ")[0]) for p in c.split(" -> "))]
+def _cycles(graph: dict) -> list[str]:
+    """Every strongly connected group of two or more modules (Tarjan), each as one line."""
+    index, low, stack, on_stack, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                out.append(" <-> ".join(sorted(group)))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycle_at_load_time():
+    cycles = _cycles(_import_graph(top_level_only=True))
     assert not cycles, "\n".join(cycles)
+
+
+def test_no_import_cycle_at_all():
+    """Function-level imports included: an import moved into a function to break a cycle at load time
+    still ties the two modules together, so the helper they share belongs below both."""
+    cycles = _cycles(_import_graph(top_level_only=False))
+    assert not cycles, "\n".join(cycles)
+
+
+def test_analysis_imports_nothing_from_core():
+    """Figures and tables know methods and knobs from the jax-free registry (``vaco_jax.names``)."""
+    wrong = [f"{os.path.relpath(path, ROOT)}:{line} imports {name}" for module, path in _modules()
+             if _part(module) == "analysis" for line, name in _imports(path) if name.startswith("vaco_jax.core")]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_nothing_in_the_package_imports_benchmarks():
+    wrong = [f"{os.path.relpath(path, ROOT)}:{line} imports {name}" for _, path in _modules()
+             for line, name in _imports(path, package="benchmarks")]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_registry_of_names_imports_no_jax_and_no_numpy():
+    code = ("import sys, vaco_jax.names, vaco_jax.core.presets; "
+            "print(sorted(m for m in ('jax', 'jaxlib', 'flax', 'optax', 'numpy', 'brax', 'mujoco') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]"
 
 
 def test_the_package_command_names_its_commands():

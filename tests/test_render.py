@@ -63,4 +63,4 @@ def test_render_writes_an_mp4_of_a_trained_groups_policy(tmp_path):
     assert (width, height) == (96, 64) and 1 <= frames <= 16
     bad = subprocess.run([sys.executable, "-m", "vaco_jax", "render", str(tmp_path / "run"), "--cell", "7"],
                          cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert bad.returncode == 3 and "cell 7" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    assert bad.returncode == 2 and "cell=7" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1  # bad input

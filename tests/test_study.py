@@ -192,7 +192,7 @@ def test_bad_cost_settings_are_refused(study):
 def test_cost_stage_writes_a_verified_table_once(study, tmp_path, monkeypatch):
     out = str(tmp_path)
     _tuned(study, out)
-    import benchmarks.method_cost as mc
+    from vaco_jax.driver import program as mc
 
     seen = []
     monkeypatch.setattr(mc, "learner_call", lambda config, b, traced, warm_chunks=1, learner_diagnostics=True: (

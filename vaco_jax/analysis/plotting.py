@@ -28,12 +28,11 @@ from matplotlib.ticker import FixedLocator, NullLocator  # noqa: E402
 
 from vaco_jax.analysis import results  # noqa: E402
 from vaco_jax.analysis.results import SCORE_COLUMNS, load_scores, read_csv  # noqa: E402
-from vaco_jax.core.knobs import KNOBS  # noqa: E402
-from vaco_jax.core.presets import METHODS  # noqa: E402
+from vaco_jax.names import KNOBS, METHODS  # noqa: E402
 
 FIGURES = "figures"
 
-# a method's label, colour and marker: its entry in the registry (core/presets.py); a name not
+# a method's label, colour and marker: its entry in the registry (vaco_jax/names.py); a name not
 # registered there (a user's method in another process) gets a spare colour
 _EXTRA_COLOURS = ("#aec7e8", "#ffbb78", "#98df8a", "#c5b0d5", "#c49c94", "#f7b6d2", "#dbdb8d", "#9edae5")
 

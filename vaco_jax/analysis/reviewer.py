@@ -27,7 +27,7 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 from vaco_jax.analysis import stats, tables
-from vaco_jax.core.knobs import KNOBS
+from vaco_jax.names import KNOBS
 
 Order = Callable[[Iterable[str]], list]
 

@@ -26,27 +26,25 @@ from vaco_jax.core.knobs import COMMON_KNOBS, KNOBS, METHOD_KNOBS, ConfigError, 
 from vaco_jax.core.lag import LAG_MODELS, make_lag
 from vaco_jax.core.pieces import PIECE_KINDS, STATIC_CHOICES
 from vaco_jax.envs import BACKENDS
+from vaco_jax.envs.gymnasium_tasks import GYM_TASKS
 
 ACTOR_DTYPES = ("float32", "bfloat16", "float16")
 GRAD_CLIPS = ("per_network", "joint")  # update.update_phase: a global-norm clip per network, or one over both
 SHUFFLES = ("rank", "sort")  # update.permutation's methods; 'sort' reproduces the committed pendulum-suite results
 
 # Settings a Gymnasium locomotion task starts from where the user leaves them unset (Config.for_task; the
-# study scripts and `vaco-train` apply them): vmapped-env PPO-Clip settings that reach
-# CleanRL's published band on the task (BENCHMARKS.md, "The peer check"). Config(...) itself keeps its
+# study scripts and `vaco-train` apply them). Every task's episode length is its own time limit
+# (``LocomotionTask.max_episode_steps``: Gymnasium's registered TimeLimit, 50 steps for Reacher, 100 for
+# Pusher, 1,000 for the others). Hopper adds vmapped-env PPO-Clip settings that reach CleanRL's
+# published band (BENCHMARKS.md, "The peer check"): Config's defaults fall below it on Hopper-v4, and
+# Hopper-v5 steps the same model (it differs only in the terminating step's reward). The other tasks
+# keep Config's defaults (inside or above the band, or not peer-checked). Config(...) itself keeps its
 # global defaults.
+_HOPPER = dict(num_envs=16, unroll_length=128, num_epochs=10, num_minibatches=32, anneal_lr=True, init_log_std=0.0,
+               value_clip_epsilon=0.2)
 TASK_DEFAULTS: dict[str, dict] = {
-    # CleanRL's learning settings on 16 vmapped envs x 128 steps: Config's defaults fall below CleanRL's band
-    # on Hopper-v4 and these reach it. The other tasks keep Config's defaults (inside or above the band, or
-    # not peer-checked).
-    "Hopper-v4": dict(num_envs=16, unroll_length=128, num_epochs=10, num_minibatches=32, anneal_lr=True,
-                      init_log_std=0.0, value_clip_epsilon=0.2),
-}
-# Hopper-v5 steps the same model as Hopper-v4 and differs only in the terminating step's reward: the same start
-TASK_DEFAULTS["Hopper-v5"] = TASK_DEFAULTS["Hopper-v4"]
-# Reacher's episodes are 50 steps, Pusher's 100 (Gymnasium's registered time limits; the other tasks': 1,000)
-TASK_DEFAULTS["Reacher-v4"] = TASK_DEFAULTS["Reacher-v5"] = dict(episode_length=50)
-TASK_DEFAULTS["Pusher-v5"] = dict(episode_length=100)
+    name: dict(episode_length=task.max_episode_steps, **(_HOPPER if name in ("Hopper-v4", "Hopper-v5") else {}))
+    for name, task in GYM_TASKS.items()}
 
 __all__ = ["Config", "ConfigError", "TASK_DEFAULTS", "STATIC_FIELDS", "TRACED_FIELDS", "TracedParams", "make_traced",
            "stack_traced"]

@@ -7,7 +7,8 @@ Shape of one phase (docs/methods.md, "The update step")::
 ``Trainer.run_chunk(state, traced)`` runs ``phases_per_chunk`` phases (a ``lax.scan``) and then
 evaluates the learner's own policy; ``Trainer.train(key, traced)`` scans over all chunks, so
 ``jax.vmap(trainer.train)`` over seeds x lag depths is one compiled program. The host driver
-(``vaco_jax.driver.runner.run_group``; a single run is a one-cell group) calls two programs per chunk:
+(``vaco_jax.driver.program``, run by ``runner.run_group``; a single run is a one-cell group) calls two
+programs per chunk:
 ``train_chunk`` (the phases) and the evaluation, compiled once for every trainer that evaluates alike
 (``evaluation_program``: the methods of one task share it), and shows progress between chunks (no
 host callbacks inside).
@@ -311,15 +312,14 @@ _EVALUATIONS: "collections.OrderedDict[tuple, tuple]" = collections.OrderedDict(
 EVALUATIONS_KEPT = 16
 
 
-def evaluation_program(trainer: Trainer, wrap: Callable[[Callable], Callable] | None = None,
-                       layout: tuple = ()) -> Callable:
-    """``jit`` of ``trainer.chunk_evaluation`` (wrapped by ``wrap``, e.g. a grid's ``shard_map`` of
-    ``vmap``s, described by ``layout``), shared by every trainer with the same
-    ``evaluation_signature``: the groups of a study that differ only in method or lag compile it once.
-    (Inside the training program the evaluation's MJX rollout doubled its compile time: ~20 s of
-    tracing and ~21 s of XLA per group for inverted_double_pendulum on a 2-core CPU, docs/scale.md.)
-    Call it as ``program(*Trainer.evaluation_inputs(state))``."""
-    fn = trainer.chunk_evaluation if wrap is None else wrap(trainer.chunk_evaluation)
+def evaluation_program(trainer: Trainer, over_grid: Callable | None = None, layout: tuple = ()) -> Callable:
+    """``jit`` of ``trainer.chunk_evaluation``, or of ``over_grid``: that evaluation over a grid of cells
+    (e.g. a grid's ``shard_map`` of ``vmap``s, laid out as ``layout`` describes), shared by every trainer
+    with the same ``evaluation_signature``: the groups of a study that differ only in method or lag
+    compile it once. (Inside the training program the evaluation's MJX rollout doubled its compile time:
+    ~20 s of tracing and ~21 s of XLA per group for inverted_double_pendulum on a 2-core CPU,
+    docs/scale.md.) Call it as ``program(*Trainer.evaluation_inputs(state))``."""
+    fn = trainer.chunk_evaluation if over_grid is None else over_grid
     signature = trainer.evaluation_signature()
     if signature is None:
         return jax.jit(fn)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import math
 import os
 from typing import Iterable, Sequence
 
@@ -288,11 +289,16 @@ def check_max_cells(value) -> None:
                           "program per group)")
 
 
+def split_sizes(n: int, max_cells: int) -> list[int]:
+    """``n`` cells in ``ceil(n / max_cells)`` parts of nearly equal size (largest first)."""
+    parts = max(1, math.ceil(n / max_cells))
+    base, extra = divmod(n, parts)
+    return [base + (1 if i < extra else 0) for i in range(parts)]
+
+
 def split_group(group: Group, max_cells: int | None) -> list[Group]:
     """A group with more than ``max_cells`` cells as parts ``GROUP/part-J-of-M/`` of nearly equal size
     (J = 0..M-1), each its own program; otherwise the group itself."""
-    from vaco_jax.driver.memory import split_sizes
-
     if max_cells is None or len(group.cells) <= max_cells:
         return [group]
     sizes = split_sizes(len(group.cells), max_cells)

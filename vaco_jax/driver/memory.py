@@ -18,15 +18,15 @@ its own program and subdirectory (``grid.split_group``).
 
 from __future__ import annotations
 
-import math
 import os
 from typing import Sequence
 
 import jax
 import numpy as np
 
-from vaco_jax.driver.devices import devices_for, grid_layout
-from vaco_jax.driver.grid import Group, check_max_cells
+from vaco_jax.driver.devices import devices_for
+from vaco_jax.driver.grid import Cell, Group, check_max_cells, split_sizes  # noqa: F401  (split_sizes re-exported)
+from vaco_jax.driver.program import group_program, layout
 from vaco_jax.errors import ConfigError
 
 # Per sample: live copies of the trajectory record, and bytes per hidden unit (forward + backward,
@@ -43,16 +43,13 @@ def tree_bytes(tree) -> int:
 
 def cell_bytes(config, trainer=None) -> dict:
     """Estimated bytes of one cell of ``config``'s program: ``state``, ``trajectory``, ``evaluation``,
-    ``total``. Nothing is compiled (``jax.eval_shape`` traces ``init``)."""
-    from vaco_jax.core.config import make_traced
-    from vaco_jax.core.train import make_train
-
-    trainer = trainer or make_train(config)
-    traced = make_traced(config, config.effective_lag_depth())
-    state = jax.eval_shape(trainer.init, jax.random.PRNGKey(0), traced)
+    ``total``. Nothing is compiled: the state's shapes come from tracing the ``init`` of a one-cell
+    group's program (``program.group_program``)."""
+    program = group_program(config, [Cell(config.effective_lag_depth(), 0)], trainer, devices=1)
+    state = program.state_shape()
     state_b = tree_bytes(state)
     per_env = tree_bytes(state.env_state) / config.num_envs
-    d, a = trainer.env.observation_size, trainer.env.action_size
+    d, a = program.trainer.env.observation_size, program.trainer.env.action_size
     samples = config.unroll_length * config.num_envs
     # Transition fields: obs, next_obs [D]; action, mean, log_std [A]; 7 scalars (float32 / int32).
     traj_b = samples * (2 * d + 3 * a + 7) * 4
@@ -97,14 +94,6 @@ def cells_that_fit(per_cell: int, devices: int, device_memory: int | None) -> in
     return per_device * devices
 
 
-def split_sizes(n: int, max_cells: int) -> list[int]:
-    """``n`` cells in ``ceil(n / max_cells)`` parts of nearly equal size (largest first)."""
-    parts = max(1, math.ceil(n / max_cells))
-    base, extra = divmod(n, parts)
-    return [base + (1 if i < extra else 0) for i in range(parts)]
-
-
-
 _CELL_BYTES: dict = {}
 
 
@@ -126,7 +115,7 @@ def memory_plan(groups: Sequence[Group], max_cells: int | None = None, show: boo
         per_cell = _CELL_BYTES[key]
         out[g.subdir] = per_cell
         n = len(g.cells) if max_cells is None else min(len(g.cells), max_cells)
-        per_device = per_cell * grid_layout(n, c.grid_batch, devices)[1]
+        per_device = per_cell * layout(c, n, devices)[1]
         fit = cells_that_fit(per_cell, devices, device_memory)
         lines.append(f"  {g.subdir:<44} ~{fmt_bytes(per_cell)} per cell; {n} cells per program -> "
                      f"~{fmt_bytes(per_device)} per device")

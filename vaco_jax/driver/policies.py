@@ -39,6 +39,53 @@ def save_policies(directory: str, config, learner, normalizer) -> None:
                      **_flat("value", learner.value_params), **_flat("normalizer", normalizer))
 
 
+def find_group(path: str, group: str | None = None) -> str:
+    """The group directory holding ``config.json`` and ``policies.npz`` that ``path`` names: ``path``
+    itself when it is a group directory, ``path/group``, or the only finished group under ``path`` (a
+    study's run directory with one group, or vaco-train's ``OUT/<name>``). Anything else is a
+    ConfigError saying what was found: no such directory, groups that have not finished, several groups
+    (listed, to choose from)."""
+    from vaco_jax.errors import ConfigError
+
+    if not os.path.exists(path):
+        raise ConfigError(f"{path}: no such directory (give a run directory or a group directory)")
+    if not os.path.isdir(path):
+        raise ConfigError(f"{path}: not a directory (give a run directory or a group directory)")
+    base = path
+    if group:
+        base = os.path.join(path, group)
+        if not os.path.isdir(base):
+            names = [os.path.relpath(g, path) for g in results.group_dirs(path)]
+            raise ConfigError(f"group: {path} has no group {group!r} (its groups: {', '.join(names) or 'none'})")
+    if any(os.path.exists(os.path.join(base, f)) for f in ("cells.json", CONFIG, POLICIES)):
+        found = [base]  # a group directory
+    else:
+        found = results.group_dirs(base)
+    done = [g for g in found if os.path.exists(os.path.join(g, POLICIES))]
+    names = lambda dirs: ", ".join(os.path.relpath(g, path) for g in dirs)  # noqa: E731
+    if len(done) > 1:
+        raise ConfigError(f"{base} holds {len(done)} finished groups ({names(done)}); name one (--group GROUP, or "
+                          "its directory)")
+    if not done:
+        if not found:
+            raise ConfigError(f"{base} holds no group (no cells.json under it); give a study's or vaco-train's run "
+                              "directory, or a group directory")
+        if len(found) > 1:
+            raise ConfigError(f"{base}: none of its {len(found)} groups has finished ({names(found)}: no {POLICIES} "
+                              "yet; run their command again to finish them)")
+        (which,) = found
+        if os.path.exists(os.path.join(which, "scores.csv")):
+            raise results.ResultsError(f"{os.path.join(which, POLICIES)}: missing in a finished group (its trained "
+                                       "policies); restore it, or delete the group directory to run it again")
+        raise ConfigError(f"{which}: {POLICIES} is missing: the group has not finished (a group writes its trained "
+                          "policies when its last chunk is done; run its command again to finish it)")
+    (d,) = done
+    if not os.path.exists(os.path.join(d, CONFIG)):
+        raise results.ResultsError(f"{os.path.join(d, CONFIG)}: missing beside {POLICIES} (the settings that trained "
+                                   "the policies); restore it")
+    return d
+
+
 def _config(directory: str):
     from vaco_jax.core.config import Config
 
@@ -49,7 +96,9 @@ def _config(directory: str):
 
 
 def load_policy(directory: str, cell: int = 0):
-    """A jitted ``act(obs, key=None)`` of cell ``cell`` of the group (or train output) in ``directory``."""
+    """A jitted ``act(obs, key=None)`` of cell ``cell`` of a finished group: ``directory`` is the group's
+    directory, or a run directory holding one finished group (vaco-train's ``OUT/<name>``); a run
+    directory of several groups is a ConfigError listing them (give one)."""
     import jax
     import jax.numpy as jnp
 
@@ -57,6 +106,7 @@ def load_policy(directory: str, cell: int = 0):
     from vaco_jax.core.networks import normalize
     from vaco_jax.core.train import make_train
 
+    directory = find_group(directory)
     config = _config(directory)
     arrays = results.load_npz(os.path.join(directory, POLICIES))
     trainer = make_train(config)

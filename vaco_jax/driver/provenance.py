@@ -1,5 +1,6 @@
 """What a run directory records about how it was made (``run.json``: versions, machine, git commit,
-each group's settings) and the check that a rerun into it uses the same settings."""
+each group's settings), the check that a rerun into it uses the same settings, and the directory locks
+(a shared file's read-modify-write; one run per group directory at a time)."""
 
 from __future__ import annotations
 
@@ -131,13 +132,74 @@ def write_run_metadata(run_dir: str, groups: Sequence[Group], info: dict, shard:
 @contextlib.contextmanager
 def directory_lock(path: str):
     """An exclusive advisory lock on a directory (``flock`` on the directory itself: no lock file is
-    left behind), held for a read-modify-write of a file in it that several processes may share."""
+    left behind), held for a read-modify-write of a file in it that several processes may share.
+    A directory this process holds for its run (:func:`run_lock`) is already its own."""
+    if os.path.realpath(path) in _HELD:
+        yield
+        return
     fd = os.open(path, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
         os.close(fd)  # closing releases the lock
+
+
+_HELD: dict[str, int] = {}  # realpath -> descriptor of each directory this process holds for its run
+
+
+@contextlib.contextmanager
+def run_lock(paths: Sequence[str]):
+    """Hold each directory in ``paths`` (created if missing) for the whole of a run: an exclusive
+    ``flock`` on the directory itself, taken without waiting, so a second process that would run the same
+    group into it at the same time (and both write its checkpoint) fails at once, before it writes
+    anything, with a ConfigError naming the holder. Released when the block ends, or by the kernel
+    when the process dies: no lock file, nothing stale."""
+    taken: list[str] = []
+    try:
+        for path in sorted({os.path.realpath(p) for p in paths}):
+            if path in _HELD:
+                continue
+            os.makedirs(path, exist_ok=True)
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = _lock_holder(fd)
+                os.close(fd)
+                raise ConfigError(f"{path}: another run holds this directory ({holder}); wait for it to finish, "
+                                  "or give another --out") from None
+            _HELD[path] = fd
+            taken.append(path)
+        yield
+    finally:
+        for path in taken:
+            os.close(_HELD.pop(path))
+
+
+def _lock_holder(fd: int) -> str:
+    """Who holds the ``flock`` on the directory open as ``fd``: "pid N, running since T" (Linux's
+    /proc/locks), else "another process"."""
+    st = os.fstat(fd)
+    ident = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    try:
+        with open("/proc/locks", encoding="utf-8") as f:
+            pids = [int(parts[4]) for line in f if "->" not in (parts := line.split())
+                    and len(parts) > 5 and parts[1] == "FLOCK" and parts[5] == ident]
+    except (OSError, ValueError):
+        pids = []
+    if not pids:
+        return "another process"
+    pid = pids[0]
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22: start time, clock ticks after boot
+        with open("/proc/stat", encoding="utf-8") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith("btime "))
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(boot + ticks / os.sysconf("SC_CLK_TCK")))
+        return f"pid {pid}, running since {started}"
+    except (OSError, ValueError, IndexError, StopIteration):
+        return f"pid {pid}"
 
 
 def shard_records(run_dir: str) -> list[str]:

@@ -37,22 +37,23 @@ def choose_gl_backend() -> str:
 
 def group_dir(run_dir: str, group: str | None) -> str:
     """The directory holding ``config.json`` and ``policies.npz``: ``run_dir`` itself, ``run_dir/group``,
-    or the only group under ``run_dir``."""
+    or the only finished group under ``run_dir`` (policies.find_group: what is wrong is said)."""
+    from vaco_jax.driver.policies import find_group
+
+    return find_group(run_dir, group)
+
+
+def check_cell(directory: str, cell: int) -> None:
+    """``cell`` is one of the group's cells (``cells.json``, else the saved policies' first axis)."""
     from vaco_jax.analysis import results
-    if group:
-        d = os.path.join(run_dir, group)
-    elif os.path.exists(os.path.join(run_dir, "policies.npz")):
-        d = run_dir
+
+    if os.path.exists(os.path.join(directory, "cells.json")):
+        count = len(results.read_cells(directory))
     else:
-        found = [g for g in results.group_dirs(run_dir) if os.path.exists(os.path.join(g, "policies.npz"))]
-        if len(found) != 1:
-            names = ", ".join(os.path.relpath(g, run_dir) for g in found) or "none"
-            raise ConfigError(f"group: {run_dir} holds {len(found)} finished groups ({names}); name one with --group")
-        d = found[0]
-    for name in ("config.json", "policies.npz"):
-        if not os.path.exists(os.path.join(d, name)):
-            raise ConfigError(f"group: {os.path.join(d, name)} is missing (a finished group or train output holds it)")
-    return d
+        count = next(iter(results.load_npz(os.path.join(directory, "policies.npz")).values())).shape[0]
+    if not 0 <= cell < count:
+        raise ConfigError(f"cell={cell}: {directory} holds {count} cell(s); allowed values: 0..{count - 1} "
+                          "(cells.json's order)")
 
 
 class Scene:
@@ -120,29 +121,39 @@ def tracking_camera(model):
     return cam
 
 
-def rollout(directory: str, cell: int, steps: int, seed: int, deterministic: bool):
-    """The saved policy of ``cell`` for one episode (at most ``steps`` steps): the env states before each
-    step, with the env, its config and the episode's return."""
+def make_group_env(directory: str):
+    """The env of the group in ``directory`` and its config."""
+    from vaco_jax.envs import make_env
+    from vaco_jax.driver.policies import _config
+
+    config = _config(directory)
+    return make_env(config.env, backend=config.physics_backend, episode_length=config.episode_length), config
+
+
+def rollout(directory: str, cell: int, steps: int, seed: int, deterministic: bool, env=None):
+    """The saved policy of ``cell`` for one episode (at most ``steps`` steps): the env states to draw
+    (the first state, then the state after each step that did not end the episode), with the env, its
+    config, the episode's return and the number of steps taken."""
     import jax
 
-    from vaco_jax.envs import make_env
     from vaco_jax.driver.policies import _config, load_policy
 
     config = _config(directory)
     act = load_policy(directory, cell)
-    env = make_env(config.env, backend=config.physics_backend, episode_length=config.episode_length)
+    env = make_group_env(directory)[0] if env is None else env
     step = jax.jit(env.step)
     key = jax.random.PRNGKey(seed)
     state = jax.jit(env.reset)(key)
-    cores, total = [state.core], 0.0
+    cores, total, taken = [state.core], 0.0, 0
     for t in range(steps):
         a = act(state.core.obs, None if deterministic else jax.random.fold_in(key, t))
         state, out = step(state, a)
         total += float(out.reward)
+        taken += 1
         if float(out.termination) > 0 or float(out.truncation) > 0:
             break
         cores.append(state.core)
-    return env, config, cores, total
+    return env, config, cores, total, taken
 
 
 def write_mp4(frames: list[np.ndarray], path: str, fps: int) -> None:
@@ -170,11 +181,15 @@ def frames_of(scene: Scene, cores, width: int, height: int) -> list[np.ndarray]:
     return frames
 
 
+def check_html(env) -> None:
+    if not hasattr(env.raw, "sys"):
+        raise ConfigError(f"render --html: Brax's viewer draws Brax tasks only; {env.name} is not one")
+
+
 def write_html(env, cores, path: str) -> None:
     from brax.io import html
 
-    if not hasattr(env.raw, "sys"):
-        raise ConfigError(f"render --html: Brax's viewer draws Brax tasks only; {env.name} is not one")
+    check_html(env)
     with open(path, "w") as f:
         f.write(html.render(env.raw.sys, [c.pipeline_state for c in cores]))
 
@@ -201,19 +216,26 @@ def main(args: Args) -> str:
                                ("fps", args.fps, 1), ("cell", args.cell, 0)):
         if not isinstance(value, int) or value < least:
             raise ConfigError(f"{name}={value!r} not valid; allowed values: an integer >= {least}")
+    # what the user named (directory, group, cell, a task that can be drawn) before what the machine lacks
     directory = group_dir(args.run_dir, args.group)
+    check_cell(directory, args.cell)
     out = args.out or os.path.join(directory, f"cell-{args.cell}.{'html' if args.html else 'mp4'}")
     if not args.html:
         choose_gl_backend()
+    env, config = make_group_env(directory)
+    if args.html:
+        check_html(env)
+    else:
+        scene = Scene(env, config.env, config.physics_backend)
         if shutil.which("ffmpeg") is None:
             raise ConfigError("render: ffmpeg is not installed (Debian: apt-get install ffmpeg); it writes the MP4")
-    env, config, cores, total = rollout(directory, args.cell, args.steps, args.seed, args.deterministic)
+    env, config, cores, total, taken = rollout(directory, args.cell, args.steps, args.seed, args.deterministic, env)
     if args.html:
         write_html(env, cores, out)
     else:
-        scene = Scene(env, config.env, config.physics_backend)
         write_mp4(frames_of(scene, cores, args.width, args.height), out, args.fps)
-    print(f"{config.env} / {config.method}, cell {args.cell}: {len(cores)} steps, return {total:.1f} -> {out}")
+    print(f"{config.env} / {config.method}, cell {args.cell}: {taken} steps ({len(cores)} frames), return "
+          f"{total:.1f} -> {out}")
     return out
 
 

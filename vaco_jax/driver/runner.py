@@ -1,12 +1,11 @@
 """A grid of cells (lag depths x seeds x traced hyper-parameters) as one compiled, vmapped program.
 
 One *group* = one static ``Config`` (task, method, shapes) and a list of cells that differ only in
-traced values and seed. The group runs as ``jit(vmap(train_chunk))``, its grid axis split over the
-local devices by ``shard_map`` (each device runs its own block of cells; with ``Config.grid_batch``
-as consecutive vmapped batches: ``grid_program``, ``grid_layout``), each chunk followed by the
-evaluation, a program of its own that every group of the same task shares
-(``train.evaluation_program``); between chunks the host writes
-results and a checkpoint, so an interrupted sweep resumes from its last chunk. Layout of a group directory::
+traced values and seed. The group's program (``program.group_program``: ``jit(vmap(train_chunk))``, its
+grid axis split over the local devices by ``shard_map``, each chunk followed by the evaluation, a
+program of its own that every group of the same task shares) runs here chunk by chunk; between chunks
+the host writes results and a checkpoint, so an interrupted sweep resumes from its last chunk. Layout
+of a group directory::
 
     GROUP/cells.json      the cells (lag_depth, seed, learning_rate, clip_epsilon, tv_budget)
     GROUP/curves.csv      one row per cell x chunk: env steps, eval/train return, diagnostics
@@ -20,7 +19,6 @@ temporary name and renamed, so a crash leaves either the old or the new file, ne
 
 from __future__ import annotations
 
-from __future__ import annotations
 import dataclasses
 import json
 import math
@@ -29,16 +27,17 @@ import shutil
 import time
 from typing import Sequence
 import jax
-import jax.numpy as jnp
 import numpy as np
-from vaco_jax.core.config import Config, make_traced, stack_traced
+
 from vaco_jax.analysis import results
-from vaco_jax.core.knobs import ConfigError
 from vaco_jax.analysis.results import ResultsError
-from vaco_jax.core.train import Trainer, chunk_summary, evaluated, evaluation_program, make_train
-from vaco_jax.driver.devices import _warn, devices_for, grid_layout, grid_mesh, grid_program, grid_put
-from vaco_jax.driver.grid import Cell, Group, PART_RE, _cell_from_row, _pad, check_cells, check_max_cells, split_group
+from vaco_jax.core.config import Config
+from vaco_jax.core.train import Trainer, chunk_summary
+from vaco_jax.driver.devices import _warn
+from vaco_jax.driver.grid import Cell, Group, PART_RE, _cell_from_row, check_cells, check_max_cells, split_group
+from vaco_jax.driver.program import group_program
 from vaco_jax.driver.provenance import UNRECORDED_SETTINGS
+from vaco_jax.errors import ConfigError
 
 
 def check_max_chunks(max_chunks) -> None:
@@ -210,31 +209,7 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
     os.makedirs(group_dir, exist_ok=True)
     results.write_cells(group_dir, cell_rows)
 
-    trainer = trainer or make_train(config)
-    used, per_device = grid_layout(len(cells), config.grid_batch, devices_for(config) if shard else 1)
-    mesh = grid_mesh(used)
-    padded = _pad(cells, used * per_device)
-    keys = jnp.stack([jax.random.PRNGKey(c.seed) for c in padded])
-    traced = stack_traced([make_traced(config, c.lag_depth, **c.knob_dict()) for c in padded])
-    keys, traced = grid_put((keys, traced), mesh)
-    init = jax.jit(grid_program(trainer.init, config.grid_batch, mesh))
-    run_chunk = jax.jit(grid_program(trainer.train_chunk, config.grid_batch, mesh))
-    evaluation = evaluation_program(  # one compiled evaluation for the groups that evaluate alike
-        trainer, lambda fn: grid_program(fn, config.grid_batch, mesh),
-        ("grid", config.grid_batch, None if mesh is None else tuple(d.id for d in mesh.devices.flat)))
-    n = len(cells)
-
-    # Checkpoints hold the real cells only (no padding copies, no device layout), so a group stopped
-    # on one device count resumes on any other: restore, re-pad with copies of the last cell (exactly
-    # what the padded cells are), and lay the grid out on this machine's devices.
-    def unpad(tree):
-        return jax.tree.map(lambda x: x[:n], tree)
-
-    def repad(tree):
-        extra = len(padded) - n
-        if extra:
-            tree = jax.tree.map(lambda x: jnp.concatenate([x, jnp.repeat(x[-1:], extra, axis=0)]), tree)
-        return grid_put(tree, mesh)
+    program = group_program(config, cells, trainer, devices=None if shard else 1)
 
     ckpt_dir = os.path.join(group_dir, "checkpoint")
     curves_path = os.path.join(group_dir, "curves.csv")
@@ -243,13 +218,13 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
     state, start, curve_rows, phase_ret, phase_cnt, stale = None, 0, [], [], [], []
     if checkpoint and os.path.exists(ckpt_dir):  # (the template traces init: seconds for an MJX task)
         try:
-            restored = ckpt.restore_checkpoint(ckpt_dir, jax.eval_shape(lambda k, t: unpad(init(k, t)), keys, traced))
+            restored = ckpt.restore_checkpoint(ckpt_dir, program.state_shape())
         except ckpt.CheckpointDamaged as e:
             _warn(f"{e}; restarting {group_dir} from its first chunk (every number is recomputed)")
             restored = None
         if restored is not None:
             state, start, _ = restored
-            state = repad(state)
+            state = program.repad(state)
             try:
                 curve_rows, phase_ret, phase_cnt = _resume_files(curves_path, phase_path, start, len(cells))
                 stale = _resume_staleness(stale_path, start, len(cells), config.buffer_capacity)
@@ -257,7 +232,7 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
                 _warn(f"{e}; restarting {group_dir} from its first chunk (every number is recomputed)")
                 state, start, curve_rows, phase_ret, phase_cnt, stale = None, 0, [], [], [], []
     if state is None:
-        state = init(keys, traced)
+        state = program.start()
 
     bar = tqdm(total=config.num_evals, initial=start, disable=not progress, unit="chunk",
                desc=label or f"{config.env}/{config.method} x{len(cells)}")
@@ -265,8 +240,8 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
     live = _live_writer(tensorboard_dir, cells)
     for chunk in range(start, stop):
         t0 = time.perf_counter()
-        state, metrics = run_chunk(state, traced)
-        metrics = jax.device_get(evaluated(metrics, evaluation, state, config))
+        state, metrics = program.chunk(state)
+        metrics = jax.device_get(metrics)
         seconds = time.perf_counter() - t0
         summary = chunk_summary(metrics)
         phase_ret.append(np.asarray(metrics.phases.episode_return_sum)[: len(cells)])
@@ -277,7 +252,7 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
             row.update({k: np.asarray(v)[i].item() for k, v in summary.items()})
             mark_nonfinite(row, [k for k in summary if k not in NOT_DIAGNOSTICS])
             row["seconds"] = seconds
-            row["grid_steps_per_second"] = config.env_steps_per_chunk * len(padded) / seconds
+            row["grid_steps_per_second"] = config.env_steps_per_chunk * program.padded / seconds
             curve_rows.append(row)
             if live is not None:
                 live.write(i, row, stale[-1][i], skip=list(tags) + list(cell.row()))
@@ -285,12 +260,12 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
         results.save_npz(stale_path, counts=np.stack(stale))
         if checkpoint:
             results.save_npz(phase_path, returns=np.stack(phase_ret), counts=np.stack(phase_cnt))
-            ckpt.save_checkpoint(ckpt_dir, unpad(state), chunk + 1)
+            ckpt.save_checkpoint(ckpt_dir, program.unpad(state), chunk + 1)
         bar.update(1)
         evals = np.asarray(summary["eval_return"][: len(cells)], float)
         evals = evals[np.isfinite(evals)]
         bar.set_postfix(eval=f"{evals.mean():.0f}" if len(evals) else "n/a",
-                        sps=f"{config.env_steps_per_chunk * len(padded) / seconds:.0f}")
+                        sps=f"{config.env_steps_per_chunk * program.padded / seconds:.0f}")
     bar.close()
     if live is not None:
         live.close()
@@ -308,7 +283,7 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
         score_rows.append(row)
     from vaco_jax.driver.policies import save_policies
 
-    final = jax.device_get(unpad(state))
+    final = jax.device_get(program.unpad(state))
     save_policies(group_dir, config, final.learner, final.normalizer)  # trained policies are kept
     results.write_table(scores_path, score_rows)
     if checkpoint:

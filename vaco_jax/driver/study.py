@@ -17,7 +17,7 @@ from vaco_jax.core.train import make_train
 from vaco_jax.driver.devices import barrier
 from vaco_jax.driver.grid import Cell, Group, _fmt, check_cells, check_max_cells, parse_shard, plan_digest, plan_text, select_cell, shard_groups
 from vaco_jax.driver.memory import memory_plan
-from vaco_jax.driver.provenance import check_identity, shard_records, write_run_metadata
+from vaco_jax.driver.provenance import check_identity, run_lock, shard_records, write_run_metadata
 from vaco_jax.driver.runner import check_group_settings, check_max_chunks, group_finished, run_group, run_groups
 
 
@@ -65,6 +65,9 @@ def _merge_text(run_dir: str, count: int) -> str:
 
 
 def _relative_difference(a, b) -> float:
+    if isinstance(a, str) or isinstance(b, str):  # a text column (``nonfinite``): empty reads back as NaN
+        text = ["" if isinstance(v, float) and math.isnan(v) else str(v) for v in (a, b)]
+        return 0.0 if text[0] == text[1] else float("inf")
     a, b = float(a), float(b)
     if (math.isnan(a) and math.isnan(b)) or a == b:
         return 0.0
@@ -111,12 +114,18 @@ def rerun_cell(run_dir: str, groups: Sequence[Group], which, info: dict, progres
     where = os.path.join(run_dir, results.RERUN, group.subdir, f"cell-{k}")
     print(f"re-running cell {k} = {group.subdir}:{j} ({' '.join(f'{n}={_fmt(v)}' for n, v in cell.row().items())}) "
           f"alone -> {where}")
-    if os.path.exists(os.path.join(where, "scores.csv")):
-        shutil.rmtree(where)
     one = dataclasses.replace(group, cells=(cell,))
-    write_run_metadata(where, [one], info)
-    rows = run_group(group.config, [cell], where, progress=progress, label=f"cell {k} ({group.subdir}:{j})",
-                     tags=dict(group.tags), max_chunks=max_chunks)
+    with run_lock([where]):  # the same cell re-run twice at once: the second stops here
+        if os.path.exists(os.path.join(where, "scores.csv")):  # a finished re-run is run again
+            for name in os.listdir(where):
+                entry = os.path.join(where, name)
+                if os.path.isdir(entry):
+                    shutil.rmtree(entry)
+                else:
+                    os.remove(entry)
+        write_run_metadata(where, [one], info)
+        rows = run_group(group.config, [cell], where, progress=progress, label=f"cell {k} ({group.subdir}:{j})",
+                         tags=dict(group.tags), max_chunks=max_chunks)
     if rows is None:
         print(f"stopped after --max-chunks {max_chunks}; rerun the same command to continue")
         return None
@@ -164,6 +173,9 @@ def run_study(run_dir: str, groups: Sequence[Group], args, spec: dict, prepare=N
                               "evaluation return) need evaluation episodes; allowed values: an integer >= 1")
     max_cells = getattr(args, "max_cells_per_program", None)
     check_max_cells(max_cells)
+    from vaco_jax.driver.cli import check_rerun
+
+    check_rerun(args, groups)  # a group's own config.json: this plan is that group
     preflight(run_dir, groups)
     info = {**dataclasses.asdict(args), **spec}
     if cell is not None:
@@ -191,11 +203,12 @@ def run_study(run_dir: str, groups: Sequence[Group], args, spec: dict, prepare=N
         return merge_shards(run_dir, groups, info, prepare)
     print(plan_text(groups))
     memory_plan(groups, max_cells)
-    write_run_metadata(run_dir, groups, info)
-    if prepare is not None:
-        prepare()
-    return run_groups(run_dir, groups, progress=args.progress, max_chunks=args.max_chunks,
-                      tensorboard=getattr(args, "tensorboard", False), max_cells_per_program=max_cells)
+    with run_lock([os.path.join(run_dir, g.subdir) for g in groups]):  # the same groups run twice at once: stop
+        write_run_metadata(run_dir, groups, info)
+        if prepare is not None:
+            prepare()
+        return run_groups(run_dir, groups, progress=args.progress, max_chunks=args.max_chunks,
+                          tensorboard=getattr(args, "tensorboard", False), max_cells_per_program=max_cells)
 
 
 def preflight(run_dir: str, groups: Sequence[Group]) -> None:
@@ -227,13 +240,14 @@ def _run_shard(run_dir, groups, index, count, info, args, prepare, max_cells, di
     first = index * sum(len(g.cells) for g in groups) // count
     print("\n".join(plan_text(part, first).splitlines()[1:]))
     memory_plan(part, max_cells)
-    write_run_metadata(run_dir, groups, info, shard=(index, count),
-                       extra={"shard": {"index": index, "count": count, "plan": plan_digest(groups),
-                                        "groups": [g.subdir for g in part]}})
-    if prepare is not None:
-        prepare()
-    finished = run_groups(run_dir, part, progress=args.progress, max_chunks=args.max_chunks,
-                          tensorboard=getattr(args, "tensorboard", False), max_cells_per_program=max_cells)
+    with run_lock([os.path.join(run_dir, g.subdir) for g in part]):  # the same shard run twice at once: stop
+        write_run_metadata(run_dir, groups, info, shard=(index, count),
+                           extra={"shard": {"index": index, "count": count, "plan": plan_digest(groups),
+                                            "groups": [g.subdir for g in part]}})
+        if prepare is not None:
+            prepare()
+        finished = run_groups(run_dir, part, progress=args.progress, max_chunks=args.max_chunks,
+                              tensorboard=getattr(args, "tensorboard", False), max_cells_per_program=max_cells)
     if finished:
         print(f"shard {index}/{count} finished -> {run_dir}; " + (
             "waiting for the other processes; process 0 then merges" if distributed else _merge_text(run_dir, count)))

@@ -71,16 +71,35 @@ def train_args_class():
     return cls
 
 
-def with_task_defaults(config: Config, enabled: bool) -> Config:
-    """``config`` with the task's own defaults (config.TASK_DEFAULTS) for each setting left at the
-    command line's default; a setting given on the command line keeps its value."""
-    if not enabled or config.env not in TASK_DEFAULTS:
-        return config
+def task_settings(values: dict, enabled: bool) -> dict:
+    """The task's own defaults (config.TASK_DEFAULTS) for each setting in ``values`` (a Config's fields,
+    not yet validated) left at the command line's default; a setting given on the command line keeps
+    its value. Printed when there are any."""
+    env = values.get("env", train_defaults().env)
+    if not enabled or env not in TASK_DEFAULTS:
+        return {}
     shown = train_defaults()
-    keep = {k: v for k, v in TASK_DEFAULTS[config.env].items() if getattr(config, k) == getattr(shown, k)}
+    keep = {k: v for k, v in TASK_DEFAULTS[env].items()
+            if values.get(k, getattr(shown, k)) == getattr(shown, k) and v != getattr(shown, k)}
     if keep:
-        print(f"{config.env}: the task's defaults " + ", ".join(f"{k}={v}" for k, v in keep.items()))
-    return config.replace(**keep)
+        print(f"{env}: the task's defaults " + ", ".join(f"{k}={v}" for k, v in keep.items()))
+    return keep
+
+
+def with_task_defaults(config: Config, enabled: bool) -> Config:
+    """``config`` with the task's own defaults for each setting left at the command line's default."""
+    keep = task_settings(dataclasses.asdict(config), enabled)
+    return config.replace(**keep) if keep else config
+
+
+def train_config(args) -> Config:
+    """The Config a ``vaco-train`` command line runs: its flags, then the task's defaults for the settings
+    left at the shown default, validated once on the values the run will use (a setting is judged, and
+    named in a refusal, with the task's values, not Config's)."""
+    from vaco_jax.driver.cli import config_values
+
+    values = config_values(args, train_defaults())
+    return Config(**{**values, **task_settings(values, getattr(args, "task_defaults", False))})
 
 
 def settings_hash(config: Config, seed: int) -> str:
@@ -111,11 +130,12 @@ def run(config: Config, seed: int = 0, out: str = "runs/train", progress: bool =
         print(grid.steps_note(config))
     _check_out(out)
     run_dir = os.path.join(out, run_name(config, seed))
-    provenance.write_run_metadata(run_dir, [group], command or {"seed": seed})
     group_dir = os.path.join(run_dir, group.subdir)
-    rows = runner.run_group(config, list(group.cells), group_dir, progress=progress, label=group.subdir,
-                            max_chunks=max_chunks,
-                            tensorboard_dir=os.path.join(run_dir, "tensorboard", group.subdir) if tensorboard else None)
+    with provenance.run_lock([group_dir]):  # the same run started twice at once: the second stops here
+        provenance.write_run_metadata(run_dir, [group], command or {"seed": seed})
+        board = os.path.join(run_dir, "tensorboard", group.subdir) if tensorboard else None
+        rows = runner.run_group(config, list(group.cells), group_dir, progress=progress, label=group.subdir,
+                                max_chunks=max_chunks, tensorboard_dir=board)
     curves = results.read_table(os.path.join(group_dir, "curves.csv"))
     return SingleRun(run_dir, group_dir, curves, rows[0] if rows else None)
 
@@ -127,16 +147,18 @@ def main(args=None) -> int:
     and a rerun of the same command resumes from it. Exit code 0, 2 for bad input, 3 for a damaged
     result file or checkpoint, 4 when the run diverged (non-finite parameters).
     """
-    from vaco_jax.driver.cli import config_from_args, parse_args
+    from vaco_jax.driver.cli import check_rerun, parse_args
 
     args = args or parse_args(train_args_class())
+    parsed = args  # carries a --config record (check_rerun), which dataclasses.replace drops
     if getattr(args, "age_histogram", None):
         from vaco_jax.driver.histogram import histogram_settings
 
         fixed, _ = histogram_settings((args.age_histogram,), {} if args.age_weights is None else
                                       {"age_weights": args.age_weights}, {})
         args = dataclasses.replace(args, age_weights=fixed["age_weights"])
-    config = with_task_defaults(config_from_args(args), getattr(args, "task_defaults", False))
+    config = train_config(args)
+    check_rerun(parsed, [grid.Group(config, (grid.Cell(config.effective_lag_depth(), args.seed),), "")])
     done = run(config, seed=args.seed, out=args.out, progress=args.progress,
                max_chunks=getattr(args, "max_chunks", None), tensorboard=getattr(args, "tensorboard", False),
                command={k: v for k, v in dataclasses.asdict(args).items() if k not in ("out", "progress")})

@@ -72,7 +72,7 @@ class StudyArgs:
     learning_rate: float | None = None  # None: the Config default (3e-4)
     clip_epsilon: float | None = None  # None: each method's default; applied to the methods that read it
     tv_budget: float | None = None  # None: VACO's default (0.2)
-    episode_length: int = 1000  # steps before an episode is truncated
+    episode_length: int | None = None  # steps before an episode is truncated (None: the task's own time limit, else 1000)
     bootstrap_reps: int = 2000  # bootstrap resamples of the summaries' confidence intervals
     figures: bool = True  # draw the figures when the sweep is done
 
@@ -140,8 +140,8 @@ def base_config(args: Args, spec: dict, task: str, method: str, weights: list[tu
     sizes = {k: spec[k] for k in ("total_env_steps", "num_envs", "unroll_length", "num_evals", "eval_episodes",
                                   "buffer_capacity") if spec.get(k) is not None}
     ages = {"age_weights": weights[0]} if weights else {}
-    return Config.for_task(task, method=method, lag_model=args.lag_model, episode_length=args.episode_length,
-                           **sizes, **ages)
+    length = {} if args.episode_length is None else {"episode_length": args.episode_length}
+    return Config.for_task(task, method=method, lag_model=args.lag_model, **sizes, **ages, **length)
 
 
 def plan(args: Args, spec: dict) -> list:

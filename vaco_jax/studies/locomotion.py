@@ -46,11 +46,11 @@ from typing import Literal
 from tyro.conf import Positional
 
 from vaco_jax.core.config import Config, ConfigError
+from vaco_jax.studies.locomotion_report import COPIED, draw_figures, report
 
 RESULTS = os.path.join("results", "locomotion")
 RUNS = os.path.join("runs", "locomotion")
 PROTOCOL = os.path.join(RESULTS, "protocol.json")
-COPIED = ("scores.csv", "curves.csv", "cells.json", "config.json")
 FIGURES = os.path.join("docs", "figures", "locomotion")
 
 
@@ -399,7 +399,6 @@ def main(args: Args) -> list[str]:
     p, digest = load_protocol(args.protocol)
     check_protocol(p)
     if args.stage == "report":
-        from vaco_jax.studies.locomotion_report import draw_figures, report
         print(report(p, args.results))
         paths = draw_figures(p, args.results, args.figures, args.bootstrap_reps)
         print("figures:", *paths, sep="\n  ")

@@ -15,7 +15,10 @@ from __future__ import annotations
 import os
 import shutil
 
-from vaco_jax.studies.locomotion import COPIED
+from vaco_jax.analysis import results
+
+# the files of a finished group the study commits: copied by the study's ``run`` stage, read back here
+COPIED = ("scores.csv", "curves.csv", "cells.json", "config.json")
 
 # The report's figures, per view (every task pooled, then each task alone), from the runs at each
 # method's B = 1 tuning: (file name, figures function, its arguments, views it is drawn for)
@@ -273,7 +276,7 @@ def _lag_aware_copy(group: str, dst: str, method: str) -> None:
                      "method": f"{method}{figures.SETTING_SEP}{LAG_AWARE_LABEL}"} for r in results.read_table(path)]
             results.write_table(os.path.join(dst, name), rows)
         else:
-            shutil.copyfile(path, os.path.join(dst, name))
+            results.atomic_copy(path, os.path.join(dst, name))
 
 
 def _study_view(results_dir: str, dst: str, tasks: list[str], methods: list[str], lag_aware: bool = False) -> list[str]:
@@ -296,7 +299,7 @@ def _study_view(results_dir: str, dst: str, tasks: list[str], methods: list[str]
             os.makedirs(os.path.join(dst, task, method), exist_ok=True)
             for name in COPIED:
                 if os.path.exists(os.path.join(group, name)):
-                    shutil.copyfile(os.path.join(group, name), os.path.join(dst, task, method, name))
+                    results.atomic_copy(os.path.join(group, name), os.path.join(dst, task, method, name))
             held.append(task)
             variant = os.path.join(group, f"variant={LAG_AWARE}")
             if lag_aware and os.path.exists(os.path.join(variant, "scores.csv")):

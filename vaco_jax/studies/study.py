@@ -365,10 +365,10 @@ def measure_cost(out: str, tasks, rounds: int, per_round: int) -> str | None:
 
     import jax
 
-    from benchmarks.method_cost import learner_call
     from vaco_jax.analysis import results
-    from vaco_jax.driver import provenance
     from vaco_jax.core.config import make_traced
+    from vaco_jax.driver import provenance
+    from vaco_jax.driver.program import learner_call
 
     path = os.path.join(out, COST_DESIGN, COST_FILE)
     meta_path = path[:-len(".csv")] + ".json"
