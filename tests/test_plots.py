@@ -324,7 +324,187 @@ def test_probability_of_improvement_is_computed_apart_and_drawn_as_returned(run_
     (args, kwargs), = calls
     assert args[1:4] == ("vaco", "final_eval_return", 300)  # reps: the run's bootstrap_reps
     ax = [a for a in drawn[0].axes if a.get_visible()]
-    assert len(ax) == 1 and ax[0].get_title() == "lag depth B = 2"
+    assert len(ax) == 1 and ax[0].get_title() == "B = 2"
     bar, tick = ax[0].get_lines()[:2]
     assert list(bar.get_xdata()) == [0.125, 0.375] and list(tick.get_xdata()) == [0.25]
     assert [t.get_text() for t in ax[0].get_yticklabels()] == [figures.method_label("a3po")]
+
+
+# ----------------------------------------------------------------------------- read at a glance (issue 49)
+# One-line titles, one legend outside every panel's data, no caption in the picture, plurals, methods
+# dodged apart, intervals that stay visible as points, and no probability of improvement at a ceiling.
+
+def _render(fig):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig)
+    fig.canvas.draw()
+    return fig.canvas.get_renderer()
+
+
+@pytest.fixture(scope="module")
+def drawn(tmp_path_factory):
+    """Every figure make_all draws from the synthetic run (name -> Figure), saving none."""
+    path = make_synthetic_run(str(tmp_path_factory.mktemp("glance") / "run"))
+    _write_staleness(path)
+    out = {}
+    with pytest.MonkeyPatch.context() as mp:
+        for module in (figures, reviewer_figures):
+            mp.setattr(module, "save_figure", lambda fig, run_dir, name, figures_dir=None: out.update({name: fig}) or [name])
+        figures.make_all(path, reps=100)
+    assert {"aggregate_vs_lag_final_eval_return_normalized", "learning_curves_hopper", "tv_vs_lag",
+            "interval_estimates_final_eval_return_normalized", "probability_of_improvement_final_eval_return",
+            "probability_of_improvement_auc_eval_return", "performance_profiles_final_eval_return",
+            "iqm_sample_efficiency", "staleness_histograms"} <= set(out)
+    return out
+
+
+def test_every_title_is_one_line_that_fits_and_no_caption_is_drawn(drawn):
+    from matplotlib.text import Text
+
+    from vaco_jax.analysis import plotting
+
+    for name, fig in drawn.items():
+        renderer = _render(fig)
+        title = fig.get_suptitle()
+        assert title and "\n" not in title, (name, title)
+        assert fig._suptitle.get_window_extent(renderer).width <= fig.bbox.width, (name, title)
+        assert fig.get_figwidth() <= plotting.FIGURE_WIDTH + 1e-9, name
+        texts = [t.get_text() for t in fig.findobj(Text)]
+        assert not any("(s)" in t for t in texts), name  # '1 task(s)' is '1 task'
+        assert not any("Lines: " in t or "Bars: " in t for t in texts), name  # the caption lives in the docs
+    # a footnote only says what was left out: the run's one diverged run, and nothing where none was
+    assert "Diverged runs left out: VACO B = 4: 1 run" in drawn["aggregate_vs_lag_final_eval_return_normalized"].get_supxlabel()
+    for name in ("interval_estimates_final_eval_return_normalized", "performance_profiles_final_eval_return",
+                 "staleness_histograms", "tv_vs_lag"):
+        assert drawn[name].get_supxlabel() == "", name
+
+
+def test_every_legend_lies_outside_the_panels_data(drawn):
+    checked = 0
+    for name, fig in drawn.items():
+        renderer = _render(fig)
+        legends = list(fig.legends) + [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
+        panels = [ax for ax in fig.axes if ax.get_visible() and ax.axison]
+        for legend in legends:
+            box = legend.get_window_extent(renderer)
+            assert 0 <= box.x0 and box.x1 <= fig.bbox.width and 0 <= box.y0, name  # inside the picture
+            assert box.width <= fig.bbox.width, name
+            for ax in panels:
+                assert not box.overlaps(ax.get_window_extent(renderer)), (name, ax.get_title())
+            checked += 1
+    assert checked >= 6  # every figure with several methods or lag depths has its legend
+
+
+def test_methods_are_dodged_apart_at_each_lag_depth(drawn):
+    fig = drawn["aggregate_vs_lag_final_eval_return_normalized"]
+    ax = fig.axes[0]
+    lines = [ln for ln in ax.get_lines() if ln.get_label() in {figures.method_label(m) for m in METHODS}]
+    assert len(lines) == len(METHODS)
+    xs = np.array([ln.get_xdata() for ln in lines], float)  # methods x lag depths
+    for j, lag in enumerate(LAGS):
+        assert len(set(np.round(xs[:, j], 9))) == len(METHODS)  # no method hides another one
+        assert np.all(np.abs(np.log2(xs[:, j] / lag)) < 0.2)  # each beside its lag depth's tick
+    assert list(ax.get_xticks()) == list(LAGS)
+
+
+def test_plural_text():
+    from vaco_jax.analysis import plotting
+
+    assert plotting.plural(1, "task") == "1 task" and plotting.plural(3, "task") == "3 tasks"
+    assert plotting.count_text([10, 10], "run") == "10 runs" and plotting.count_text([1], "run") == "1 run"
+    assert plotting.count_text([3, 2], "run") == "2–3 runs"
+
+
+def test_a_one_task_figure_says_1_task(tmp_path):
+    run = str(tmp_path / "one")
+    rng = np.random.default_rng(5)
+    os.makedirs(run)
+    results.write_json(os.path.join(run, "random_scores.json"), RANDOM)
+    for method in METHODS:
+        _write_group(os.path.join(run, "hopper", method), "hopper", method, LAGS, SEEDS, {}, rng, quality=1.0)
+    tables.summarise(run, reps=50)
+    fig = _drawn_by(figures, figures.plot_aggregate_vs_lag, run)
+    assert fig.get_suptitle().endswith(", 1 task, 2–3 runs per point")  # VACO at B = 4: one run diverged
+
+
+def _drawn_by(module, fn, *args, **kw):
+    """The Figure ``fn`` would have saved."""
+    kept = []
+    saved = module.save_figure
+    module.save_figure = lambda fig, *a, **k: kept.append(fig) or []
+    try:
+        fn(*args, **kw)
+    finally:
+        module.save_figure = saved
+    (fig,) = kept
+    return fig
+
+
+def test_a_zero_width_interval_is_drawn_as_a_visible_point():
+    from matplotlib.figure import Figure
+
+    from vaco_jax.analysis import plotting
+
+    ax = Figure().subplots()
+    plotting.interval_bars(ax, [(0, 1.0, 1.0, 1.0, "C0"), (1, 0.5, 0.2, 0.8, "C1")], span=1.0)
+    dots = [ln for ln in ax.get_lines() if ln.get_marker() == "o"]
+    assert len(dots) == 1 and list(dots[0].get_xdata()) == [1.0] and list(dots[0].get_ydata()) == [0]
+    assert dots[0].get_markersize() >= 5 and dots[0].get_visible()
+
+
+def test_a_probability_of_one_is_drawn_inside_the_frame(run_dir, monkeypatch):
+    from vaco_jax.analysis import reviewer
+
+    fake = {4: [{"method": "ppo_clip", "point": 1.0, "low": 1.0, "high": 1.0},
+                {"method": "a3po", "point": 0.75, "low": 0.5, "high": 1.0}]}
+    monkeypatch.setattr(reviewer, "probability_of_improvement", lambda *a, **k: fake)
+    fig = _drawn_by(reviewer_figures, reviewer_figures.plot_probability_of_improvement, run_dir)
+    (ax,) = [a for a in fig.axes if a.get_visible()]
+    dots = [ln for ln in ax.get_lines() if ln.get_marker() == "o"]
+    assert [list(d.get_xdata()) for d in dots] == [[1.0]]  # the point interval, not the wide one
+    assert ax.get_xlim()[1] > 1.0 and ax.get_xlim()[0] < 0.0  # P = 1 (or 0) is clear of the frame
+
+
+def _at_ceiling(run: str, task: str) -> None:
+    """Every run of ``task`` ends within a point of 9,350 (VACO a fraction higher): its ceiling."""
+    for method in METHODS:
+        group = os.path.join(run, task, method)
+        rows = results.read_table(os.path.join(group, "scores.csv"))
+        for r in rows:
+            r["final_eval_return"] = 9350.0 + 0.1 * METHODS.index(method) + 0.01 * int(r["seed"])
+        results.write_table(os.path.join(group, "scores.csv"), rows)
+
+
+def test_probability_of_improvement_leaves_out_a_task_at_its_ceiling(tmp_path):
+    from vaco_jax.analysis import claims
+
+    run = make_synthetic_run(str(tmp_path / "run"))
+    _at_ceiling(run, "inverted_double_pendulum")
+    assert claims.ceiling_tasks(results.load_scores(run), RANDOM) == ["inverted_double_pendulum"]
+    fig = _drawn_by(reviewer_figures, reviewer_figures.plot_probability_of_improvement, run)
+    assert fig.get_suptitle().endswith("1 task")
+    assert "ceiling" in fig.get_supxlabel() and "inverted_double_pendulum" in fig.get_supxlabel()
+    # the AUC does not saturate: the same figure on it keeps both tasks
+    fig = _drawn_by(reviewer_figures, reviewer_figures.plot_probability_of_improvement, run, "auc_eval_return")
+    assert fig.get_suptitle().endswith("2 tasks") and fig.get_supxlabel() == ""
+
+
+def test_probability_of_improvement_is_skipped_when_every_task_is_at_its_ceiling(tmp_path, capsys):
+    run = str(tmp_path / "one")
+    rng = np.random.default_rng(7)
+    os.makedirs(run)
+    results.write_json(os.path.join(run, "random_scores.json"), RANDOM)
+    for method in METHODS:
+        task = "inverted_double_pendulum"
+        _write_group(os.path.join(run, task, method), task, method, LAGS, SEEDS, {}, rng, quality=1.0)
+    _at_ceiling(run, "inverted_double_pendulum")
+    with pytest.raises(figures.NoData, match="every task is at its ceiling.*inverted_double_pendulum"):
+        figures.plot_probability_of_improvement(run)
+    with pytest.MonkeyPatch.context() as mp:
+        for module in (figures, reviewer_figures):
+            mp.setattr(module, "save_figure", lambda fig, run_dir, name, figures_dir=None: [name])
+        names = figures.make_all(run, reps=50)
+    assert "probability_of_improvement_final_eval_return" not in names
+    assert "probability_of_improvement_auc_eval_return" in names
+    assert "skipped probability of improvement: every task is at its ceiling" in capsys.readouterr().out

@@ -5,9 +5,11 @@ Every function reads a run directory written by :mod:`vaco_jax.driver.runner` an
 under ``figures_dir`` when given) and returns the paths it wrote. ``sources`` (a list of run
 directories) makes a function read the score and curve rows of all of them, merged (e.g. a sweep
 whose shards wrote into separate directories), while ``run_dir`` is where the summary is read and
-the figures go. Figures are meant to be read without the code: each names its score, its
-aggregate, what its bands are and how many runs (and diverged runs) stand behind each point. The
-files carry no version string or date, so the same data give the same bytes.
+the figures go. Figures are meant to be read at a glance: a one-line title names the score, the
+normalisation, the tasks and the runs behind each point; the legend (outside the panels) says what
+each line, band and reference line is; a footnote appears only when runs were left out (diverged,
+no score) or pooled across settings. What the figures show is described once, in docs/evaluation.md
+("Figures"). The files carry no version string or date, so the same data give the same bytes.
 
     plot_aggregate_vs_lag   (1) aggregate score vs lag depth, one line per method, 95% CI bands
     plot_learning_curves    (2) eval return vs env steps, one panel per lag depth (per task)
@@ -24,7 +26,7 @@ Figures only draw: the numbers they show come from ``summary.csv`` / ``diagnosti
 rows a figure loaded.
 
 Figures are built with ``matplotlib.figure.Figure`` (no pyplot state), so they never pop up and
-never leak; what every figure shares (labels, styles, the lag axis, captions, saving) is in
+never leak; what every figure shares (labels, styles, the lag axis and its dodge, layout, legends, saving) is in
 :mod:`vaco_jax.analysis.plotting`.
 """
 
@@ -39,10 +41,11 @@ import numpy as np
 from matplotlib.ticker import EngFormatter
 
 from vaco_jax.analysis.plotting import (
-    AGGREGATE_LABELS, AGGREGATE_ORDER, CI_TEXT, FIGURES, HPARAMS, MISSING_TEXT, SCORE_LABELS, SCORE_SHORT,
-    SETTING_SEP, NoData, bootstrap_reps, caption, data_source, empty_reason, figure_legend, figure_title, fmt_count,
-    fold_settings, is_diverged, is_finite, method_label, method_style, new_figure, pooled_note,
-    read_analysis_table, read_summary, save_figure, set_lag_axis, sort_methods, variant_keys, variant_label)
+    AGGREGATE_ORDER, FIGURES, HPARAMS, MISSING_TEXT, SCORE_SHORT, SETTING_SEP,
+    NoData, band_handle, bootstrap_reps, count_text, data_source, dodge_factors, empty_reason, figure_title,
+    fold_settings, footnote, is_diverged, is_finite, line_handle, method_label, method_style, new_figure,
+    panel_figure, place_legend, plural, pooled_note, read_analysis_table, read_summary, save_figure, sentence,
+    set_lag_axis, sort_methods, variant_keys, variant_label)
 from vaco_jax.analysis.results import load_curves, load_scores
 from vaco_jax.analysis.reviewer_figures import (plot_forward_lag, plot_interval_estimates, plot_iqm_curves,
                                                 plot_performance_profiles, plot_probability_of_improvement,
@@ -63,9 +66,14 @@ def _one_task_panels(rows: list[dict], aggs: list[str]) -> list[str]:
     return keep or aggs[:1]
 
 
+PANEL_TITLES = {"iqm": "IQM", "median": "median of task means", "mean": "mean of task means",
+                "optimality_gap": "optimality gap (lower is better)"}
+
+
 def plot_aggregate_vs_lag(run_dir: str, score: str = "final_eval_return",
                           normalization: str | None = None, sources=None, figures_dir: str | None = None) -> list[str]:
-    """The main lag-sweep figure: one panel per aggregate, one line per method with 95% CI bands."""
+    """The main lag-sweep figure: one panel per aggregate, one line per method with 95% CI bands,
+    methods dodged apart at each lag depth."""
     rows = [r for r in read_summary(run_dir) if r["score"] == score]
     if not rows:
         raise NoData(f"summary.csv has no rows for score {score!r}")
@@ -85,47 +93,41 @@ def plot_aggregate_vs_lag(run_dir: str, score: str = "final_eval_return",
     if n_tasks == 1:  # the median and mean of one task's mean are that mean, the gap is 1 minus it: one panel
         aggs = _one_task_panels(rows, aggs)
 
-    fig, axes = new_figure(len(aggs), panel=(4.2, 3.6))
-    for ax, agg in zip(axes[0], aggs):
+    fig, axes = panel_figure(len(aggs), ncols=2, panel_height=2.9 if len(aggs) == 1 else 2.4)
+    drawn = [m for m in methods if any(r["method"] == m and is_finite(r["point"]) for r in rows)]
+    shift = dict(zip(drawn, dodge_factors(lags, len(drawn))))
+    runs = []
+    unit = ("normalised score" if normalized else "score / own B = 1 score" if own
+            else SCORE_SHORT.get(score, score))
+    for k, (ax, agg) in enumerate(zip(np.ravel(axes), aggs)):
         for i, m in enumerate(methods):
             pts = sorted((r for r in rows if r["method"] == m and r["aggregate"] == agg and is_finite(r["point"])),
                          key=lambda r: int(r["lag_depth"]))
             if not pts:
                 continue
             colour, marker = method_style(m, i)
-            x = [int(r["lag_depth"]) for r in pts]
-            runs = [int(r["n_runs"]) for r in pts]
-            ax.plot(x, [r["point"] for r in pts], color=colour, marker=marker, lw=1.8, ms=6,
-                    label=f"{method_label(m)} (n={fmt_count(runs)} runs/point)")
+            x = [int(r["lag_depth"]) * shift[m] for r in pts]
+            runs += [int(r["n_runs"]) for r in pts]
+            ax.plot(x, [r["point"] for r in pts], color=colour, marker=marker, lw=1.6, ms=5, label=method_label(m))
             ax.fill_between(x, [r["low"] for r in pts], [r["high"] for r in pts], color=colour, alpha=0.18, lw=0)
-        if normalized and agg != "optimality_gap":
+        if (normalized or own) and agg != "optimality_gap":
             ax.axhline(1.0, color="0.3", ls=":", lw=1)
-            ax.text(0.02, 1.0, "sync PPO-Clip", transform=ax.get_yaxis_transform(), fontsize=7, color="0.3",
-                    va="bottom")
         if normalized and agg == "optimality_gap":
             ax.axhline(0.0, color="0.3", ls=":", lw=1)
-        if own:
-            ax.axhline(1.0, color="0.3", ls=":", lw=1)
-            ax.text(0.02, 1.0, "own B = 1", transform=ax.get_yaxis_transform(), fontsize=7, color="0.3",
-                    va="bottom")
-        set_lag_axis(ax, lags)
-        unit = ("normalised score" if normalized else "score / own B=1 score" if own
-                else f"{SCORE_SHORT.get(score, score)} (episode return)")
-        ax.set_ylabel(f"{agg.upper() if agg == 'iqm' else agg.replace('_', ' ')} of {unit}")
-        ax.set_title(AGGREGATE_LABELS[agg], fontsize=10)
+        set_lag_axis(ax, lags, label=k >= len(aggs) - 2 or len(aggs) <= 2, dodged=len(drawn))
+        if k % 2 == 0:
+            ax.set_ylabel(unit)
+        ax.set_title("mean" if agg == "mean" and n_tasks == 1 else PANEL_TITLES[agg], fontsize=9)
         ax.grid(alpha=0.3)
-    figure_legend(fig, axes)
-
-    title = (f"{SCORE_LABELS.get(score, score)} vs lag depth — "
-             f"{'normalised' if normalized else 'lag-robustness' if own else 'raw'} scores, "
-             f"{n_tasks} task{'s' if n_tasks > 1 else ''}")
+    extra = [band_handle("95% CI")]
     if normalized:
-        title += "\n1.0 = synchronous PPO-Clip (lag depth 1); 0.0 = uniform-random policy"
+        extra.append(line_handle("1.0 = sync PPO-Clip (B = 1)"))
     if own:
-        title += "\n1.0 = the same method at lag depth 1; 0.0 = uniform-random policy"
-    title += f"\nlines: point estimates; bands: {CI_TEXT}"
-    figure_title(fig, title[0].upper() + title[1:])
-    reps = bootstrap_reps([run_dir] + list(sources or []))
+        extra.append(line_handle("1.0 = own B = 1 score"))
+    place_legend(fig, axes, extra=extra)
+    kind = "normalised" if normalized else "share of own B = 1 score" if own else "raw"
+    figure_title(fig, f"{sentence(SCORE_SHORT.get(score, score))} vs lag depth: {kind}, "
+                      f"{plural(n_tasks, 'task')}, {count_text(runs, 'run')} per point")
     diverged = sorted({(m, int(r["lag_depth"]), int(r["n_diverged"])) for m in methods for r in rows
                        if r["method"] == m and is_finite(r.get("n_diverged")) and int(r["n_diverged"]) > 0})
     all_div = sorted({(r["method"], int(r["lag_depth"])) for r in rows if r["aggregate"] == "all_diverged"})
@@ -133,30 +135,24 @@ def plot_aggregate_vs_lag(run_dir: str, score: str = "final_eval_return",
                       if r["method"] == m and is_finite(r.get("n_missing")) and int(r["n_missing"]) > 0})
     no_score = sorted({(r["method"], int(r["lag_depth"])) for r in rows
                        if r["aggregate"] in ("all_missing", "none_left")})
-    lines = [f"Lines: point estimates; bands: {CI_TEXT} (seeds resampled within each task"
-             + (f", {reps} replicates)." if reps else ").")
-             + f" A run = one seed across all {n_tasks} task(s); n = runs per point after excluding diverged runs"
-             " and runs with no score."]
+    notes = []
     if diverged:
-        lines.append("Diverged runs excluded: " + "; ".join(f"{method_label(m)} B={b}: {d}" for m, b, d in diverged)
-                     + ".")
+        notes.append("Diverged runs left out: " + "; ".join(f"{method_label(m)} B = {b}: {plural(d, 'run')}"
+                                                            for m, b, d in diverged) + ".")
     if all_div:
-        lines.append("Every run diverged (no point): " + "; ".join(f"{method_label(m)} B={b}" for m, b in all_div)
-                     + ".")
+        notes.append("Every run diverged (no point): " + "; ".join(f"{method_label(m)} B = {b}"
+                                                                   for m, b in all_div) + ".")
     if missing:
-        lines.append(f"Runs with no score ({MISSING_TEXT.get(score, 'not computable')}; not diverged), excluded: "
-                     + "; ".join(f"{method_label(m)} B={b}: {k}" for m, b, k in missing) + ".")
+        notes.append(f"Runs with no score left out ({MISSING_TEXT.get(score, 'not computable')}): "
+                     + "; ".join(f"{method_label(m)} B = {b}: {plural(k, 'run')}" for m, b, k in missing) + ".")
     if no_score:
-        lines.append("No run left (no point): " + "; ".join(f"{method_label(m)} B={b}" for m, b in no_score) + ".")
-    if _separated(rows):
-        lines.append("One line per method and setting (the sweep's values; each normalised by PPO-Clip at lag "
-                     "depth 1 of the same setting).")
-    else:
+        notes.append("No run left (no point): " + "; ".join(f"{method_label(m)} B = {b}" for m, b in no_score) + ".")
+    if not _separated(rows):
         try:
-            lines.append(pooled_note(load_scores(data_source(run_dir, sources))))
+            notes.append(pooled_note(load_scores(data_source(run_dir, sources))))
         except OSError:
             pass
-    caption(fig, lines)
+    footnote(fig, notes)
     return save_figure(fig, run_dir, f"aggregate_vs_lag_{score}_{normalization}", figures_dir=figures_dir)
 
 
@@ -211,49 +207,40 @@ def plot_learning_curves(run_dir: str, task: str | None = None, sources=None,
         metric = "eval_return" if any(is_finite(r.get("eval_return")) for r in rows) else "train_return"
         series = _curve_series(rows, metric, keys)
         lags = sorted({lag for s in series.values() for lag in s})
-        ncols = min(len(lags), 4)
-        nrows = math.ceil(len(lags) / ncols)
-        fig, axes = new_figure(ncols, nrows, panel=(4.0, 3.2), sharey=True)
+        fig, axes = panel_figure(len(lags), ncols=2 if len(lags) <= 4 else 3, sharey=True)
         order = sort_methods({m for m, _ in series})
         names = sorted(series, key=lambda mv: (order.index(mv[0]), str(mv[1])))
         linestyles = ("-", "--", "-.", ":")
-        for ax, lag in zip(np.ravel(axes), lags):
-            runs, divs = [], []
+        divs = []
+        ncols = axes.shape[1]
+        for k, (ax, lag) in enumerate(zip(np.ravel(axes), lags)):
+            runs = []
             for i, (m, variant) in enumerate(names):
                 if lag not in series[(m, variant)]:
                     continue
                 x, mean, se, n, n_div = series[(m, variant)][lag]
                 runs.append(n)
                 if n_div:
-                    divs.append(f"{variant_label(m, variant, keys)}: {n_div}")
+                    divs.append(f"{variant_label(m, variant, keys)} B = {lag}: {plural(n_div, 'run')}")
                 if not len(x):
                     continue
                 colour, marker = method_style(m, order.index(m))
                 vi = sorted({v for mm, v in names if mm == m}, key=str).index(variant)
-                ax.plot(x, mean, color=colour, lw=1.6, ls=linestyles[vi % len(linestyles)], marker=marker,
-                        ms=4, markevery=max(1, len(x) // 12), label=variant_label(m, variant, keys))
+                ax.plot(x, mean, color=colour, lw=1.5, ls=linestyles[vi % len(linestyles)], marker=marker,
+                        ms=3.5, markevery=max(1, len(x) // 12), label=variant_label(m, variant, keys))
                 ax.fill_between(x, mean - se, mean + se, color=colour, alpha=0.18, lw=0)
-            ax.set_title(f"lag depth B = {lag}  (n = {fmt_count(runs)} runs per line)", fontsize=9)
-            ax.set_xlabel("environment steps")
+            ax.set_title(f"B = {lag} ({count_text(runs, 'run')} per line)", fontsize=9)
+            if k >= len(lags) - ncols:
+                ax.set_xlabel("environment steps")
             ax.xaxis.set_major_formatter(EngFormatter(sep=""))  # 250k, 1M, ...
             ax.grid(alpha=0.3)
-            if divs:
-                ax.text(0.98, 0.02, "diverged (excluded):\n" + "\n".join(divs), transform=ax.transAxes,
-                        ha="right", va="bottom", fontsize=7, color="#b00000",
-                        bbox=dict(boxstyle="round", fc="white", ec="#b00000", alpha=0.8))
-        for ax in np.ravel(axes)[len(lags):]:
-            ax.set_visible(False)
-        ylabel = (r"evaluation return (learner $\pi_T$, stochastic)" if metric == "eval_return"
-                  else "training episode return (actors, lagged)")
+        ylabel = "evaluation return" if metric == "eval_return" else "training return (lagged actors)"
         for row in axes:
             row[0].set_ylabel(ylabel)
-        figure_legend(fig, axes)
-        figure_title(fig, f"Learning curves on {t}: {ylabel} vs environment steps, one panel per lag depth")
-        cap = ["Lines: mean over seeds; shading: ± 1 standard error of the mean. Diverged runs (non-finite "
-               "parameters) are excluded and counted in the panel."]
-        if metric == "train_return":
-            cap.append("Evaluation was disabled in this run (eval_episodes = 0): training return shown instead.")
-        caption(fig, cap)
+        place_legend(fig, axes, extra=[band_handle("±1 standard error")])
+        figure_title(fig, f"{t}: {ylabel} vs environment steps"
+                     + ("" if metric == "eval_return" else " (evaluation was off)"))
+        footnote(fig, ["Diverged runs left out: " + "; ".join(divs) + "."] if divs else [])
         paths += save_figure(fig, run_dir, f"learning_curves_{t}", figures_dir=figures_dir)
     return paths
 
@@ -269,78 +256,72 @@ def _separated(rows: Sequence[dict]) -> bool:
     return any(SETTING_SEP in str(r.get("method")) for r in rows)
 
 
-def _diag_panel(ax, rows: Sequence[dict], column: str, lags: Sequence[int]) -> list[int]:
-    """Error-bar lines of one diagnostic per method; returns the run counts behind its points."""
-    methods = sort_methods({r["method"] for r in rows if is_finite(r.get(column))})
+def _diag_panel(ax, rows: Sequence[dict], column: str, lags: Sequence[int], methods: Sequence[str]) -> list[int]:
+    """Error-bar lines of one diagnostic per method, dodged apart at each lag depth (``methods``: every
+    method of the figure, so a method keeps its offset in each panel); returns the run counts behind
+    its points."""
+    shift = dict(zip(methods, dodge_factors(lags, len(methods))))
     runs, top = [], 0.0
     for i, m in enumerate(methods):
         pts = sorted((r for r in rows if r["method"] == m and is_finite(r.get(column))),
                      key=lambda r: int(r["lag_depth"]))
+        if not pts:
+            continue
         colour, marker = method_style(m, i)
         se = [float(r.get(column + "_se")) if is_finite(r.get(column + "_se")) else 0.0 for r in pts]
-        ax.errorbar([int(r["lag_depth"]) for r in pts], [float(r[column]) for r in pts], yerr=se, color=colour,
-                    marker=marker, ms=6, lw=1.6, capsize=3, label=method_label(m))
+        ax.errorbar([int(r["lag_depth"]) * shift[m] for r in pts], [float(r[column]) for r in pts], yerr=se,
+                    color=colour, marker=marker, ms=5, lw=1.5, capsize=2.5, label=method_label(m))
         runs += [int(r["n_runs"]) for r in pts]
         top = max([float(r[column]) + e for r, e in zip(pts, se)] + [top])
     ax.set_ylim(0.0, top * 1.08 if top > 0 else 1.0)
-    set_lag_axis(ax, lags)
+    set_lag_axis(ax, lags, dodged=len(methods))
     ax.grid(alpha=0.3)
     return runs
 
 
 def _diagnostics_figure(run_dir: str, panels: Sequence[tuple[str, str, str]], title: str, name: str,
-                        extra_caption: str = "", sources=None, figures_dir: str | None = None) -> list[str]:
+                        sources=None, figures_dir: str | None = None) -> list[str]:
     rows = read_diagnostics(run_dir)
     panels = [p for p in panels if any(is_finite(r.get(p[0])) for r in rows)]
     if not panels:
         raise NoData(f"diagnostics.csv has none of the columns {name} needs")
     lags = sorted({int(r["lag_depth"]) for r in rows})
-    fig, axes = new_figure(len(panels), panel=(4.4, 3.5))
+    methods = sort_methods({r["method"] for r in rows if any(is_finite(r.get(p[0])) for p in panels)})
+    fig, axes = panel_figure(len(panels), ncols=2)
     runs = []
-    for ax, (column, panel_title, ylabel) in zip(axes[0], panels):
-        runs += _diag_panel(ax, rows, column, lags)
-        ax.set_title(panel_title, fontsize=10)
+    for ax, (column, panel_title, ylabel) in zip(np.ravel(axes), panels):
+        runs += _diag_panel(ax, rows, column, lags, methods)
+        ax.set_title(panel_title, fontsize=9)
         ax.set_ylabel(ylabel)
-    figure_legend(fig, axes)
-    figure_title(fig, title)
-    lines = [f"Points: mean over runs of the per-run average over training; bars: ± 1 standard error "
-             f"(n = {fmt_count(runs)} non-diverged runs per point, pooled over tasks).", extra_caption]
-    if _separated(rows):
-        lines.append("One line per method and setting (the sweep's values).")
-    else:
+    place_legend(fig, axes, extra=[line_handle("bars: ±1 standard error", color="0.3", ls="-", marker="|")])
+    figure_title(fig, f"{title}, {count_text(runs, 'run')} per point")
+    notes = []
+    if not _separated(rows):
         try:
-            lines.append(pooled_note(load_scores(data_source(run_dir, sources))))
+            notes.append(pooled_note(load_scores(data_source(run_dir, sources))))
         except OSError:
             pass
-    caption(fig, lines)
+    footnote(fig, notes)
     return save_figure(fig, run_dir, name, figures_dir=figures_dir)
 
 
 def plot_filtering_vs_lag(run_dir: str, sources=None, figures_dir: str | None = None) -> list[str]:
     """Filtered fraction (VACO's TV filter) and clip fraction (PPO family, decoupled, SPO) vs lag depth."""
-    panels = [("mean_filtered_fraction", "filtered fraction (TV filter: VACO family)",
-               "fraction of samples filtered"),
-              ("mean_clip_fraction", "clip fraction |r − 1| > ε (PPO family, decoupled, SPO)",
-               "fraction of samples clipped")]
-    return _diagnostics_figure(
-        run_dir, panels, "Filtering behaviour vs lag depth: how much of each batch the objective discards",
-        "filtering_vs_lag",
-        "Fractions are per minibatch, averaged over all gradient steps of a run (0 = nothing filtered/clipped).",
-        sources=sources, figures_dir=figures_dir)
+    panels = [("mean_filtered_fraction", "filtered: TV filter (VACO family)", "share of samples"),
+              ("mean_clip_fraction", r"clipped: $|r - 1| > \epsilon$ (PPO family)", "share of samples")]
+    return _diagnostics_figure(run_dir, panels, "Share of each batch filtered or clipped vs lag depth",
+                               "filtering_vs_lag", sources=sources, figures_dir=figures_dir)
 
 
 def plot_tv_vs_lag(run_dir: str, sources=None, figures_dir: str | None = None) -> list[str]:
     """TV estimates of the current policy to the behaviour policy β and to the phase's learner π_T."""
-    panels = [("mean_tv_behaviour", r"$\widehat{\mathrm{TV}}(\pi_\theta, \beta)$: to the behaviour policy",
-               "TV estimate (0 = identical policies)"),
-              ("mean_tv_learner", r"$\widehat{\mathrm{TV}}(\pi_\theta, \pi_T)$: to the learner at phase start",
-               "TV estimate (0 = identical policies)"),
-              ("mean_mean_staleness", "mean staleness of the data", "policy versions behind $\\pi_T$")]
-    return _diagnostics_figure(
-        run_dir, panels, r"Total-variation estimates vs lag depth: $\widehat{\mathrm{TV}} = \frac{1}{2}\,"
-        r"\mathrm{mean}_i\,|r_i - 1|$ over each minibatch (docs/diagnostics.md)",
-        "tv_vs_lag", r"$r_i = \pi_\theta/\beta$ resp. $\pi_\theta/\pi_T$; $\beta$ = the lagged actor's policy that "
-        r"produced the sample; $\pi_T$ = the learner when the phase began.", sources=sources, figures_dir=figures_dir)
+    panels = [("mean_tv_behaviour", r"$\widehat{\mathrm{TV}}(\pi_\theta, \beta)$: to the actors' policy",
+               "TV estimate"),
+              ("mean_tv_learner", r"$\widehat{\mathrm{TV}}(\pi_\theta, \pi_T)$: to the phase's learner",
+               "TV estimate"),
+              ("mean_mean_staleness", "mean staleness of the data", r"versions behind $\pi_T$")]
+    return _diagnostics_figure(run_dir, panels, "Total-variation estimates and staleness vs lag depth",
+                               "tv_vs_lag", sources=sources, figures_dir=figures_dir)
 
 
 # ----------------------------------------------------------------------------- everything
@@ -400,6 +381,8 @@ def make_all(run_dirs, summarise: bool | None = None, reps: int | None = None, o
         attempt("interval estimates", plot_interval_estimates)
     if scores:
         attempt("probability of improvement", plot_probability_of_improvement)
+        if any(is_finite(r.get("auc_eval_return")) for r in scores):  # the score a task's ceiling does not tie
+            attempt("probability of improvement (AUC)", plot_probability_of_improvement, "auc_eval_return")
         attempt("performance profiles", plot_performance_profiles)
         attempt("IQM sample efficiency", plot_iqm_curves)
     attempt("staleness histograms", plot_staleness)
@@ -420,7 +403,7 @@ def plot_sim_vs_real(out_dir: str, rows: Sequence[dict], histograms: dict[str, d
     def colour_of(label: str) -> str:
         return colour.get(label.split(": ")[-1], "0.25")  # "simulated: <variant>", else the real runs
 
-    fig, axes = new_figure(max(len(configs), len(methods)), 3, panel=(3.2, 2.6))
+    fig, axes = new_figure(max(len(configs), len(methods)), 3, panel_height=2.2)
     for ax, name in zip(axes[0], configs):
         series = {label: np.asarray(h, float) for label, h in histograms[name].items() if np.sum(h) > 0}
         n = max(int(np.flatnonzero(h)[-1]) + 1 for h in series.values())  # up to the oldest age drawn
@@ -444,7 +427,7 @@ def plot_sim_vs_real(out_dir: str, rows: Sequence[dict], histograms: dict[str, d
                     [r["sim_mean"] for r in pts], "o", color=colour.get(v), label=f"simulated: {v}")
         ax.set_xticks(range(len(configs)), configs, fontsize=8)
         ax.set_title(method_label(method), fontsize=10)
-        ax.set_ylabel(f"mean {score}")
+        ax.set_ylabel(f"mean {SCORE_SHORT.get(score, score)}")
     for ax, method in zip(axes[2], methods):
         mine = [r for r in rows if r["method"] == method and r["score"] == score]
         variants = list(dict.fromkeys(r["variant"] for r in mine))
@@ -463,10 +446,7 @@ def plot_sim_vs_real(out_dir: str, rows: Sequence[dict], histograms: dict[str, d
     for row, used in ((axes[0], len(configs)), (axes[1], len(methods)), (axes[2], len(methods))):
         for ax in row[used:]:
             ax.set_visible(False)
-    figure_legend(fig, [ax for row in axes for ax in row])
-    figure_title(fig, f"Simulator vs a real actor-learner: lag and {score}")
-    caption(fig, ["Top: samples by age, the real runs' pooled histogram beside the ages the simulator realised. "
-                  "Middle: mean over seeds, real runs and each simulated counterpart. Bottom: the simulated mean "
-                  "minus the real one, divided by the method's real lockstep mean, with its bootstrap CI; grey: "
-                  "the equivalence margin."])
+    from matplotlib.patches import Patch
+    place_legend(fig, axes, extra=[(Patch(facecolor="0.9"), "grey: equivalence margin")])
+    figure_title(fig, f"Simulator vs a real actor-learner: lag and {SCORE_SHORT.get(score, score)}")
     return save_figure(fig, out_dir, f"sim_vs_real_{score}", figures_dir=os.path.join(out_dir, FIGURES))

@@ -1,8 +1,16 @@
 """What every figure of :mod:`vaco_jax.analysis.figures` and :mod:`vaco_jax.analysis.reviewer_figures`
 shares: a method's label, colour and marker (from the registry), score and aggregate labels, the lag
-axis, captions, titles and legends wrapped to the figure's width, PNG + PDF files without a version
-string or date, and the rows a figure reads from a run directory (score rows of the complete tasks,
-``summary.csv``). ``NoData`` is what a figure raises when its data are absent.
+axis (methods dodged apart at each lag depth), the page layout (``panel_figure``: paper width, one
+legend outside every panel, ``place_legend``), one-line titles, a one-line note of what was left
+out (``footnote``), intervals that stay visible when they are a point (``interval_bars``), PNG + PDF
+files without a version string or date, and the rows a figure reads from a run directory (score
+rows of the complete tasks, ``summary.csv``). ``NoData`` is what a figure raises when its data are
+absent.
+
+A figure carries no caption: what its lines, bands and ticks are is said once, in docs/evaluation.md
+("Figures"), and beside a committed figure in the text that shows it. Inside the picture are a title
+of one line (what the figure shows), short panel titles, labelled axes, one legend (methods, then
+what a band or a reference line is) and, only when something was left out or excluded, a footnote.
 
 The Agg backend is selected when pyplot has not been imported yet (a notebook that already chose its
 inline backend keeps it); figures are ``matplotlib.figure.Figure`` objects, never pyplot state.
@@ -53,7 +61,7 @@ AGGREGATE_LABELS = {
     "optimality_gap": "optimality gap to synchronous PPO (lower is better)",
 }
 AGGREGATE_ORDER = ("iqm", "median", "mean", "optimality_gap")
-LAG_AXIS_LABEL = "lag depth B (policy versions, log$_2$ scale)"
+LAG_AXIS_LABEL = "lag depth B (policy versions)"
 CI_TEXT = "95% stratified bootstrap CI"
 # score-row columns that are neither a tag nor a traced hyper-parameter
 SCORE_FIXED = {"env", "method", "lag_depth", "seed", *SCORE_COLUMNS}
@@ -137,60 +145,133 @@ def fmt_count(values: Sequence[int]) -> str:
     return str(values[0]) if len(values) == 1 else f"{values[0]}–{values[-1]}"
 
 
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``1 task``, ``3 tasks`` (``many``: the plural when it is not ``word + "s"``)."""
+    return f"{n} {word if int(n) == 1 else many or word + 's'}"
+
+
+def count_text(values: Sequence[int], word: str, many: str | None = None) -> str:
+    """Run counts as a reader says them: ``1 run``, ``10 runs``, ``2–3 runs`` (a range: several counts)."""
+    values = sorted(set(int(v) for v in values))
+    if len(values) == 1:
+        return plural(values[0], word, many)
+    return f"{fmt_count(values)} {many or word + 's'}"
+
+
 def fmt_value(v) -> str:
     f = float(v)
     return str(int(f)) if f.is_integer() else f"{f:g}"
 
 
-def set_lag_axis(ax, lags: Sequence[int], label: bool = True) -> None:
-    """log2 x-axis with ticks at exactly the lag depths of the sweep."""
-    lags = sorted(set(int(b) for b in lags))
-    ax.set_xscale("log", base=2)
-    ax.xaxis.set_major_locator(FixedLocator(lags))
-    ax.set_xticklabels([str(b) for b in lags])
-    ax.xaxis.set_minor_locator(NullLocator())
-    lo, hi = min(lags), max(lags)
-    ax.set_xlim(lo / 2 ** 0.35, hi * 2 ** 0.35)
-    if label:
-        ax.set_xlabel(LAG_AXIS_LABEL)
+# ----------------------------------------------------------------------------- page layout
+# A full-width figure of a paper page at save_figure's 150 dpi; a one-panel figure is a column wide.
+FIGURE_WIDTH = 7.0
+COLUMN_WIDTH = 4.5
+PANEL_HEIGHT = 2.4
+TITLE_SIZE = 10
+LEGEND_SIZE = 8
+NOTE_SIZE = 7
+CHAR_WIDTH = 0.56  # mean advance of a DejaVu Sans character, in ems (sizes a title or a legend column)
+LEGEND_SLOT = "legend slot"  # the label of the axes a legend below the panels is drawn in
+
+# Methods at one lag depth are drawn side by side: neighbours DODGE of the lag axis' width apart
+# (log2 units), so a method whose point equals another's (PPO-Clip and A-3PO at 1.0 at B = 1) stays
+# visible beside it; the tick stays at the lag depth.
+DODGE = 0.022
+LAG_MARGIN = 0.35  # log2 units beyond the smallest and the largest lag depth
 
 
-def figures_dir_of(run_dir: str, figures_dir: str | None = None) -> str:
-    path = figures_dir or os.path.join(run_dir, FIGURES)
-    os.makedirs(path, exist_ok=True)
-    return path
-
-
-# No version string or creation date in the files: the same figure gives the same bytes.
-_METADATA = {"png": {"Software": None}, "pdf": {"Creator": None, "Producer": None, "CreationDate": None}}
-
-
-def save_figure(fig: Figure, run_dir: str, name: str, figures_dir: str | None = None) -> list[str]:
-    """Write ``<name>.png`` and ``.pdf`` into ``figures_dir`` (default ``RUN/figures/``), each to a
-    temporary name, then renamed."""
-    out = []
-    base = os.path.join(figures_dir_of(run_dir, figures_dir), name)
-    for ext in ("png", "pdf"):
-        path = f"{base}.{ext}"
-        tmp = f"{base}.tmp.{os.getpid()}.{ext}"
-        fig.savefig(tmp, dpi=150 if ext == "png" else None, format=ext, metadata=_METADATA[ext])
-        os.replace(tmp, path)
-        out.append(path)
-    return out
-
-
-def new_figure(ncols: int, nrows: int = 1, panel=(4.4, 3.6), **kw):
-    fig = Figure(figsize=(panel[0] * ncols + 2.2, panel[1] * nrows + 1.4), layout="constrained")
-    axes = fig.subplots(nrows, ncols, squeeze=False, **kw)
+def panel_figure(n: int, ncols: int = 2, panel_height: float = PANEL_HEIGHT, legend: bool = True,
+                 width: float | None = None, sharex=False, sharey=False):
+    """A figure of ``n`` panels, ``ncols`` to a row (fewer when ``n`` is smaller), ``FIGURE_WIDTH``
+    wide (``COLUMN_WIDTH`` for one column). Returns ``(fig, axes)``: ``axes`` the grid (2-D), its slots
+    after the ``n``-th hidden. With ``legend``, a full grid gets a row below the panels for the legend
+    (``place_legend``); a grid with a slot to spare puts the legend there."""
+    ncols = max(1, min(ncols, n))
+    nrows = math.ceil(n / ncols)
+    row = legend and nrows * ncols == n
+    width = width or (COLUMN_WIDTH if ncols == 1 else FIGURE_WIDTH)
+    fig = Figure(figsize=(width, panel_height * nrows + 0.45 + (0.35 if row else 0.0)), layout="constrained")
+    outer = fig.add_gridspec(1 + row, 1, height_ratios=[1.0, 1e-3] if row else [1.0])
+    axes = outer[0].subgridspec(nrows, ncols).subplots(sharex=sharex, sharey=sharey, squeeze=False)
+    for ax in axes.ravel()[n:]:
+        ax.set_visible(False)
+    if row:
+        slot = fig.add_subplot(outer[1], label=LEGEND_SLOT)
+        slot.axis("off")
     return fig, axes
 
 
-def caption(fig: Figure, lines: Sequence[str]) -> None:
-    """A caption under the panels (as supxlabel, so constrained layout makes room for it)."""
-    width = max(60, int(fig.get_figwidth() * 10 * 11 / 8))
-    lines = [w for ln in lines if ln for w in wrap_text(ln, width)]
-    if lines:
-        fig.supxlabel("\n".join(lines), fontsize=8, ha="left", x=0.01, color="0.2")
+def new_figure(ncols: int, nrows: int = 1, panel_height: float = PANEL_HEIGHT, legend: bool = True, **kw):
+    """``panel_figure`` for a grid given as columns x rows (every slot used)."""
+    return panel_figure(ncols * nrows, ncols, panel_height, legend, **kw)
+
+
+def _legend_columns(labels: Sequence[str], width_in: float, fontsize: float) -> int:
+    """How many legend entries fit side by side in ``width_in`` inches."""
+    entry = max(len(str(lab)) for lab in labels) * CHAR_WIDTH * fontsize + 3.2 * fontsize  # text + handle, pt
+    return max(1, min(len(labels), int(0.95 * width_in * 72 // entry)))
+
+
+def _row_major(items: list, ncol: int) -> list:
+    """``items`` reordered so that a legend of ``ncol`` columns (filled column by column, the first
+    ``len % ncol`` columns one longer) reads them left to right, row by row."""
+    n = len(items)
+    nrows = math.ceil(n / ncol)
+    long = n % ncol or ncol
+    cols = [[items[r * ncol + c] for r in range(nrows if c < long else nrows - 1)] for c in range(ncol)]
+    return [x for col in cols for x in col]
+
+
+def place_legend(fig: Figure, axes, handles=None, labels=None, extra: Sequence[tuple] = ()):
+    """One legend for the figure, outside every panel's data: in the grid's first hidden slot when there
+    is one, else in the row ``panel_figure`` kept below the panels (else to the figure's right), as
+    many entries to a row as fit. ``handles``/``labels`` default to every panel's labelled artists
+    (each label once); ``extra``: ``(handle, label)`` pairs after them (what a band or a line means).
+    Returns the legend (None when there is nothing to show)."""
+    if handles is None:
+        handles, labels = unique_handles(axes)
+    handles = list(handles) + [h for h, _ in extra]
+    labels = list(labels) + [lab for _, lab in extra]
+    if not handles:
+        return None
+    spare = [ax for ax in np.ravel(axes) if not ax.get_visible()]
+    slot = next((ax for ax in fig.axes if ax.get_label() == LEGEND_SLOT), None)
+    if spare:
+        ax = spare[0]
+        ax.set_visible(True)
+        ax.axis("off")
+        width = ax.get_position().width * fig.get_figwidth()
+        ncol = 1 if len(labels) <= 8 else min(2, _legend_columns(labels, width, LEGEND_SIZE))
+        return ax.legend(_row_major(handles, ncol), _row_major(labels, ncol), loc="center", ncol=ncol,
+                         frameon=False, fontsize=LEGEND_SIZE)
+    if slot is None:
+        return fig.legend(handles, labels, loc="outside right center", frameon=False, fontsize=LEGEND_SIZE)
+    ncol = _legend_columns(labels, fig.get_figwidth(), LEGEND_SIZE)
+    return slot.legend(_row_major(handles, ncol), _row_major(labels, ncol), loc="upper center",
+                       bbox_to_anchor=(0.5, 1.0), borderaxespad=0.0, ncol=ncol, frameon=False,
+                       fontsize=LEGEND_SIZE, columnspacing=1.2, handlelength=1.8)
+
+
+def band_handle(text: str = "95% CI"):
+    """A legend entry for a shaded band: what the band is."""
+    from matplotlib.patches import Patch
+    return Patch(facecolor="0.5", alpha=0.25, lw=0), f"shaded: {text}"
+
+
+def line_handle(text: str, **style):
+    """A legend entry for a reference line (``style``: its colour, linestyle ...)."""
+    from matplotlib.lines import Line2D
+    return Line2D([], [], **{"color": "0.3", "ls": ":", "lw": 1, **style}), text
+
+
+def footnote(fig: Figure, parts: Sequence[str]) -> None:
+    """What a reader must know that the picture cannot show (runs left out, pooled settings): one small
+    line under everything (wrapped only when it does not fit). Nothing when there is nothing to say."""
+    text = " ".join(p.strip() for p in parts if p and p.strip())
+    if text:
+        width = int(fig.get_figwidth() * 72 / (CHAR_WIDTH * NOTE_SIZE))
+        fig.supxlabel("\n".join(wrap_text(text, width)), fontsize=NOTE_SIZE, color="0.3")
 
 
 def wrap_text(text: str, width: int) -> list[str]:
@@ -203,10 +284,26 @@ def wrap_text(text: str, width: int) -> list[str]:
     return out
 
 
-def figure_title(fig: Figure, text: str, fontsize: float = 11) -> None:
-    """Suptitle wrapped to the figure's width (about 10 characters per inch at 11 pt)."""
-    width = max(40, int(fig.get_figwidth() * 10 * 11 / fontsize))
-    fig.suptitle("\n".join(wrap_text(text, width)), fontsize=fontsize)
+def text_width(text: str, fontsize: float) -> float:
+    """The width of one line of text, in points, as matplotlib sets it (mathtext included)."""
+    from matplotlib.textpath import TextPath
+    return float(TextPath((0, 0), text, size=fontsize).get_extents().width)
+
+
+def figure_title(fig: Figure, text: str, fontsize: float = TITLE_SIZE) -> None:
+    """The figure's title: one line saying what it shows (a caption's text belongs in the docs). A
+    title wider than the figure is set smaller (down to ``NOTE_SIZE``), never wrapped; a line break is
+    an error."""
+    if "\n" in text:
+        raise ValueError(f"a figure title is one line: {text!r}")
+    room = 0.96 * fig.get_figwidth() * 72
+    wide = text_width(text, fontsize)
+    fig.suptitle(text, fontsize=fontsize if wide <= room else max(NOTE_SIZE, fontsize * room / wide))
+
+
+def sentence(text: str) -> str:
+    """``text`` with its first letter capital (a title that opens with a score's name)."""
+    return text[:1].upper() + text[1:]
 
 
 def unique_handles(axes) -> tuple[list, list]:
@@ -220,19 +317,76 @@ def unique_handles(axes) -> tuple[list, list]:
     return handles, labels
 
 
-def panel_grid_legend(axes, used: int) -> None:
-    """Hide the grid's panels after the first ``used`` and put one legend into the first panel."""
-    for ax in np.ravel(axes)[used:]:
-        ax.set_visible(False)
-    handles, labels = unique_handles(axes)
-    axes[0][0].legend(handles, labels, fontsize=7, framealpha=0.8)
+# ----------------------------------------------------------------------------- what panels draw
+
+def dodge_factors(lags: Sequence[float], n: int) -> list[float]:
+    """Multiplicative x offsets (the lag axis is log2) of ``n`` series drawn at the same lag depths (or
+    any positive values on a log axis): neighbours ``DODGE`` of the axis' width apart, centred on the
+    value."""
+    lags = [float(b) for b in lags] or [1.0]
+    span = math.log2(max(lags) / min(lags)) + 2 * LAG_MARGIN
+    return [2.0 ** ((i - (n - 1) / 2) * DODGE * span) for i in range(n)]
 
 
-def figure_legend(fig: Figure, axes, handles=None, labels=None) -> None:
-    if handles is None:
-        handles, labels = unique_handles(axes)
-    if handles:
-        fig.legend(handles, labels, loc="outside right center", fontsize=8, frameon=False)
+def set_lag_axis(ax, lags: Sequence[int], label: bool = True, dodged: int = 1) -> None:
+    """log2 x-axis with ticks at exactly the lag depths of the sweep, wide enough for ``dodged``
+    series side by side (``dodge_factors``)."""
+    lags = sorted(set(int(b) for b in lags))
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(FixedLocator(lags))
+    ax.set_xticklabels([str(b) for b in lags])
+    ax.xaxis.set_minor_locator(NullLocator())
+    lo, hi = min(lags), max(lags)
+    margin = LAG_MARGIN + math.log2(max(dodge_factors(lags, max(1, dodged))))
+    ax.set_xlim(lo / 2 ** margin, hi * 2 ** margin)
+    if label:
+        ax.set_xlabel(LAG_AXIS_LABEL)
+
+
+POINT_INTERVAL = 0.02  # an interval narrower than this share of its panel's range is drawn as a point too
+
+
+def interval_bars(ax, bars: Sequence[tuple], span: float | None = None) -> None:
+    """Horizontal interval bars, one per row: ``(y, point, low, high, colour)`` as a bar from low to high
+    and a black tick at the point. A bar narrower than ``POINT_INTERVAL`` of ``span`` (default: the
+    panel's range of the bars) would vanish under its tick, so it gets a dot of its colour too: every
+    bootstrap replicate gave (almost) the same value."""
+    finite = [b for b in bars if all(is_finite(v) for v in b[1:4])]
+    if not finite:
+        return
+    if span is None:
+        span = max(b[3] for b in finite) - min(b[2] for b in finite)
+        ax.margins(x=0.1)  # no bar ends on the frame
+    for y, point, low, high, colour in finite:
+        ax.plot([low, high], [y, y], color=colour, lw=5, alpha=0.5, solid_capstyle="butt")
+        ax.plot([point], [y], "|", color="k", ms=9)
+        if not span > 0 or high - low < POINT_INTERVAL * span:
+            ax.plot([point], [y], "o", ms=6, mfc=colour, mec="k", mew=0.8, zorder=3)
+
+
+def figures_dir_of(run_dir: str, figures_dir: str | None = None) -> str:
+    path = figures_dir or os.path.join(run_dir, FIGURES)
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+# No version string or creation date in the files: the same figure gives the same bytes.
+_METADATA = {"png": {"Software": None}, "pdf": {"Creator": None, "Producer": None, "CreationDate": None}}
+DPI = 150  # a FIGURE_WIDTH figure is 1050 pixels wide
+
+
+def save_figure(fig: Figure, run_dir: str, name: str, figures_dir: str | None = None) -> list[str]:
+    """Write ``<name>.png`` and ``.pdf`` into ``figures_dir`` (default ``RUN/figures/``), each to a
+    temporary name, then renamed."""
+    out = []
+    base = os.path.join(figures_dir_of(run_dir, figures_dir), name)
+    for ext in ("png", "pdf"):
+        path = f"{base}.{ext}"
+        tmp = f"{base}.tmp.{os.getpid()}.{ext}"
+        fig.savefig(tmp, dpi=DPI if ext == "png" else None, format=ext, metadata=_METADATA[ext])
+        os.replace(tmp, path)
+        out.append(path)
+    return out
 
 
 def run_json(run_dir: str) -> dict:

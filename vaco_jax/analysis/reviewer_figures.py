@@ -23,11 +23,12 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import EngFormatter, FixedLocator, NullLocator
 
-from vaco_jax.analysis import results, reviewer
+from vaco_jax.analysis import results, reviewer, rules
 from vaco_jax.analysis.plotting import (
-    CI_TEXT, SCORE_LABELS, SCORE_SHORT, NoData, bootstrap_reps, caption, data_source, figure_legend,
-    figure_title, is_finite, method_label, method_style, new_figure, panel_grid_legend, read_summary, run_json,
-    save_figure, score_rows, sort_methods)
+    FIGURE_WIDTH, SCORE_SHORT, NoData, band_handle, bootstrap_reps, data_source, dodge_factors,
+    figure_title, footnote, interval_bars, is_finite, line_handle, method_label, method_style, new_figure,
+    panel_figure, place_legend, plural, read_summary, run_json, save_figure, score_rows, sentence,
+    sort_methods, unique_handles)
 from vaco_jax.analysis.results import load_curves
 
 
@@ -65,7 +66,7 @@ def _heat_panel(ax, m: str, lag: int, epochs: Sequence[int], minibatches: Sequen
     ax.set_yticks(range(len(epochs)), [str(v) for v in epochs])
     ax.set_xlabel("minibatches per epoch M")
     ax.set_ylabel("epochs per phase E")
-    ax.set_title(f"{method_label(m)}, lag depth B = {lag}", fontsize=9)
+    ax.set_title(f"{method_label(m)}, B = {lag}", fontsize=9)
     return image
 
 
@@ -88,9 +89,10 @@ def plot_forward_lag(run_dir: str, score: str = "final_eval_return", sources=Non
         minibatches = sorted({int(r["num_minibatches"]) for r in trows})
         cell, n_div, n_miss = reviewer.forward_lag_cells(trows, score)
         heat = len(epochs) > 1 and len(minibatches) > 1
-        unit = f"{SCORE_LABELS.get(score, score)} (episode return)"
+        unit = SCORE_SHORT.get(score, score)
+        notes = []
         if heat:
-            fig, axes = new_figure(len(methods), len(lags), panel=(3.6, 3.2))
+            fig, axes = new_figure(len(methods), len(lags), panel_height=2.2, legend=False)
             means = [np.mean(v) for v in cell.values() if v]
             vmin, vmax = (min(means), max(means)) if means else (0.0, 1.0)
             image = None
@@ -99,64 +101,59 @@ def plot_forward_lag(run_dir: str, score: str = "final_eval_return", sources=Non
                     image = _heat_panel(axes[li][mi], m, lag, epochs, minibatches, cell, n_div, n_miss, vmin, vmax)
             if image is not None:
                 fig.colorbar(image, ax=axes, label=f"mean {unit}", shrink=0.8)
-            cap = ["Cells: mean over non-diverged seeds with a score (n runs; 'div.' = diverged runs, 'no score' = "
-                   "runs without this score, e.g. no episode ended; both excluded). Grey: no runs. "
-                   "Gradient steps per phase = E × M."]
         else:
             axis, values, xlabel = (("num_epochs", epochs, "epochs per phase E") if len(epochs) > 1 else
                                     ("num_minibatches", minibatches, "minibatches per epoch M"))
             fixed = (f"M = {minibatches[0]}" if axis == "num_epochs" else f"E = {epochs[0]}")
-            fig, axes = new_figure(len(lags), panel=(4.4, 3.5), sharey=True)
+            fig, axes = panel_figure(len(lags), ncols=2, sharey=True)
             log2 = all(v > 0 and (v & (v - 1)) == 0 for v in values) and len(values) > 1
-            for ax, lag in zip(axes[0], lags):
-                divs = []
+            shift = (dodge_factors(values, len(methods)) if log2 else
+                     [1.0 + (i - (len(methods) - 1) / 2) * 0.02 for i in range(len(methods))])
+            for ax, lag in zip(np.ravel(axes), lags):
                 for i, m in enumerate(methods):
                     colour, marker = method_style(m, i)
                     xs, ys, ses = [], [], []
                     for v in values:
                         key = (m, lag, v if axis == "num_epochs" else epochs[0],
                                v if axis == "num_minibatches" else minibatches[0])
+                        what = f"{method_label(m)} B = {lag} {axis.split('_')[1][0].upper()} = {v}"
                         if n_div[key]:
-                            divs.append(f"{method_label(m)} {axis.split('_')[1][0].upper()}={v}: {n_div[key]}")
+                            notes.append(f"{what}: {plural(n_div[key], 'run')} diverged")
                         if n_miss[key]:
-                            divs.append(f"{method_label(m)} {axis.split('_')[1][0].upper()}={v}: "
-                                        f"{n_miss[key]} no score")
+                            notes.append(f"{what}: {plural(n_miss[key], 'run')} with no score")
                         if cell[key]:
                             mean, se = _mean_se(cell[key])
-                            xs.append(v), ys.append(mean), ses.append(se)
+                            xs.append(v * shift[i] if log2 else v + (shift[i] - 1) * (max(values) - min(values)))
+                            ys.append(mean), ses.append(se)
                     if xs:
-                        ax.errorbar(xs, ys, yerr=ses, color=colour, marker=marker, capsize=3, lw=1.6,
+                        ax.errorbar(xs, ys, yerr=ses, color=colour, marker=marker, capsize=2.5, lw=1.5, ms=5,
                                     label=method_label(m))
                 if log2:
                     ax.set_xscale("log", base=2)
                 ax.xaxis.set_major_locator(FixedLocator(values))
                 ax.set_xticklabels([str(v) for v in values])
                 ax.xaxis.set_minor_locator(NullLocator())
-                ax.set_xlabel(f"{xlabel} ({fixed}{', log$_2$ scale' if log2 else ''})")
-                ax.set_title(f"lag depth B = {lag}", fontsize=10)
+                ax.set_xlabel(f"{xlabel} ({fixed})")
+                ax.set_title(f"B = {lag}", fontsize=9)
                 ax.grid(alpha=0.3)
-                if divs:
-                    ax.text(0.98, 0.02, "diverged or no score (excluded):\n" + "\n".join(divs),
-                            transform=ax.transAxes, ha="right", va="bottom", fontsize=7, color="#b00000")
-            axes[0][0].set_ylabel(f"mean {unit}")
-            figure_legend(fig, axes)
-            cap = ["Points: mean over non-diverged seeds; bars: ± 1 standard error."]
-        figure_title(fig, f"Forward-lag sweep on {task}: {SCORE_LABELS.get(score, score)}\nby epochs E × "
-                          f"minibatches M per phase (backward lag depth B = {', '.join(map(str, lags))}; "
-                          f"{len(methods)} method{'s' if len(methods) > 1 else ''})")
-        caption(fig, cap)
+            for row in axes:
+                row[0].set_ylabel(f"mean {unit}")
+            place_legend(fig, axes, extra=[line_handle("bars: ±1 standard error", ls="-", marker="|")])
+        figure_title(fig, f"{task}: {SCORE_SHORT.get(score, score)} by epochs E × minibatches M")
+        footnote(fig, ["Left out: " + "; ".join(notes) + "."] if notes else [])
         paths += save_figure(fig, run_dir, f"forward_lag_{score}_{task}", figures_dir=figures_dir)
     return paths
 
 
 # ----------------------------------------------------------------------------- (6)-(10) reviewer figures
-# Each at most MAX_WIDTH inches wide: one column of a two-column paper page pair, or a full single column.
+# Each FIGURE_WIDTH (7 in) wide: a full-width figure of a paper page.
 
-MAX_WIDTH = 7.0
+MAX_WIDTH = FIGURE_WIDTH
 
 
 def _narrow_figure(nrows: int, ncols: int, row_height: float, sharex=False, sharey=False):
-    fig = Figure(figsize=(MAX_WIDTH, row_height * nrows + 1.6), layout="constrained")
+    """A grid of rows x columns of interval panels (no legend: the methods are the rows' labels)."""
+    fig = Figure(figsize=(MAX_WIDTH, row_height * nrows + 0.6), layout="constrained")
     return fig, fig.subplots(nrows, ncols, squeeze=False, sharex=sharex, sharey=sharey)
 
 
@@ -177,40 +174,59 @@ def plot_interval_estimates(run_dir: str, score: str = "final_eval_return", norm
         raise NoData(f"summary.csv has no {est.normalization!r} points for {score!r}")
     normalization, n_tasks, aggs = est.normalization, est.n_tasks, est.aggregates
     lags, methods = est.lags, est.methods
-    fig, axes = _narrow_figure(len(lags), len(aggs), 0.28 * len(methods) + 0.7, sharey=True)
+    # each lag depth's row of panels lists the methods run at that depth (a lag-aware tuning ran at one)
+    ran = {lag: [m for m in methods if any((m, lag, a) in est.points for a in aggs)] for lag in lags}
+    lags = [lag for lag in lags if ran[lag]]
+    heights = [0.28 * len(ran[lag]) + 0.7 for lag in lags]
+    fig = Figure(figsize=(MAX_WIDTH, sum(heights) + 0.6), layout="constrained")
+    grid = fig.add_gridspec(len(lags), len(aggs), height_ratios=heights)
     for li, lag in enumerate(lags):
+        rows = ran[lag]
+        first = None
         for ai, agg in enumerate(aggs):
-            ax = axes[li][ai]
-            for i, m in enumerate(methods):
-                if (m, lag, agg) in est.points:
-                    colour, _ = method_style(m, i)
-                    p, lo, hi = est.points[(m, lag, agg)]
-                    ax.plot([lo, hi], [i, i], color=colour, lw=5, alpha=0.45, solid_capstyle="butt")
-                    ax.plot([p], [i], "|", color="k", ms=9)
-            ax.set_yticks(range(len(methods)), [method_label(m) for m in methods], fontsize=7)
-            ax.set_ylim(-0.7, len(methods) - 0.3)
-            ax.invert_yaxis()
+            ax = fig.add_subplot(grid[li, ai], sharey=first)
+            first = first or ax
+            interval_bars(ax, [(i, *est.points[(m, lag, agg)], method_style(m, methods.index(m))[0])
+                               for i, m in enumerate(rows) if (m, lag, agg) in est.points])
+            ax.set_yticks(range(len(rows)), [method_label(m) for m in rows], fontsize=7)
+            ax.tick_params(axis="y", labelleft=ai == 0)
+            ax.set_ylim(len(rows) - 0.3, -0.7)  # the first method on top
             ax.tick_params(axis="x", labelsize=7)
             ax.grid(axis="x", alpha=0.3)
             if li == 0:
                 ax.set_title("IQM" if agg == "iqm" else agg.replace("_", " "), fontsize=9)
             if ai == 0:
                 ax.set_ylabel(f"B = {lag}", fontsize=9)
-    unit = {"normalized": "normalised scores (1 = sync PPO-Clip)", "own_b1": "scores / own B = 1 score",
-            "raw": "raw episode returns"}.get(normalization, normalization)
-    figure_title(fig, f"Interval estimates of {SCORE_SHORT.get(score, score)}, {unit}, per lag depth", fontsize=10)
-    lines = [f"Bars: {CI_TEXT}; ticks: point estimates. Diverged runs and runs with no score are excluded."]
-    if n_tasks == 1:
-        lines.append("One task: median and mean of the per-task mean coincide, so the median is not shown; IQM and "
-                     "mean are over the runs of that task.")
-    caption(fig, lines)
+    unit = {"normalized": "normalised (1 = sync PPO-Clip)", "own_b1": "share of own B = 1 score",
+            "raw": "raw return"}.get(normalization, normalization)
+    figure_title(fig, f"{sentence(SCORE_SHORT.get(score, score))}, {unit}: 95% CIs per lag depth, "
+                      f"{plural(n_tasks, 'task')}")
     return save_figure(fig, run_dir, f"interval_estimates_{score}_{normalization}", figures_dir=figures_dir)
+
+
+def poi_tasks(rows: list[dict], score: str, random: dict | None) -> tuple[list[dict], list[str]]:
+    """The rows a probability of improvement reads, and the tasks it leaves out: a task at its ceiling
+    on ``score`` (``claims.ceiling_tasks``, the claims' rule: synchronous PPO-Clip within
+    ``rules.CEILING_TOLERANCE`` of the best run, on the final return) ties every method there, so P
+    there only says which method's runs ended a fraction of a point higher."""
+    from vaco_jax.analysis import claims
+
+    ceiling = claims.ceiling_tasks(rows, random, score)
+    return [r for r in rows if r["env"] not in ceiling], ceiling
 
 
 def plot_probability_of_improvement(run_dir: str, score: str = "final_eval_return", method: str = "vaco",
                                     sources=None, figures_dir: str | None = None) -> list[str]:
-    """P(``method`` > each other method) with 95% CIs, one panel per lag depth."""
-    rows = score_rows(data_source(run_dir, sources))
+    """P(``method`` > each other method) with 95% CIs, one panel per lag depth, on the tasks below their
+    ceiling on ``score`` (``poi_tasks``); NoData when every task is at its ceiling."""
+    data = data_source(run_dir, sources)
+    rows, ceiling = poi_tasks(score_rows(data), score, results.load_random_scores(data))
+    rule = (f"synchronous PPO-Clip within {rules.CEILING_TOLERANCE:.0%} of the best run on "
+            f"{SCORE_SHORT.get(score, score)}")
+    if not rows:
+        raise NoData(f"every task is at its ceiling ({rule}: {', '.join(ceiling)}), where P({method_label(method)} "
+                     "> Y) only says whose runs ended a fraction of a point higher (the AUC's figure compares them: "
+                     "probability_of_improvement_auc_eval_return)")
     tasks = sorted({r["env"] for r in rows})
     if not any(r["method"] == method for r in rows):
         raise NoData(f"no {method} runs")
@@ -223,26 +239,22 @@ def plot_probability_of_improvement(run_dir: str, score: str = "final_eval_retur
     n_max = max(len(v) for v in results_by_lag.values())
     fig, axes = _narrow_figure(nrows, ncols, 0.3 * n_max + 0.9, sharex=True)
     for ax, (lag, res) in zip(np.ravel(axes), results_by_lag.items()):
-        for i, (o, p, lo, hi) in enumerate(res):
-            colour, _ = method_style(o, i)
-            ax.plot([lo, hi], [i, i], color=colour, lw=5, alpha=0.5, solid_capstyle="butt")
-            ax.plot([p], [i], "|", color="k", ms=9)
+        interval_bars(ax, [(i, p, lo, hi, method_style(o, i)[0]) for i, (o, p, lo, hi) in enumerate(res)], span=1.0)
         ax.axvline(0.5, color="0.3", ls=":", lw=1)
         ax.set_yticks(range(len(res)), [method_label(o) for o, *_ in res], fontsize=7)
         ax.set_ylim(-0.7, len(res) - 0.3)
         ax.invert_yaxis()
-        ax.set_xlim(0, 1)
-        ax.set_title(f"lag depth B = {lag}", fontsize=9)
-        ax.set_xlabel(f"P({method_label(method)} > Y)", fontsize=8)
+        ax.set_xlim(-0.04, 1.04)  # P = 0 or 1 stays clear of the frame
+        ax.set_title(f"B = {lag}", fontsize=9)
+        ax.set_xlabel(f"P({method_label(method)} > Y); 0.5 = no difference", fontsize=8)
+        ax.tick_params(axis="x", labelbottom=True, labelsize=7)
         ax.grid(axis="x", alpha=0.3)
     for ax in np.ravel(axes)[len(results_by_lag):]:
         ax.set_visible(False)
-    figure_title(fig, f"Probability of improvement of {method_label(method)} over each method Y "
-                      f"({SCORE_SHORT.get(score, score)}, {len(tasks)} task{'s' if len(tasks) > 1 else ''})",
-                 fontsize=10)
-    caption(fig, [f"Bars: 95% bootstrap CI (each method's runs resampled independently within each task, {reps} "
-                  "replicates); ticks: point estimates. P is computed per task (Mann-Whitney) and averaged over "
-                  "tasks, so it is the same on raw and normalised scores. 0.5 = no difference."])
+    figure_title(fig, f"P({method_label(method)} > Y) on {SCORE_SHORT.get(score, score)}, per lag depth, "
+                      f"{plural(len(tasks), 'task')}")
+    footnote(fig, [f"Left out at {'its' if len(ceiling) == 1 else 'their'} ceiling ({rule}): "
+                   f"{', '.join(ceiling)}."] if ceiling else [])
     return save_figure(fig, run_dir, f"probability_of_improvement_{score}", figures_dir=figures_dir)
 
 
@@ -260,9 +272,8 @@ def plot_performance_profiles(run_dir: str, score: str = "final_eval_return", so
     reps = _reps(run_dir, sources)
     profiles = reviewer.performance_profiles(cells, reps)
     taus, lags, methods = profiles.taus, profiles.lags, cells.methods
-    nrows, ncols = _grid(len(lags))
-    fig, axes = _narrow_figure(nrows, ncols, 2.4, sharey=True)
-    for ax, lag in zip(np.ravel(axes), lags):
+    fig, axes = panel_figure(len(lags), ncols=2, panel_height=2.2, sharey=True)
+    for k, (ax, lag) in enumerate(zip(np.ravel(axes), lags)):
         for i, m in enumerate(methods):
             if (m, lag) not in profiles.curves:
                 continue
@@ -270,17 +281,17 @@ def plot_performance_profiles(run_dir: str, score: str = "final_eval_return", so
             colour, _ = method_style(m, i)
             ax.plot(taus, prof, color=colour, lw=1.5, label=method_label(m))
             ax.fill_between(taus, low, high, color=colour, alpha=0.18, lw=0)
-        ax.set_title(f"lag depth B = {lag}", fontsize=9)
-        ax.set_xlabel(f"τ ({unit})", fontsize=8)
+        ax.set_title(f"B = {lag}", fontsize=9)
+        if k >= len(lags) - 2:
+            ax.set_xlabel(f"τ: {unit}", fontsize=8)
         ax.set_ylim(0, 1.02)
         ax.grid(alpha=0.3)
         ax.tick_params(labelsize=7)
     for row in axes:
-        row[0].set_ylabel("fraction of runs > τ", fontsize=8)
-    panel_grid_legend(axes, len(lags))
-    figure_title(fig, f"Performance profiles of {SCORE_SHORT.get(score, score)} per lag depth", fontsize=10)
-    caption(fig, [f"Lines: fraction of runs × tasks scoring above τ; bands: pointwise {CI_TEXT} ({reps} "
-                  "replicates). Diverged runs and runs with no score are excluded."])
+        row[0].set_ylabel("share of runs > τ", fontsize=8)
+    place_legend(fig, axes, extra=[band_handle("95% CI")])
+    figure_title(fig, f"Performance profiles of {SCORE_SHORT.get(score, score)} per lag depth, "
+                      f"{plural(len(cells.tasks), 'task')}")
     return save_figure(fig, run_dir, f"performance_profiles_{score}", figures_dir=figures_dir)
 
 
@@ -296,29 +307,26 @@ def plot_iqm_curves(run_dir: str, sources=None, figures_dir: str | None = None) 
     if iqm is None:
         raise NoData("several tasks and no reference: cannot pool eval returns across tasks")
     lags, methods = iqm.lags, iqm.methods
-    nrows, ncols = _grid(len(lags))
-    fig, axes = _narrow_figure(nrows, ncols, 2.4, sharey=True)
-    for ax, lag in zip(np.ravel(axes), lags):
+    fig, axes = panel_figure(len(lags), ncols=2, panel_height=2.2, sharey=True)
+    for k, (ax, lag) in enumerate(zip(np.ravel(axes), lags)):
         for i, m in enumerate(methods):
             if (m, lag) in iqm.series:
                 xs, pts, los, his = iqm.series[(m, lag)]
                 colour, marker = method_style(m, i)
                 ax.plot(xs, pts, color=colour, marker=marker, ms=3, lw=1.5, label=method_label(m))
                 ax.fill_between(xs, los, his, color=colour, alpha=0.18, lw=0)
-        ax.set_title(f"lag depth B = {lag}", fontsize=9)
-        ax.set_xlabel("environment steps", fontsize=8)
+        ax.set_title(f"B = {lag}", fontsize=9)
+        if k >= len(lags) - 2:
+            ax.set_xlabel("environment steps", fontsize=8)
         ax.xaxis.set_major_formatter(EngFormatter(sep=""))
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
     unit = "normalised eval return" if iqm.normalised else "eval return (raw: no reference)"
     for row in axes:
         row[0].set_ylabel(f"IQM of {unit}", fontsize=8)
-    panel_grid_legend(axes, len(lags))
-    figure_title(fig, "Sample efficiency: IQM of the evaluation return vs environment steps", fontsize=10)
-    caption(fig, [f"Lines: IQM over runs × tasks at each evaluation; bands: {CI_TEXT} ({reps} replicates). "
-                  + ("Normalised per task with the final-score reference (1 = mean final eval return of sync "
-                     "PPO-Clip). " if iqm.normalised else "")
-                  + "Diverged runs are excluded."])
+    place_legend(fig, axes, extra=[band_handle("95% CI")])
+    figure_title(fig, "IQM of the evaluation return vs environment steps, per lag depth, "
+                      + plural(len({r["env"] for r in rows}), "task"))
     return save_figure(fig, run_dir, "iqm_sample_efficiency", figures_dir=figures_dir)
 
 
@@ -348,29 +356,27 @@ def plot_staleness(run_dir: str, sources=None, figures_dir: str | None = None) -
     if not hist:
         raise NoData("no staleness.npz under the run directory")
     models = sorted(hist)
-    nrows, ncols = _grid(len(models))
-    fig, axes = _narrow_figure(nrows, ncols, 2.4, sharey=True)
+    every = sorted({b for model in models for b in hist[model]})  # one colour per lag depth in every panel
+    fig, axes = panel_figure(len(models), ncols=2, panel_height=2.2, sharey=True)
     cmap = matplotlib.colormaps["viridis"]
-    for ax, model in zip(np.ravel(axes), models):
-        depths = sorted(hist[model])
-        for j, b in enumerate(depths):
+    for k, (ax, model) in enumerate(zip(np.ravel(axes), models)):
+        for b in sorted(hist[model]):
             counts = np.asarray(hist[model][b], float)
             if counts.sum() <= 0:
                 continue
             share = counts / counts.sum()
             last = int(np.flatnonzero(share)[-1]) + 1
-            ax.step(np.arange(last), share[:last], where="mid", color=cmap(j / max(1, len(depths) - 1)), lw=1.5,
-                    marker="o" if last == 1 else None, markersize=4, label=f"B = {b}")  # one age: a point
+            ax.step(np.arange(last), share[:last], where="mid", color=cmap(every.index(b) / max(1, len(every) - 1)),
+                    lw=1.5, marker="o" if last == 1 else None, markersize=4, label=f"B = {b}")  # one age: a point
         ax.set_title(f"lag model: {model}", fontsize=9)
-        ax.set_xlabel("realised age d = T − v (policy versions)", fontsize=8)
+        if k >= len(models) - 2:
+            ax.set_xlabel("age d = T − v (policy versions)", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, frameon=False)
     for row in axes:
         row[0].set_ylabel("share of samples", fontsize=8)
-    for ax in np.ravel(axes)[len(models):]:
-        ax.set_visible(False)
-    figure_title(fig, "Realised staleness: share of training samples by age", fontsize=10)
-    caption(fig, ["Summed over every chunk, cell (seed), method and task of each lag depth; ages are clipped to the "
-                  "phase index, so early phases hold no sample older than their index."])
+    handles, labels = zip(*sorted(zip(*unique_handles(axes)), key=lambda hl: int(hl[1].split("= ")[1])))
+    place_legend(fig, axes, list(handles), list(labels))
+    figure_title(fig, "Realised staleness: share of training samples by age")
     return save_figure(fig, run_dir, "staleness_histograms", figures_dir=figures_dir)
+

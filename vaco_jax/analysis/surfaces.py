@@ -186,27 +186,34 @@ def surface_curves(rows: list[dict], score: str, norm: dict) -> dict:
 def draw_surface(rows: list[dict], score: str, norm: dict, knob: str, title: str, chosen: float | None = None):
     """The stage-1 figure of one surface: score against the knob (log axis), one curve per lag depth with
     the seeds' min-max as a band, a panel per task and one pooled; the lag-robust setting marked."""
-    from vaco_jax.analysis.plotting import new_figure
+    from vaco_jax.analysis.plotting import (band_handle, dodge_factors, figure_title, line_handle, panel_figure,
+                                            place_legend)
 
     curves = surface_curves(rows, score, norm)
     panels = sorted({p for p, _ in curves}, key=lambda p: (p == "pooled", p))
     lags = sorted({b for _, b in curves})
-    fig, axes = new_figure(len(panels), panel=(3.6, 2.8), sharey=True)
+    fig, axes = panel_figure(len(panels), ncols=3, panel_height=2.4, sharey=True)
     colours = dict(zip(lags, ("#1f77b4", "#ff7f0e", "#d62728", "#2ca02c", "#9467bd")))
-    for ax, panel in zip(axes[0], panels):
+    values = sorted({float(r["value"]) for r in rows if float(r["value"]) > 0})
+    shift = dict(zip(lags, dodge_factors(values, len(lags))))  # lag depths side by side at each value
+    for ax, panel in zip(axes.ravel(), panels):
         for b in lags:
             pts = curves[(panel, b)]
             if not pts:
                 continue
             x, m, lo, hi = (np.array(c) for c in zip(*pts))
-            ax.plot(x, m, marker="o", color=colours[b], label=f"B = {b}")
-            ax.fill_between(x, lo, hi, color=colours[b], alpha=0.15, linewidth=0)
+            ax.plot(x * shift[b], m, marker="o", ms=4, color=colours[b], label=f"B = {b}")
+            ax.fill_between(x * shift[b], lo, hi, color=colours[b], alpha=0.15, linewidth=0)
         if chosen is not None:
             ax.axvline(chosen, color="0.4", linestyle=":", linewidth=1)
         ax.set_xscale("log")
-        ax.set_title(panel, fontsize=10)
+        ax.set_title(panel, fontsize=9)
         ax.set_xlabel(knob)
-    axes[0][0].set_ylabel("normalised AUC (floored at random)")
-    axes[0][-1].legend(loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False, fontsize=8)
-    fig.suptitle(title, fontsize=11)
+        ax.grid(alpha=0.3)
+    for row in axes:
+        row[0].set_ylabel("normalised AUC (floored at random)")
+    extra = [band_handle("seeds' min–max")] + ([line_handle(f"lag-robust {knob} = {chosen:g}")]
+                                               if chosen is not None else [])
+    place_legend(fig, axes, extra=extra)
+    figure_title(fig, title)
     return fig
