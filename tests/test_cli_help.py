@@ -89,7 +89,7 @@ def test_help_is_grouped_and_every_config_field_has_its_group(monkeypatch, capsy
     for g in HELP_GROUPS:
         assert f"{g} options" in out, g
     assert out.index("lag options") < out.index("--lag-depths") < out.index("method options")
-    assert "presets: cpu: 0 1 2;" in out and "tiny: point_mass" in out
+    assert "(default by --preset: " in out and "cpu: 0 1 2;" in out and "tiny: point_mass" in out
     args = parse_args(study_module("lag_sweep").Args, ["--lag-depths", "1", "2", "--gamma", "0.9", "--no-progress"])
     assert args.lag_depths == (1, 2) and args.gamma == 0.9 and args.progress is False
     # a tri-state boolean (None: the preset's) is a pair of flags, not {None,True,False}

@@ -605,8 +605,8 @@ def test_a_swept_setting_is_summarised_on_its_own_never_pooled_as_more_seeds(tmp
 
     _lag_sweep().print_table(summary)
     out = capsys.readouterr().out
-    assert "gamma=0.99: IQM of final eval return" in out and "gamma=0.995: IQM of final eval return" in out
-    assert "methods that do not read the swept values: IQM" in out
+    assert "gamma=0.99: IQM of the AUC" in out and "gamma=0.995: IQM of the AUC" in out
+    assert "methods that do not read the swept values: IQM of the AUC" in out
     # the figures: one series per method and setting
     folded = figures.read_summary(run)
     assert {r["method"] for r in folded} == {"ppo_clip | gamma=0.99", "ppo_clip | gamma=0.995", "vaco"}

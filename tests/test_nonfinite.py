@@ -77,7 +77,7 @@ def test_a_run_whose_diagnostics_overflow_writes_no_inf_and_says_why(tmp_path, m
 def test_the_printed_table_names_cells_with_unstable_runs(capsys):
     from vaco_jax.studies.lag_sweep import print_table
 
-    base = {"score": "final_eval_return", "normalization": "raw", "aggregate": "iqm", "point": 1.0, "low": 0.5,
+    base = {"score": "auc_eval_return", "normalization": "raw", "aggregate": "iqm", "point": 1.0, "low": 0.5,
             "high": 1.5, "n_runs": 3, "n_diverged": 0, "method": "vaco"}
     print_table([{**base, "lag_depth": 1, "n_unstable": 0}, {**base, "lag_depth": 8, "n_unstable": 2},
                  {**base, "lag_depth": 32}])  # a summary written before the column existed: no count

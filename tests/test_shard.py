@@ -214,7 +214,7 @@ def test_two_shards_merge_to_the_unsharded_sweep(whole_and_shards, capsys):
     capsys.readouterr()
     _run(b)  # the same command without --shard: runs nothing, merges, writes the summaries
     out = capsys.readouterr().out
-    assert "merging the 2 shards" in out and "IQM of final eval return" in out
+    assert "merging the 2 shards" in out and "IQM of the AUC" in out
     summary_a, summary_b = results.read_table(os.path.join(a, "summary.csv")), results.read_table(
         os.path.join(b, "summary.csv"))
     assert len(summary_a) == len(summary_b)

@@ -55,8 +55,9 @@ KNOBS: dict[str, Knob] = {
     # --- common (docs/methods.md, docs/surrogates.md)
     "learning_rate": Knob("common", "Adam step size of actor and critic", low=0, low_open=True),
     "gamma": Knob("common", "discount factor", low=0, high=1),
-    "max_grad_norm": Knob("common", "global-norm gradient clip, applied to actor and critic separately",
-                          low=0, low_open=True, allow_inf=True),
+    "max_grad_norm": Knob("common", "the gradient clip's global-norm bound: with grad_clip='per_network' the "
+                          "policy's and the critic's gradients are each clipped to it, with grad_clip='joint' both "
+                          "together (inf: no clip)", low=0, low_open=True, allow_inf=True),
     "adam_eps": Knob("common", "Adam epsilon", low=0, low_open=True),
     "value_coef": Knob("common", "weight of the value loss", low=0),
     "entropy_coef": Knob("common", "weight of the entropy bonus", low=0),

@@ -12,6 +12,7 @@ Layout of a run directory (``experiments/*.py --out RUN``)::
     RUN/run.shard-I-of-N.json, RUN/<group>/shard-I-of-N/    a sweep split into shards (``--shard I/N``)
     RUN/rerun/<group>/cell-K/  one cell re-run alone (``--cell K``); never read as part of the sweep
     RUN/tensorboard/           live metrics, with ``--tensorboard`` only (never read back)
+    RUN/wandb/, RUN/videos/    W&B's files (``--wandb``), MP4s of a cell (``--capture-video``); never read back
 
 Every table ``NAME.csv`` is a plain CSV (``pandas.read_csv(path)`` reads its rows and types) with its
 checksum beside it in ``NAME.csv.sha256`` (``rows=N sha256=HEX``, the hash of the CSV's bytes); tables

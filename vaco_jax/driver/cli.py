@@ -2,9 +2,15 @@
 
 ``config_args_class(name, extra)`` builds a dataclass with the run's own fields (``extra``) followed by
 every ``Config`` field (same name, type and default), each annotated with a help line and, where the
-field chooses from a registry (methods, envs, lag models, pieces, networks ...), a ``Literal`` of the
-registered names, so ``--help`` lists them and ``tyro`` rejects any other value before anything runs.
-``config_from_args(args)`` builds (and validates) the ``Config``.
+field chooses from a registry (methods, lag models, pieces, networks ...), a ``Literal`` of the
+registered names, so ``--help`` lists them and ``tyro`` rejects any other value before anything runs
+(the task is checked by ``Config``; ``--help`` lists the tasks compactly). ``config_from_args(args)``
+builds (and validates) the ``Config``.
+
+``parse_args`` shows ``--help`` in groups (``grouped``), each flag ending with the value a run uses when
+it is left out (``helptext.py``: per preset, task or method where it depends on one), and reads
+``--config FILE``; ``DRIVER_FLAGS`` are the sweep scripts' run flags (``--sweep``, ``--shard``,
+``--cell``, ``--dry-run``, ...).
 """
 
 from __future__ import annotations
@@ -21,11 +27,9 @@ from vaco_jax.analysis import results
 from vaco_jax.analysis.results import ResultsError
 
 FIELD_HELP = {
-    "env": "task: a Gymnasium locomotion task (Hopper-v4, Walker2d-v4, HalfCheetah-v4, Ant-v4, Humanoid-v4, "
-           "their -v5 versions, and HumanoidStandup, Swimmer, InvertedPendulum, InvertedDoublePendulum, "
-           "Reacher -v4/-v5, Pusher-v5; "
-           "MuJoCo's C engine), a Brax MuJoCo task, any Brax- or user-registered env, point_mass, or a MuJoCo "
-           "Playground DM Control task (extra 'playground'); docs/envs.md",
+    "env": "the task (docs/envs.md): a Gymnasium locomotion task (MuJoCo's C engine), a Brax MuJoCo task, "
+           "point_mass, an env registered with register_env, or a MuJoCo Playground DM Control task (extra "
+           "'playground')",
     "backend": "physics: 'mujoco' (MuJoCo's C engine, the default of the Gymnasium tasks) or 'mjx' for a "
                "Gymnasium task; 'mjx' (default), 'generalized' or 'positional' (Brax's pipelines) for a Brax task",
     "episode_length": "env steps before an episode is truncated",
@@ -37,8 +41,9 @@ FIELD_HELP = {
     "num_epochs": "epochs E per phase (forward lag)",
     "num_minibatches": "minibatches M per epoch (forward lag)",
     "minibatch_shuffle": "how each epoch's random permutation is drawn: 'rank' (fast) or 'sort' (jax.random.permutation: the permutation of the committed pendulum-suite results); docs/estimators.md",
-    "grad_clip": "gradient-norm clip: 'per_network' (the policy and the critic each clipped to max_grad_norm) or "
-                 "'joint' (one clip over both, as one optimiser: CleanRL's PPO); docs/surrogates.md",
+    "grad_clip": "gradient-norm clip to max_grad_norm: 'per_network' (the policy's and the critic's gradients "
+                 "each clipped to it on their own) or 'joint' (both networks' gradients clipped together to one "
+                 "global norm, as one optimiser does: CleanRL's PPO); docs/surrogates.md",
     "buffer_capacity": "policy-buffer capacity K (1 <= lag_depth <= K); docs/lag.md",
     "envs_per_actor": "envs sharing one actor (one snapshot)",
     "grid_batch": "run each device's cells of a sweep group in vmapped batches of this many, one batch "
@@ -89,11 +94,19 @@ def field_choices(skip: tuple | set = ()) -> dict[str, tuple]:
     return {k: v for k, v in choices.items() if k not in skip}
 
 
-def methods_help() -> str:
-    """Every registered method with its one-line description (``presets.METHODS``)."""
+def methods_help(allowed: tuple | None = None) -> str:
+    """Every registered method (or those ``allowed``) with its one-line description (``presets.METHODS``)."""
     from vaco_jax.core.methods import CUSTOM, METHODS
 
+    if allowed is not None:
+        return "choices: " + "; ".join(f"{n}: {METHODS[n].description}" if n in METHODS else n for n in allowed)
     return "; ".join(f"{n}: {p.description}" for n, p in METHODS.items()) + f"; {CUSTOM}: the four pieces below"
+
+
+def _method_names() -> list[str]:
+    from vaco_jax.core.methods import METHODS
+
+    return list(METHODS)
 
 
 def _lag_model_help() -> str:
@@ -103,11 +116,10 @@ def _lag_model_help() -> str:
         + " (docs/lag.md)"
 
 
-def _help(name: str, default: Any, piece_note: bool = True) -> str:
-    text = KNOBS[name].help if name in KNOBS else _lag_model_help() if name == "lag_model" else FIELD_HELP.get(name, "")
-    if piece_note and name in KNOBS and default is None and KNOBS[name].home == "method":
-        text += " (default: the method's piece default; only methods that read it accept it)"
-    return text
+def _help(name: str, default: Any = None, piece_note: bool = True) -> str:
+    """A Config field's help line. Its default is not part of it: ``--help`` shows the value a run uses
+    when the flag is left out in the ``(default: ...)`` after it (``grouped``, ``default_hint``)."""
+    return KNOBS[name].help if name in KNOBS else _lag_model_help() if name == "lag_model" else FIELD_HELP.get(name, "")
 
 
 def config_args_class(name: str, extra: list[tuple[str, Any, Any, str]], defaults: Config | None = None,
@@ -115,7 +127,9 @@ def config_args_class(name: str, extra: list[tuple[str, Any, Any, str]], default
     """A dataclass: ``extra`` fields (name, type, default, help) then every Config field as a flag, but
     ``exclude`` (settings that mean nothing to this command; they keep ``defaults``' value)."""
     hints = typing.get_type_hints(Config)
-    choices = field_choices()
+    # the task is checked by Config (a one-line error listing every task); --help lists the tasks compactly
+    # (task_choices) without importing Brax and Playground to name theirs (~3 s of every start)
+    choices = field_choices(skip={"env"})
     base = defaults or Config()
     fields = []
     for fname, ftype, fdefault, fhelp in extra:
@@ -155,6 +169,22 @@ def config_from_args(args, defaults: Config | None = None) -> Config:
     return Config(**config_values(args, defaults))
 
 
+# The tracking hooks' flags (driver/tracking.py), in DRIVER_FLAGS and vaco-train's flags
+TRACKING_FLAGS: tuple[tuple[str, Any, Any, str], ...] = (
+    ("wandb", bool, False, "log each chunk's curve rows to Weights & Biases: one W&B run per cell, files in the "
+                           "run directory's wandb/ (extra 'wandb'; not in the identity)"),
+    ("wandb_project", str, "vaco_jax", "--wandb: the W&B project"),
+    ("wandb_entity", Optional[str], None, "--wandb: the W&B entity (user or team); unset: W&B's default"),
+    ("wandb_mode", Optional[Literal["online", "offline"]], None,
+     "--wandb: 'offline' (no network; `wandb sync RUN/wandb/offline-run-*` uploads later) or 'online'; "
+     "unset: $WANDB_MODE, else offline"),
+    ("capture_video", bool, False, "an MP4 of one cell's policy at each evaluation: videos/GROUP/cell-K/chunk-C.mp4 "
+                                   "in the run directory (Gymnasium tasks; needs ffmpeg and OSMesa or EGL)"),
+    ("capture_video_every", int, 1, "--capture-video: film every Nth evaluation (and the last)"),
+    ("capture_video_cell", int, 0, "--capture-video: the cell filmed in each group (its cells.json index)"),
+)
+TRACKING_FLAG_NAMES = tuple(f[0] for f in TRACKING_FLAGS)
+
 # How a sweep script runs its groups: declared here once, added by ``with_config_flags`` after the
 # script's own fields (name, type, default, help)
 DRIVER_FLAGS: tuple[tuple[str, Any, Any, str], ...] = (
@@ -166,8 +196,11 @@ DRIVER_FLAGS: tuple[tuple[str, Any, Any, str], ...] = (
                                   "(docs/scale.md)"),
     ("progress", bool, True, "a progress bar per group (--no-progress for logs)"),
     ("tensorboard", bool, False, "live metrics: TensorBoard event files in OUT/tensorboard/ (not in the identity)"),
+    *TRACKING_FLAGS,
     ("max_cells_per_program", Optional[int], None, "run a larger group as parts of this many cells, one program each"),
     ("distributed", bool, False, "one sweep over several processes/hosts (jax.distributed; docs/scale.md)"),
+    ("dry_run", bool, False, "print the plan (groups, cells and the --cell numbers they take), the memory and time "
+                             "estimates, and exit: nothing is compiled or written (driver/dryrun.py)"),
 )
 
 
@@ -193,8 +226,8 @@ def with_config_flags(base: type, name: str = "Args", exclude: tuple = ()) -> ty
         else:
             args = [a for a in typing.get_args(hint) if a is not type(None)]
             hint = args[0] if type(None) in typing.get_args(hint) else hint
-        text = _help(f.name, None, piece_note=False) + " (default: the preset's, else Config's)"
-        fields.append((f.name, Annotated[Optional[hint], _arg(text)], dataclasses.field(default=None)))
+        # None: the preset's value, else the task's or Config's; --help shows which (grouped, default_hint)
+        fields.append((f.name, Annotated[Optional[hint], _arg(_help(f.name))], dataclasses.field(default=None)))
     if "age_histogram" not in own:
         fields.append(("age_histogram", Annotated[tuple[str, ...], _arg(AGE_HISTOGRAM_HELP)],
                        dataclasses.field(default=())))
@@ -266,7 +299,7 @@ CONFIG_FLAG = "--config"
 _AS_LIST = {"env": "tasks", "method": "methods"}
 # Flags beside a run's own config.json that leave what runs as the record says (where it goes, what is shown)
 _RERUN_NEUTRAL = {"out", "progress", "max_chunks", "tensorboard", "figures", "bootstrap_reps", "shard", "cell",
-                  "max_cells_per_program", "distributed"}
+                  "max_cells_per_program", "distributed", "dry_run", *TRACKING_FLAG_NAMES}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -500,7 +533,7 @@ _GROUP_OF = {
                      "value_coef", "entropy_coef", "init_log_std", "value_clip_epsilon", "normalize_advantages",
                      "advantage_estimator", "proximal_source", "surrogate", "sample_filter", "variants"), "method"),
     **dict.fromkeys(("out", "progress", "tensorboard", "figures", "bootstrap_reps", "results", "runs", "html",
-                     "width", "height", "fps", "table"), "output"),
+                     "width", "height", "fps", "table", *TRACKING_FLAG_NAMES), "output"),
 }
 
 
@@ -516,30 +549,60 @@ def help_group(name: str, default: str | None = "run") -> str | None:
     return default
 
 
-def grouped(cls: type) -> type:
+CONFIG_HELP = ("a JSON or YAML file of flags (their snake_case names -> values), read first, so flags given on the "
+               "command line win; a group's own config.json, with its cells.json beside it, re-runs that group's "
+               "cells as recorded")
+
+
+def grouped(cls: type, ctx=None) -> type:
     """``cls`` re-declared as one nested dataclass per ``HELP_GROUPS`` entry, so ``--help`` shows the
-    flags in groups; ``flatten`` turns what tyro parses back into a ``cls``. Flag names, defaults,
-    help texts and positionals are unchanged."""
+    flags in groups; ``flatten`` turns what tyro parses back into a ``cls``. Flag names, defaults and
+    positionals are unchanged; each flag's help ends with the value a run uses when it is left out
+    (``helptext.default_hint``: per preset, task or method where it depends on one; ``ctx``, from the
+    command line, narrows it to the preset, task or method given), lists its choices where a
+    registry or the study names them, and ``--config FILE`` (read by ``parse_args``) is listed too."""
     import tyro
 
+    from vaco_jax.driver import helptext
+
+    ctx = ctx or helptext.HelpContext()
     hints = typing.get_type_hints(cls, include_extras=True)
-    presets = _presets_of(cls)
     members: dict[str, list] = {g: [] for g in HELP_GROUPS}
     for f in dataclasses.fields(cls):
         hint = hints[f.name]
-        if f.default is None and any(f.name in spec for spec in presets.values()):
-            hint = _with_preset_values(cls, f.name, hint, presets)
         if _tri_state(hint):  # None = the preset's / Config's value; given as --flag or --no-flag (parse_args)
             hint = _paired(cls, f.name, hint)
-        if _attached_help(hint) is None:  # tyro finds a comment's help only on a class with source: attach it
-            text = _field_help(cls, f.name, hint)
-            if text:
-                hint = Annotated[hint, _arg(text)]
-        if f.name in ("method", "methods"):  # every registered method with what it is
-            hint = Annotated[_base(hint), _arg(f"{_attached_help(hint) or ''} — {methods_help()}")]
+        text = _field_help(cls, f.name, hint)  # tyro finds a comment's help only on a class with source: attach it
+        allowed = helptext.choices_of(cls, f.name)
+        conf: dict = {}
+        if f.name in ("method", "methods"):  # every registered method (or the study's own) with what it is
+            text = f"{text} — {methods_help(allowed or (tuple(_method_names()) if f.name == 'methods' else None))}"
+            if f.name == "methods":
+                conf["metavar"] = "METHOD [METHOD ...]"
+        elif f.name in ("env", "tasks"):
+            text += " — choices: " + (", ".join(allowed) if allowed else helptext.task_choices())
+            conf["metavar"] = "TASK [TASK ...]" if f.name == "tasks" else "TASK"
+        elif allowed:
+            text += " — choices: " + ", ".join(map(str, allowed))
+        default = f.default if f.default is not dataclasses.MISSING else (
+            f.default_factory() if f.default_factory is not dataclasses.MISSING else dataclasses.MISSING)
+        if default is not dataclasses.MISSING:
+            behaviour = helptext.default_hint(cls, f.name, default, text, ctx)
+            if behaviour:
+                conf["help_behavior_hint"] = behaviour
+        if text:
+            conf["help"] = text
+        if conf:
+            hint = Annotated[hint, tyro.conf.arg(**conf)]
         kept = {"default": f.default} if f.default is not dataclasses.MISSING else (
             {"default_factory": f.default_factory} if f.default_factory is not dataclasses.MISSING else {})
         members[help_group(f.name)].append((f.name, hint, dataclasses.field(**kept)))
+    # --config FILE, read by parse_args before tyro parses: listed first after the positionals
+    config = (CONFIG_FLAG[2:], Annotated[Optional[str], tyro.conf.arg(
+        metavar="FILE", help=CONFIG_HELP, help_behavior_hint="(default: no file)")], dataclasses.field(default=None))
+    at = next((i for i, item in enumerate(members["run"]) if item[2].default is not dataclasses.MISSING
+               or item[2].default_factory is not dataclasses.MISSING), len(members["run"]))
+    members["run"].insert(at, config)
     fields = []
     for g, items in members.items():
         if not items:
@@ -555,28 +618,10 @@ def grouped(cls: type) -> type:
     fields.sort(key=lambda item: not item[0])  # groups without a default first (a dataclass rule)
     wrapper = dataclasses.make_dataclass(cls.__name__, [f for _, f in fields])
     doc = cls.__doc__ or ""
-    wrapper.__doc__ = "" if doc.startswith(cls.__name__ + "(") else doc  # make_dataclass's own doc is its signature
+    doc = "" if doc.startswith(cls.__name__ + "(") else doc  # make_dataclass's own doc is its signature
+    wrapper.__doc__ = (doc.rstrip() + "\n\n" if doc.strip() else "") + helptext.rule_text(cls)
     wrapper._flat = cls  # type: ignore[attr-defined]
     return wrapper
-
-
-def _presets_of(cls: type) -> dict:
-    """The ``PRESETS`` of the script that defined ``cls`` (or a base of it): preset -> field values."""
-    import sys
-
-    for klass in cls.__mro__:
-        presets = getattr(sys.modules.get(klass.__module__), "PRESETS", None)
-        if isinstance(presets, dict):
-            return presets
-    return {}
-
-
-def _show(value) -> str:
-    if value is None:
-        return "the task's"
-    if isinstance(value, (tuple, list)):
-        return " ".join(str(v) for v in value)
-    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
 
 
 def _base(hint):
@@ -596,12 +641,6 @@ def _field_help(cls: type, name: str, hint) -> str:
     from tyro import _docstrings
 
     return _attached_help(hint) or _docstrings.get_field_docstring(cls, name, ()) or ""
-
-
-def _with_preset_values(cls: type, name: str, hint, presets: dict):
-    """``hint`` with its help followed by what each preset sets (a flag left out takes the preset's)."""
-    values = "; ".join(f"{p}: {_show(spec[name])}" for p, spec in presets.items() if name in spec)
-    return Annotated[_base(hint), _arg(f"{_field_help(cls, name, hint)} — presets: {values}")]
 
 
 def _tri_state(hint) -> bool:
@@ -635,19 +674,21 @@ def paired_tokens(cls: type, argv: list[str]) -> list[str]:
 
 
 def flatten(parsed, cls: type):
-    """A ``grouped(cls)`` instance back as a ``cls``."""
+    """A ``grouped(cls)`` instance back as a ``cls`` (``--config``, read by ``parse_args``, is no field of it)."""
+    names = {f.name for f in dataclasses.fields(cls)}
     values = {}
     for g in HELP_GROUPS:
         sub = getattr(parsed, g, None)
         if sub is not None:
-            values.update({f.name: getattr(sub, f.name) for f in dataclasses.fields(sub)})
+            values.update({f.name: getattr(sub, f.name) for f in dataclasses.fields(sub) if f.name in names})
     return cls(**values)
 
 
-def _cli(cls: type, args: list[str]):
+def _cli(cls: type, args: list[str], ctx=None):
     import tyro
 
-    return flatten(tyro.cli(grouped(cls), args=paired_tokens(cls, args), config=(tyro.conf.OmitArgPrefixes,)), cls)
+    return flatten(tyro.cli(grouped(cls, ctx), args=paired_tokens(cls, args), config=(tyro.conf.OmitArgPrefixes,)),
+                   cls)
 
 
 def parse_args(cls: type, argv: list[str] | None = None):
@@ -655,7 +696,10 @@ def parse_args(cls: type, argv: list[str] | None = None):
     first, so flags given on the command line win."""
     import sys
 
+    from vaco_jax.driver.helptext import help_context
+
     argv = list(sys.argv[1:] if argv is None else argv)
+    ctx = help_context(argv)  # --help shows the defaults of the preset, task or method given beside it
     path = None
     for i, tok in enumerate(argv):
         if tok == CONFIG_FLAG:
@@ -669,7 +713,7 @@ def parse_args(cls: type, argv: list[str] | None = None):
             argv = argv[:i] + argv[i + 1:]
             break
     if path is None:
-        return _cli(cls, argv)
+        return _cli(cls, argv, ctx)
     positional = argv[:1] if argv and not argv[0].startswith("-") else []  # a stage, e.g. `study.py run`
     try:
         data = read_config_file(path)
@@ -678,7 +722,7 @@ def parse_args(cls: type, argv: list[str] | None = None):
     except (ConfigError, ResultsError) as e:  # one line and exit code 2, as for any other bad flag
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
-    args = _cli(cls, positional + tokens + argv[len(positional):])
+    args = _cli(cls, positional + tokens + argv[len(positional):], ctx)
     fields = {f.name for f in dataclasses.fields(cls)}
     given = {_flag_name(tok, fields) for tok in argv[len(positional):] if tok.startswith("--")}
     if record is not None and given <= _RERUN_NEUTRAL:  # a rerun as recorded: checked against the plan

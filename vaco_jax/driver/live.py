@@ -46,7 +46,7 @@ def cell_run_name(index: int, lag_depth: int, seed: int) -> str:
 def scalar_values(row: dict, skip: Iterable[str] = ()) -> dict:
     """The tag -> value pairs of one result row: every finite-or-not number except the identifying
     columns (``ROW_KEYS`` and ``skip``); booleans (``diverged``) become 0/1."""
-    skip = set(ROW_KEYS) | set(skip)
+    skip = set(ROW_KEYS) | set(skip) | {"nonfinite"}  # a text column (empty reads back as NaN): no scalar
     out = {}
     for name, value in row.items():
         if name in skip or isinstance(value, str) or not np.isscalar(value):

@@ -4,7 +4,7 @@ Every finished group of a sweep writes ``GROUP/policies.npz`` (each cell's final
 value function and observation-normaliser statistics, with a checksum) next to ``GROUP/config.json`` (the group's
 settings); a single run (``vaco-train``) is a one-cell group, ``OUT/<name>/<env>/<method>/``. Then::
 
-    act = load_policy("runs/lag_sweep_cpu/inverted_double_pendulum/vaco", cell=3)
+    act = load_policy("runs/lag_sweep_demo/Hopper-v4/vaco", cell=6)
     action = act(observation)                     # the policy's mean, clipped to the action box
     action = act(observation, jax.random.key(0))  # a sample from the policy
 
@@ -103,7 +103,6 @@ def load_policy(directory: str, cell: int = 0):
     import jax.numpy as jnp
 
     from vaco_jax.core.config import make_traced
-    from vaco_jax.core.networks import normalize
     from vaco_jax.core.train import make_train
 
     directory = find_group(directory)
@@ -129,15 +128,7 @@ def load_policy(directory: str, cell: int = 0):
     params = fill("policy", template.learner.policy_params)
     normalizer = fill("normalizer", template.normalizer)
     env = trainer.env
-
-    @jax.jit
-    def _act(obs, key):
-        x = normalize(normalizer, jnp.asarray(obs, jnp.float32), config.normalize_observations)
-        mean, log_std = trainer.nets.policy_apply(params, x)
-        if key is not None:
-            mean = mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape)
-        return jnp.clip(mean, env.action_low, env.action_high)
-
+    _act = policy_act(trainer, config)
     obs_size = env.observation_size
 
     def act(obs, key=None):
@@ -145,6 +136,28 @@ def load_policy(directory: str, cell: int = 0):
         if not shape or shape[-1] != obs_size:
             raise ValueError(f"act: obs has shape {shape}; {config.env} observations have shape ({obs_size},) "
                              f"(or (batch, {obs_size}))")
-        return _act(obs, key)
+        return _act(params, normalizer, obs, key)
+
+    return act
+
+
+def policy_act(trainer, config):
+    """A jitted ``act(policy_params, normalizer, obs, key)`` of one cell's policy: the mean action (``key``
+    None) or a sample, clipped to the action box. ``load_policy`` binds it to a saved cell, and
+    ``--capture-video`` (driver/tracking.py) to a training cell's current one."""
+    import jax
+    import jax.numpy as jnp
+
+    from vaco_jax.core.networks import normalize
+
+    env = trainer.env
+
+    @jax.jit
+    def act(params, normalizer, obs, key):
+        x = normalize(normalizer, jnp.asarray(obs, jnp.float32), config.normalize_observations)
+        mean, log_std = trainer.nets.policy_apply(params, x)
+        if key is not None:
+            mean = mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape)
+        return jnp.clip(mean, env.action_low, env.action_high)
 
     return act

@@ -25,7 +25,7 @@ import math
 import os
 import shutil
 import time
-from typing import Sequence
+from typing import Any, Callable, Sequence
 import jax
 import numpy as np
 
@@ -37,6 +37,7 @@ from vaco_jax.driver.devices import _warn
 from vaco_jax.driver.grid import Cell, Group, PART_RE, _cell_from_row, check_cells, check_max_cells, split_group
 from vaco_jax.driver.program import group_program
 from vaco_jax.driver.provenance import UNRECORDED_SETTINGS
+from vaco_jax.driver.tracking import VIDEOS, GroupHooks, VideoOptions, WandbOptions, check_tracking
 from vaco_jax.errors import ConfigError
 
 
@@ -46,21 +47,30 @@ def check_max_chunks(max_chunks) -> None:
 
 
 def run_groups(run_dir: str, groups: Sequence[Group], progress: bool = True, max_chunks: int | None = None,
-               tensorboard: bool = False, max_cells_per_program: int | None = None) -> bool:
+               tensorboard: bool = False, max_cells_per_program: int | None = None,
+               wandb: WandbOptions | None = None, capture_video: VideoOptions | None = None) -> bool:
     """Run every group; with ``max_chunks`` each stops after that many chunks (a time-limited job:
     rerun the same command to continue). With ``tensorboard`` each group also writes live metrics to
-    ``RUN/tensorboard/GROUP/`` (vaco_jax/driver/live.py). With ``max_cells_per_program`` a group with more
-    cells runs as parts ``GROUP/part-J-of-M/``, one program each. Returns whether every group finished."""
+    ``RUN/tensorboard/GROUP/`` (vaco_jax/driver/live.py); with ``wandb`` W&B runs under ``RUN/wandb/``, with
+    ``capture_video`` videos under ``RUN/videos/GROUP/`` (vaco_jax/driver/tracking.py). With
+    ``max_cells_per_program`` a group with more cells runs as parts ``GROUP/part-J-of-M/``, one program
+    each. Returns whether every group finished."""
     check_max_chunks(max_chunks)
     check_max_cells(max_cells_per_program)
+    check_tracking([g.config for g in groups], [len(g.cells) for g in groups], wandb, capture_video)
+    if wandb is not None:
+        wandb = dataclasses.replace(wandb, dir=wandb.dir or run_dir)
     finished = True
     for whole in groups:
         parts = split_group(whole, max_cells_per_program)
         check_layout(run_dir, whole, len(parts))
         for g in parts:
+            video = None if capture_video is None else dataclasses.replace(
+                capture_video, dir=os.path.join(capture_video.dir or os.path.join(run_dir, VIDEOS), g.subdir))
             rows = run_group(g.config, list(g.cells), os.path.join(run_dir, g.subdir), progress=progress,
                              label=g.label or g.subdir, tags=dict(g.tags), max_chunks=max_chunks,
-                             tensorboard_dir=os.path.join(run_dir, "tensorboard", g.subdir) if tensorboard else None)
+                             tensorboard_dir=os.path.join(run_dir, "tensorboard", g.subdir) if tensorboard else None,
+                             wandb=wandb, capture_video=video)
             finished = finished and rows is not None
     if not finished:
         print(f"stopped after --max-chunks {max_chunks}; rerun the same command to continue")
@@ -171,7 +181,8 @@ def diagnostic_scores(rows: list[dict], skip: Sequence[str] = ()) -> dict:
 def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool = True,
               checkpoint: bool = True, trainer: Trainer | None = None, label: str = "",
               tags: dict | None = None, shard: bool = True, max_chunks: int | None = None,
-              tensorboard_dir: str | None = None) -> list[dict] | None:
+              tensorboard_dir: str | None = None, progress_fn: Callable[[int, dict], Any] | None = None,
+              wandb: WandbOptions | None = None, capture_video: VideoOptions | None = None) -> list[dict] | None:
     """Run (or resume, or skip when finished) one group; returns its score rows.
 
     Resuming verifies every file against the checkpoint (row counts per chunk, checksums); a damaged
@@ -186,9 +197,18 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
 
     ``tensorboard_dir``: also write each chunk's rows and staleness histograms as TensorBoard event
     files, one run per cell in ``tensorboard_dir/cell-<i>_B<lag>_s<seed>/`` (vaco_jax/driver/live.py).
+
+    After every chunk, once its files and checkpoint are written (vaco_jax/driver/tracking.py):
+    ``progress_fn(env_steps, metrics)`` is called once per cell, in cell order, with a copy of the cell's
+    ``curves.csv`` row (``cell``, ``chunk``, returns, diagnostics); an exception raised in it reaches the
+    caller and the same call resumes from the next chunk. ``wandb``: the chunk logged to one W&B run per
+    cell (files in ``wandb.dir``/wandb/, default the group directory). ``capture_video``: an MP4 of cell
+    ``capture_video.cell`` in ``capture_video.dir/cell-K/chunk-C.mp4`` (default dir: ``GROUP/videos``).
+    None of them changes a number.
     """
     tags = dict(tags or {})
     check_cells(cells, group_dir)
+    check_tracking([config], None, wandb, capture_video, progress_fn)
     scores_path = os.path.join(group_dir, "scores.csv")
     cell_rows = json.loads(json.dumps([c.row() for c in cells], default=str))
     if os.path.exists(scores_path) and not os.path.exists(os.path.join(group_dir, "cells.json")):
@@ -198,7 +218,8 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
         if old_rows != cell_rows:
             return _extend_group(config, cells, cell_rows, old_rows, group_dir, progress=progress,
                                  checkpoint=checkpoint, trainer=trainer, label=label, tags=tags, shard=shard,
-                                 max_chunks=max_chunks)
+                                 max_chunks=max_chunks, tensorboard_dir=tensorboard_dir, progress_fn=progress_fn,
+                                 wandb=wandb, capture_video=capture_video)
     if os.path.exists(scores_path):
         rows = results.read_table(scores_path, expect_rows=len(cells))
         check_finished_group(group_dir, config)
@@ -238,37 +259,46 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
                desc=label or f"{config.env}/{config.method} x{len(cells)}")
     stop = config.num_evals if max_chunks is None else min(config.num_evals, start + max_chunks)
     live = _live_writer(tensorboard_dir, cells)
-    for chunk in range(start, stop):
-        t0 = time.perf_counter()
-        state, metrics = program.chunk(state)
-        metrics = jax.device_get(metrics)
-        seconds = time.perf_counter() - t0
-        summary = chunk_summary(metrics)
-        phase_ret.append(np.asarray(metrics.phases.episode_return_sum)[: len(cells)])
-        phase_cnt.append(np.asarray(metrics.phases.episode_count)[: len(cells)])
-        stale.append(np.asarray(metrics.staleness_counts)[: len(cells)])
-        for i, cell in enumerate(cells):
-            row = {"env": config.env, "method": config.method, **tags, **cell.row(), "cell": i, "chunk": chunk}
-            row.update({k: np.asarray(v)[i].item() for k, v in summary.items()})
-            mark_nonfinite(row, [k for k in summary if k not in NOT_DIAGNOSTICS])
-            row["seconds"] = seconds
-            row["grid_steps_per_second"] = config.env_steps_per_chunk * program.padded / seconds
-            curve_rows.append(row)
-            if live is not None:
-                live.write(i, row, stale[-1][i], skip=list(tags) + list(cell.row()))
-        results.write_table(curves_path, curve_rows)
-        results.save_npz(stale_path, counts=np.stack(stale))
-        if checkpoint:
-            results.save_npz(phase_path, returns=np.stack(phase_ret), counts=np.stack(phase_cnt))
-            ckpt.save_checkpoint(ckpt_dir, program.unpad(state), chunk + 1)
-        bar.update(1)
-        evals = np.asarray(summary["eval_return"][: len(cells)], float)
-        evals = evals[np.isfinite(evals)]
-        bar.set_postfix(eval=f"{evals.mean():.0f}" if len(evals) else "n/a",
-                        sps=f"{config.env_steps_per_chunk * program.padded / seconds:.0f}")
-    bar.close()
-    if live is not None:
-        live.close()
+    hooks = GroupHooks(config, cells, label, tags, start, progress_fn, wandb, capture_video, group_dir)
+    failed = True
+    try:
+        for chunk in range(start, stop):
+            t0 = time.perf_counter()
+            state, metrics = program.chunk(state)
+            metrics = jax.device_get(metrics)
+            seconds = time.perf_counter() - t0
+            summary = chunk_summary(metrics)
+            phase_ret.append(np.asarray(metrics.phases.episode_return_sum)[: len(cells)])
+            phase_cnt.append(np.asarray(metrics.phases.episode_count)[: len(cells)])
+            stale.append(np.asarray(metrics.staleness_counts)[: len(cells)])
+            for i, cell in enumerate(cells):
+                row = {"env": config.env, "method": config.method, **tags, **cell.row(), "cell": i, "chunk": chunk}
+                row.update({k: np.asarray(v)[i].item() for k, v in summary.items()})
+                mark_nonfinite(row, [k for k in summary if k not in NOT_DIAGNOSTICS])
+                row["seconds"] = seconds
+                row["grid_steps_per_second"] = config.env_steps_per_chunk * program.padded / seconds
+                curve_rows.append(row)
+                if live is not None:
+                    live.write(i, row, stale[-1][i], skip=list(tags) + list(cell.row()))
+            results.write_table(curves_path, curve_rows)
+            results.save_npz(stale_path, counts=np.stack(stale))
+            if checkpoint:
+                results.save_npz(phase_path, returns=np.stack(phase_ret), counts=np.stack(phase_cnt))
+                ckpt.save_checkpoint(ckpt_dir, program.unpad(state), chunk + 1)
+            if hooks.active:  # after the chunk's files: a hook that fails leaves a run that resumes
+                hooks.after_chunk(chunk, curve_rows[-len(cells):], stale[-1], program, state,
+                                  [list(tags) + list(c.row()) for c in cells])
+            bar.update(1)
+            evals = np.asarray(summary["eval_return"][: len(cells)], float)
+            evals = evals[np.isfinite(evals)]
+            bar.set_postfix(eval=f"{evals.mean():.0f}" if len(evals) else "n/a",
+                            sps=f"{config.env_steps_per_chunk * program.padded / seconds:.0f}")
+        failed = False
+    finally:
+        bar.close()
+        if live is not None:
+            live.close()
+        hooks.close(failed)
     if stop < config.num_evals:
         return None
 
@@ -379,6 +409,11 @@ def _extend_group(config, cells, cell_rows, old_rows, group_dir, **kwargs):
     first = run_group(config, old, group_dir, **kwargs)
     if kwargs.get("tensorboard_dir"):
         kwargs = {**kwargs, "tensorboard_dir": os.path.join(kwargs["tensorboard_dir"], f"more_{digest}")}
+    if kwargs.get("capture_video") is not None:
+        video = kwargs["capture_video"]
+        where = video.dir or os.path.join(group_dir, VIDEOS)
+        kwargs = {**kwargs, "capture_video": dataclasses.replace(video, dir=os.path.join(where, f"more_{digest}"))}
+    kwargs["label"] = f"{kwargs.get('label') or ''}/more_{digest}".lstrip("/")
     more = run_group(config, new, os.path.join(group_dir, f"more_{digest}"), **kwargs)
     return None if first is None or more is None else first + more
 

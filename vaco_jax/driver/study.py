@@ -19,6 +19,7 @@ from vaco_jax.driver.grid import Cell, Group, _fmt, check_cells, check_max_cells
 from vaco_jax.driver.memory import memory_plan
 from vaco_jax.driver.provenance import check_identity, run_lock, shard_records, write_run_metadata
 from vaco_jax.driver.runner import check_group_settings, check_max_chunks, group_finished, run_group, run_groups
+from vaco_jax.driver.tracking import check_tracking, options_from_args, tracking_kwargs
 
 
 def random_scores(run_dir: str, tasks: Sequence[str], base_config: Config, episodes: int = 16) -> dict:
@@ -173,10 +174,15 @@ def run_study(run_dir: str, groups: Sequence[Group], args, spec: dict, prepare=N
                               "evaluation return) need evaluation episodes; allowed values: an integer >= 1")
     max_cells = getattr(args, "max_cells_per_program", None)
     check_max_cells(max_cells)
+    # --wandb, --capture-video: what they need, checked before anything is written
+    check_tracking([g.config for g in groups], [len(g.cells) for g in groups], *options_from_args(args))
     from vaco_jax.driver.cli import check_rerun
 
     check_rerun(args, groups)  # a group's own config.json: this plan is that group
     preflight(run_dir, groups)
+    if getattr(args, "dry_run", False):  # the plan, memory and time estimates; nothing compiled or written
+        dry_run(run_dir, groups, shard, cell, max_cells)
+        return False
     info = {**dataclasses.asdict(args), **spec}
     if cell is not None:
         print(plan_text(groups))
@@ -208,7 +214,35 @@ def run_study(run_dir: str, groups: Sequence[Group], args, spec: dict, prepare=N
         if prepare is not None:
             prepare()
         return run_groups(run_dir, groups, progress=args.progress, max_chunks=args.max_chunks,
-                          tensorboard=getattr(args, "tensorboard", False), max_cells_per_program=max_cells)
+                          tensorboard=getattr(args, "tensorboard", False), max_cells_per_program=max_cells,
+                          **tracking_kwargs(args))
+
+
+def dry_run(run_dir: str, groups: Sequence[Group], shard: str | None = None, cell: str | None = None,
+            max_cells: int | None = None) -> None:
+    """``--dry-run`` (driver/dryrun.py): what ``run_study`` would run with these flags, printed; nothing
+    compiled or written. With ``--shard I/N`` the shard's cells (numbered as in the whole plan), with
+    ``--cell`` the one cell re-run alone."""
+    from vaco_jax.driver import dryrun
+
+    if cell is not None:
+        group, j, k = select_cell(groups, cell)
+        one = dataclasses.replace(group, cells=(group.cells[j],))
+        where = os.path.join(run_dir, results.RERUN, group.subdir, f"cell-{k}")
+        dryrun.report(where, [one], plan=plan_text(groups) + f"\n--cell {cell}: cell {k} ({group.subdir}:{j}) "
+                                                             f"re-run alone into {where}, then compared")
+        return
+    if shard is not None:
+        index, count = parse_shard(shard)
+        part = shard_groups(groups, index, count)
+        first = index * sum(len(g.cells) for g in groups) // count
+        text = "\n".join(plan_text(part, first).splitlines()[1:])
+        dryrun.report(run_dir, part, max_cells, plan=f"{plan_text(groups)}\nshard {index}/{count}: "
+                      f"{sum(len(g.cells) for g in part)} cell(s) in {len(part)} group(s)\n{text}")
+        return
+    if shard_records(run_dir):
+        print(f"{run_dir} holds shards: a run without --shard merges them and runs nothing")
+    dryrun.report(run_dir, groups, max_cells)
 
 
 def preflight(run_dir: str, groups: Sequence[Group]) -> None:
@@ -247,7 +281,8 @@ def _run_shard(run_dir, groups, index, count, info, args, prepare, max_cells, di
         if prepare is not None:
             prepare()
         finished = run_groups(run_dir, part, progress=args.progress, max_chunks=args.max_chunks,
-                              tensorboard=getattr(args, "tensorboard", False), max_cells_per_program=max_cells)
+                              tensorboard=getattr(args, "tensorboard", False), max_cells_per_program=max_cells,
+                              **tracking_kwargs(args))
     if finished:
         print(f"shard {index}/{count} finished -> {run_dir}; " + (
             "waiting for the other processes; process 0 then merges" if distributed else _merge_text(run_dir, count)))

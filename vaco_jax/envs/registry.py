@@ -91,6 +91,12 @@ def env_source(name: str) -> str | None:
     return None
 
 
+def task_families() -> dict[str, list[str]]:
+    """The task names known without importing Brax or Playground, by where they come from: 'gymnasium',
+    'brax' (Brax's MuJoCo set), 'builtin', 'user' (``--help`` lists these; ``available_envs`` every name)."""
+    return {"gymnasium": list(GYM_TASKS), "brax": list(TASKS), "builtin": ["point_mass"], "user": sorted(_USER_ENVS)}
+
+
 def available_envs() -> list[str]:
     return sorted(set(TASKS) | {"point_mass"} | set(GYM_TASKS) | set(_USER_ENVS) | set(_brax_registered())
                   | set(playground_tasks()))

@@ -60,6 +60,27 @@ class StudyArgs:
 PER_GROUP = ("env", "method", "tv_denominator", "tv_scale", "tv_budget", "lag_depth")  # set per group or cell by this script: no flag for them
 Args = with_config_flags(StudyArgs, "Args", exclude=PER_GROUP)  # plus every other Config field as a flag
 
+CHOICES = {"variants": tuple(VARIANTS)}  # --help (driver/helptext.py)
+
+
+def base_configs(spec: dict) -> dict:
+    """variant -> its Config."""
+    return {v: Config(env=spec["task"], total_env_steps=spec["total_env_steps"], num_envs=spec["num_envs"],
+                      unroll_length=spec["unroll_length"], num_evals=spec["num_evals"],
+                      eval_episodes=spec["eval_episodes"], buffer_capacity=max(spec["lag_depths"]),
+                      **VARIANTS[v]) for v in spec["variants"]}
+
+
+HELP_DEFAULTS = {"buffer_capacity": "the largest --lag-depths (by --preset: " + "; ".join(
+    f"{p}: {max(s['lag_depths'])}" for p, s in PRESETS.items()) + ")"}  # --help (driver/helptext.py)
+
+
+def help_configs(preset: str) -> list:
+    """--help's defaults (driver/helptext.py): the configs a preset plans when no flag is given."""
+    spec = PRESETS[preset]
+    return [(spec["task"], c) for c in base_configs(spec).values()]
+
+
 def main(args: Args) -> str:
     spec = dict(PRESETS[args.preset])
     for key in ("variants", "deltas", "lag_depths", "seeds", "total_env_steps"):
@@ -70,10 +91,7 @@ def main(args: Args) -> str:
             raise ConfigError(f"variants: {v!r} is not valid; allowed values: {', '.join(VARIANTS)}")
     print(grid.preset_text(args.preset, spec))
     out = args.out or os.path.join("runs", f"delta_sweep_{args.preset}")
-    configs = {v: Config(env=spec["task"], total_env_steps=spec["total_env_steps"], num_envs=spec["num_envs"],
-                         unroll_length=spec["unroll_length"], num_evals=spec["num_evals"],
-                         eval_episodes=spec["eval_episodes"], buffer_capacity=max(spec["lag_depths"]),
-                         **VARIANTS[v]) for v in spec["variants"]}
+    configs = base_configs(spec)
     cells = tuple(grid.grid(spec["lag_depths"], spec["seeds"], tv_budget=list(spec["deltas"])))
     groups = grid.apply_sweep([grid.Group(config, cells, os.path.join(spec["task"], variant), variant,
                                             (("variant", variant),)) for variant, config in configs.items()],

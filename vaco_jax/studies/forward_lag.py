@@ -55,15 +55,13 @@ class StudyArgs:
 PER_GROUP = ("env", "method", "num_epochs", "num_minibatches")  # set per group by this script: no single flag for them
 Args = with_config_flags(StudyArgs, "Args", exclude=PER_GROUP)  # plus every other Config field as a flag
 
-def main(args: Args) -> str:
-    spec = dict(PRESETS[args.preset])
-    for key in ("methods", "epochs", "minibatches", "seeds", "total_env_steps"):
-        if getattr(args, key) is not None:
-            spec[key] = getattr(args, key)
-    print(grid.preset_text(args.preset, spec))
-    out = args.out or os.path.join("runs", f"forward_lag_{args.preset}")
+HELP_DEFAULTS = {"buffer_capacity": "--lag-depth's value (4 unless given)"}  # --help (driver/helptext.py)
+
+
+def base_configs(args: Args, spec: dict) -> dict:
+    """(method, E, M) -> its Config, every one built (and validated) before anything compiles."""
     configs = {}
-    for method in spec["methods"]:  # build (and validate) every config before compiling anything
+    for method in spec["methods"]:
         for e in spec["epochs"]:
             for m in spec["minibatches"]:
                 configs[(method, e, m)] = Config(
@@ -71,6 +69,23 @@ def main(args: Args) -> str:
                     total_env_steps=spec["total_env_steps"], num_envs=spec["num_envs"],
                     unroll_length=spec["unroll_length"], num_evals=spec["num_evals"],
                     eval_episodes=spec["eval_episodes"], buffer_capacity=max(args.lag_depth, 1))
+    return configs
+
+
+def help_configs(preset: str) -> list:
+    """--help's defaults (driver/helptext.py): the configs a preset plans when no flag is given."""
+    spec = PRESETS[preset]
+    return [(spec["task"], c) for c in base_configs(Args(preset=preset), spec).values()]
+
+
+def main(args: Args) -> str:
+    spec = dict(PRESETS[args.preset])
+    for key in ("methods", "epochs", "minibatches", "seeds", "total_env_steps"):
+        if getattr(args, key) is not None:
+            spec[key] = getattr(args, key)
+    print(grid.preset_text(args.preset, spec))
+    out = args.out or os.path.join("runs", f"forward_lag_{args.preset}")
+    configs = base_configs(args, spec)
     cells = tuple(grid.grid([args.lag_depth], spec["seeds"]))
     groups = grid.apply_sweep(
         [grid.Group(config, cells, os.path.join(spec["task"], method, f"e{e}_m{m}"), f"{method} E={e} M={m}",

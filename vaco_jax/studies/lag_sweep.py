@@ -31,6 +31,10 @@ from vaco_jax.core.methods import METHODS
 from vaco_jax.core.lag import LAG_MODELS
 
 PRESETS = {
+    # the main job (`make demo`): the project's question on a locomotion task, ~15 minutes on 2 CPU cores
+    "demo": dict(tasks=("Hopper-v4",), methods=("ppo_clip", "vaco"), lag_depths=(1, 8, 32), seeds=(0, 1, 2),
+                 total_env_steps=307_200, num_envs=None, unroll_length=None, num_evals=10, eval_episodes=8,
+                 buffer_capacity=32),
     # ~10 minutes on 2 CPU cores (BENCHMARKS.md)
     "cpu": dict(tasks=("inverted_double_pendulum",), methods=("ppo_clip", "vaco", "a3po", "ppo_ewma_revised"),
                 lag_depths=(1, 4, 16), seeds=(0, 1, 2), total_env_steps=300_000, num_envs=64,
@@ -57,7 +61,7 @@ PRESETS = {
 class StudyArgs:
     """Lag sweep: every (task, method) is one compiled, vmapped grid of lag depths x seeds."""
 
-    preset: Literal["cpu", "cpu_locomotion", "paper", "tiny"] = "cpu"  # the sizes in PRESETS; a flag given overrides its value
+    preset: Literal["demo", "cpu", "cpu_locomotion", "paper", "tiny"] = "demo"  # the sizes in PRESETS; a flag given overrides its value
     out: str = ""  # run directory; default runs/lag_sweep_<preset>
     tasks: tuple[str, ...] | None = None  # None: the preset's tasks
     methods: tuple[str, ...] | None = None  # None: the preset's methods (a group per task and method)
@@ -176,35 +180,83 @@ def main(args: Args) -> str:
     summary, _ = tables.summarise(run_dir, reps=args.bootstrap_reps)
     print(f"\nlag sweep finished in {time.perf_counter() - t0:.0f} s -> {run_dir}")
     print_table(summary)
+    line = headline(summary)
+    if line:
+        print(line)
     if args.figures:
         from vaco_jax.analysis import figures
         paths = figures.make_all(run_dir)
-        print("figures:", *paths, sep="\n  ")
+        print(f"{len(paths)} figures in {os.path.join(run_dir, 'figures')}; the README's is "
+              f"{os.path.join(run_dir, 'figures', README_FIGURE)}")
+    print(f"the table above: {os.path.join(run_dir, 'summary.csv')} (score auc_eval_return)")
     return run_dir
 
 
+README_FIGURE = "aggregate_vs_lag_auc_eval_return_normalized.png"  # the demo's figure the README shows
+
+
+def headline(summary: list[dict]) -> str:
+    """The sentence the README quotes from the demo's summary: at the deepest lag, the share of its own
+    B = 1 AUC each method keeps, and each method's AUC against synchronous PPO-Clip (IQM, 95% CIs).
+    Empty when the summary has neither."""
+    auc = [r for r in summary if r["score"] == "auc_eval_return" and r.get("aggregate") == "iqm"
+           and not r.get("setting")]
+    if not auc:
+        return ""
+    deepest = max(int(r["lag_depth"]) for r in auc)
+    order = sorted({r["method"] for r in auc}, key=lambda m: (m != "ppo_clip", m))
+
+    def at(method, normalization):
+        return next((r for r in auc if (r["method"], int(r["lag_depth"]), r["normalization"])
+                     == (method, deepest, normalization)), None)
+
+    def ci(r):
+        return f"{r['point']:.2f} [{r['low']:.2f}, {r['high']:.2f}]"
+
+    kept = [f"{METHODS[m].label or m} {ci(at(m, 'own_b1'))}" for m in order if at(m, "own_b1")]
+    level = [f"{METHODS[m].label or m} {ci(at(m, 'normalized'))}" for m in order if at(m, "normalized")]
+    parts = []
+    if kept:
+        parts.append(f"At B = {deepest} each method keeps this share of its own B = 1 AUC: " + ", ".join(kept))
+    if level:
+        parts.append("its AUC as a share of synchronous PPO-Clip's: " + ", ".join(level))
+    return "; ".join(parts) + " (IQM, 95% CI)."
+
+
 def print_table(summary: list[dict]) -> None:
-    """The IQM of the final eval return per method and lag depth; one block per setting when the
-    sweep had axes beyond method, lag depth and seed (summary.csv's ``setting`` column)."""
+    """The primary score per method and lag depth: the area under the evaluation curve (AUC; the final
+    return cannot separate methods at a task's ceiling), its IQM normalised to synchronous PPO-Clip
+    (raw where there is no PPO-Clip at B = 1), and the share of the method's own B = 1 AUC it keeps
+    (IQM, ``own_b1``); 95% stratified bootstrap CIs. One block per setting when the sweep had axes
+    beyond method, lag depth and seed (summary.csv's ``setting`` column)."""
     settings = sorted({r.get("setting", "") for r in summary})
     diverged, unstable = [], []
     for setting in settings:
-        part = [r for r in summary if r.get("setting", "") == setting and r["score"] == "final_eval_return"]
+        part = [r for r in summary if r.get("setting", "") == setting and r["score"] == "auc_eval_return"]
         norm = "normalized" if any(r["normalization"] == "normalized" for r in part) else "raw"
-        rows = [r for r in part if r["normalization"] == norm and r.get("aggregate") in ("iqm", "all_diverged")]
+
+        def pick(normalization):
+            return {(r["method"], r["lag_depth"]): r for r in part if r["normalization"] == normalization
+                    and r.get("aggregate") in ("iqm", "all_diverged", "all_missing", "none_left")}
+
+        level, kept = pick(norm), pick("own_b1")
         where = "" if len(settings) == 1 else (f"{setting}: " if setting else
                                                "methods that do not read the swept values: ")
         ref = "1.0 = synchronous PPO-Clip" + (" of the same setting" if len(settings) > 1 else "")
-        print(f"{where}IQM of final eval return ({norm}{'; ' + ref if norm == 'normalized' else ''}), "
-              "95% stratified bootstrap CI:")
-        print(f"{'method':<22}{'lag':>5}  {'IQM':>9}  {'95% CI':>21}  runs  diverged")
-        for r in sorted(rows, key=lambda r: (r["method"], r["lag_depth"])):
-            if r["aggregate"] == "all_diverged":
-                print(f"{r['method']:<22}{r['lag_depth']:>5}  {'every run diverged':>33}  {r['n_runs']:>4}  "
-                      f"{r['n_diverged']:>8}")
+        print(f"{where}IQM of the AUC (area under the evaluation curve; "
+              f"{norm + '; ' + ref if norm == 'normalized' else norm}) and the share of its own B = 1 AUC "
+              "each method keeps, 95% stratified bootstrap CIs:")
+        print(f"{'method':<22}{'B':>4}  {'AUC':>7}  {'95% CI':>17}  {'kept':>6}  {'95% CI':>15}  runs  diverged")
+        for key in sorted(level):
+            r, k = level[key], kept.get(key)
+            if r.get("aggregate") != "iqm":
+                why = {"all_diverged": "every run diverged", "all_missing": "no run has a score"}
+                cells = f"{why.get(r['aggregate'], 'no run left (diverged or no score)'):>51}"
             else:
-                print(f"{r['method']:<22}{r['lag_depth']:>5}  {r['point']:>9.3f}  [{r['low']:>9.3f}, "
-                      f"{r['high']:>9.3f}]  {r['n_runs']:>4}  {r['n_diverged']:>8}")
+                share = (f"{k['point']:>6.2f}  [{k['low']:>5.2f}, {k['high']:>5.2f}]"
+                         if k is not None and k.get("aggregate") == "iqm" else f"{'':>6}  {'':>14}")
+                cells = f"{r['point']:>7.3f}  [{r['low']:>6.3f}, {r['high']:>6.3f}]  {share}"
+            print(f"{r['method']:<22}{r['lag_depth']:>4}  {cells}  {r['n_runs']:>4}  {r['n_diverged']:>8}")
             where_cell = f"{r['method']} B={r['lag_depth']}" + (f" {setting}" if setting else "")
             if int(r["n_diverged"]):
                 diverged.append((int(r["n_diverged"]), f"{where_cell} ({r['n_diverged']})"))

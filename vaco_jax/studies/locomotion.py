@@ -71,6 +71,12 @@ class Args:
     max_chunks: int | None = None  # stop every group after this many chunks; rerun to continue
     bootstrap_reps: int = 2000  # bootstrap resamples of each run directory's summary (and of the report's figures)
     figures: str = FIGURES  # report: where the study's figures go
+    # run: print the units this call would start with (their plan, memory and time estimates) and exit; nothing
+    # is compiled or written
+    dry_run: bool = False
+
+
+HELP_DEFAULTS = {"minutes": "none: run needs --minutes or --units"}  # --help (driver/helptext.py)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -393,11 +399,48 @@ def select(units: list[Unit], args: Args, budget: float | None = None, first: bo
     return out
 
 
+def check_dry_run(args) -> None:
+    if args.dry_run and args.stage == "report":
+        raise ConfigError("dry_run: --dry-run applies to run (plan runs nothing; report writes the verdicts and "
+                          "figures)")
+
+
+def dry_run_units(units: list[Unit], digest: str, args, tuned_needed: bool = False) -> list:
+    """``run --dry-run``: the units this call would start with (``select``, as ``run`` chooses its first
+    round), each unit's plan, memory estimate and estimated minutes at the protocol's measured rates;
+    nothing compiled or written (a changed protocol is reported, not recorded)."""
+    from vaco_jax.driver import dryrun
+
+    try:
+        check_protocol_unchanged(args.results, digest, "", args.protocol)
+    except ConfigError as e:
+        if not args.deviation:
+            raise
+        print(f"{e}: a run records the --deviation given first")
+    chosen = select(units, args, args.minutes, first=True)
+    if not chosen:
+        print("every unit has finished" if all(_finished(args, u) for u in units) else
+              "nothing to run: the next units wait for tuning to be frozen (run `plan`)")
+        return []
+    if tuned_needed and any(u.stage == "study" for u in chosen):
+        raise ConfigError("units: study units need the frozen tuning; finish the tuning units first")
+    print(f"protocol sha256 {digest}; a run would start with: {', '.join(u.name for u in chosen)} "
+          f"(~{sum(u.minutes for u in chosen):.0f} min at the protocol's measured rates; it plans again after "
+          "each round)")
+    for u in chosen:
+        print(f"\n== unit {u.name}")
+        dryrun.report(os.path.join(args.runs, u.stage), [u.group],
+                      estimate=[f"time estimate: ~{u.minutes:.1f} min ({u.runs} runs x the protocol's env steps "
+                                f"at its measured rate for {u.group.config.env})"])
+    return []
+
+
 def main(args: Args) -> list[str]:
     from vaco_jax.analysis import tables
     from vaco_jax.driver import runner, study
     p, digest = load_protocol(args.protocol)
     check_protocol(p)
+    check_dry_run(args)
     if args.stage == "report":
         print(report(p, args.results))
         paths = draw_figures(p, args.results, args.figures, args.bootstrap_reps)
@@ -410,6 +453,8 @@ def main(args: Args) -> list[str]:
         return []
     if not args.units and (args.minutes is None or not args.minutes > 0):
         raise ConfigError(f"minutes={args.minutes!r}: give --minutes (a positive number) or --units")
+    if args.dry_run:
+        return dry_run_units(units, digest, args, tuned_needed=tuned is None)
     check_protocol_unchanged(args.results, digest, args.deviation)
     listed = {r["unit"] for r in _manifest(args.results)}
     for u in units:  # finished in a run directory but stopped before its tables were copied

@@ -94,18 +94,24 @@ def report(run_dir: str = RUN_DIR) -> str:
     return text
 
 
+USAGE = ("usage: python experiments/locomotion_pilot.py run [LAG-SWEEP FLAGS] | report\n\n"
+         "run: the lag sweep with the pilot's settings (`run --help` lists the lag sweep's flags, e.g. --dry-run: "
+         "the plan, memory and time estimates, nothing run); report: the pilot's table from its run directory")
+
+
 def main(argv: list[str]) -> None:
     if argv[:1] == ["run"]:
         from vaco_jax.studies import lag_sweep
-        import tyro
 
-        from vaco_jax.driver.cli import cli_main
+        from vaco_jax.driver.cli import cli_main, parse_args
 
-        cli_main(lag_sweep.main, tyro.cli(lag_sweep.Args, args=command() + argv[1:]))
+        cli_main(lag_sweep.main, parse_args(lag_sweep.Args, command() + argv[1:]))
     elif argv[:1] == ["report"]:
         print(report())
+    elif argv[:1] in (["-h"], ["--help"]):
+        print(USAGE)
     else:
-        raise SystemExit("usage: python experiments/locomotion_pilot.py run|report")
+        raise SystemExit(USAGE)
 
 
 def cli() -> None:

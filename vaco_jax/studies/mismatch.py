@@ -61,13 +61,11 @@ class StudyArgs:
 PER_GROUP = ("env", "method", "actor_dtype", "old_logit_source", "lag_depth")  # set per group by this script: no single flag for them
 Args = with_config_flags(StudyArgs, "Args", exclude=PER_GROUP)  # plus every other Config field as a flag
 
-def main(args: Args) -> str:
-    spec = dict(PRESETS[args.preset])
-    for key in ("method", "dtypes", "sources", "lag_depths", "seeds", "total_env_steps"):
-        if getattr(args, key) is not None:
-            spec[key] = getattr(args, key)
-    print(grid.preset_text(args.preset, spec))
-    out = args.out or os.path.join("runs", f"mismatch_{args.preset}")
+CHOICES = {"dtypes": ("float32", "bfloat16", "float16"), "sources": ("snapshot", "infer", "recompute")}  # --help
+
+
+def base_configs(args: Args, spec: dict) -> dict:
+    """(method, actor dtype, old-logit source) -> its Config."""
     common = dict(env=spec["task"], total_env_steps=spec["total_env_steps"], num_envs=spec["num_envs"],
                   unroll_length=spec["unroll_length"], num_evals=spec["num_evals"],
                   eval_episodes=spec["eval_episodes"], buffer_capacity=max(spec["lag_depths"]))
@@ -79,6 +77,27 @@ def main(args: Args) -> str:
         if args.include_ewma_revised:
             configs[("ppo_ewma_revised", dtype, "ewma_revised")] = Config(
                 method="ppo_ewma_revised", actor_dtype=dtype, old_logit_source="ewma_revised", **common)
+    return configs
+
+
+HELP_DEFAULTS = {"buffer_capacity": "the largest --lag-depths (by --preset: " + "; ".join(
+    f"{p}: {max(s['lag_depths'])}" for p, s in PRESETS.items()) + ")"}  # --help (driver/helptext.py)
+
+
+def help_configs(preset: str) -> list:
+    """--help's defaults (driver/helptext.py): the configs a preset plans when no flag is given."""
+    spec = PRESETS[preset]
+    return [(spec["task"], c) for c in base_configs(Args(preset=preset), spec).values()]
+
+
+def main(args: Args) -> str:
+    spec = dict(PRESETS[args.preset])
+    for key in ("method", "dtypes", "sources", "lag_depths", "seeds", "total_env_steps"):
+        if getattr(args, key) is not None:
+            spec[key] = getattr(args, key)
+    print(grid.preset_text(args.preset, spec))
+    out = args.out or os.path.join("runs", f"mismatch_{args.preset}")
+    configs = base_configs(args, spec)
     cells = tuple(grid.grid(spec["lag_depths"], spec["seeds"]))
     groups = grid.apply_sweep(
         [grid.Group(config, cells, os.path.join(spec["task"], method, f"{dtype}_{source}"),

@@ -6,8 +6,8 @@ Several run directories are merged (docs/scale.md: the shards of a sweep written
 directories); the tables and figures go into the first one, or ``--out``. The shards of a sweep
 written into one directory are found in it (``GROUP/shard-I-of-N/``) without listing them.
 
-    python experiments/plot.py runs/lag_sweep_cpu
-    python experiments/plot.py runs/lag_sweep_cpu --no-summarise      # use the existing summary.csv
+    python experiments/plot.py runs/lag_sweep_demo
+    python experiments/plot.py runs/lag_sweep_demo --no-summarise      # use the existing summary.csv
     python experiments/plot.py runs/part0 runs/part1 --out runs/merged
 """
 

@@ -56,8 +56,14 @@ class Args:
     num_envs: int = 64  # parallel envs per run
     num_evals: int = 10  # evaluations per run (learning-curve points)
     eval_episodes: int = 8  # episodes per evaluation (stochastic: docs/evaluation.md)
-    learning_rate: float | None = None  # None: the Config default (3e-4); the study's tuning grid tops at 1e-3
+    learning_rate: float | None = None  # the Config default, 3e-4, unless given; the study's tuning grid tops at 1e-3
     progress: bool = True  # a progress bar per group (--no-progress for logs)
+    # print the lag sweep's plan, its memory and time estimates, and exit: nothing is compiled or written
+    dry_run: bool = False
+
+
+# --help: the tasks a screen takes (those with a reachable score)
+CHOICES = {"tasks": tuple(REACHABLE)}
 
 
 def screen_rows(run_dir: str, tasks) -> list[dict]:
@@ -112,6 +118,8 @@ def main(args: Args) -> list[dict]:
     from vaco_jax.studies import lag_sweep
 
     lag_sweep.main(lag_sweep.Args(**sweep_settings(args)))
+    if args.dry_run:
+        return []
     return write_table(args.out, args.tasks)
 
 
@@ -121,7 +129,7 @@ def sweep_settings(args: Args) -> dict:
     return dict(preset="cpu", out=args.out, tasks=tuple(args.tasks), methods=("ppo_clip",), lag_depths=(1, 16),
                 seeds=SEEDS, total_env_steps=args.total_env_steps, num_envs=args.num_envs, num_evals=args.num_evals,
                 eval_episodes=args.eval_episodes, learning_rate=args.learning_rate, figures=False,
-                progress=args.progress, bootstrap_reps=200,
+                progress=args.progress, bootstrap_reps=200, dry_run=args.dry_run,
                 # the committed screens were drawn with it (docs/estimators.md, "Minibatches"): one protocol
                 minibatch_shuffle="sort")
 

@@ -66,6 +66,12 @@ class Args:
     minutes: float | None = None  # real, sim: start no run or sweep that would end after this many minutes
     progress: bool = True  # a line per real run and a progress bar per simulated group
     bootstrap_reps: int = 2000  # bootstrap resamples of the report's intervals
+    # real, sim: print what the stage would run (sim: the lag sweeps' plans, memory and time estimates) and exit;
+    # nothing is run or written
+    dry_run: bool = False
+
+
+HELP_DEFAULTS = {"minutes": "no limit"}  # --help (driver/helptext.py)
 
 
 def configurations(spec: dict) -> list[dict]:
@@ -95,7 +101,9 @@ def protocol(spec: dict) -> dict:
             "control_shift": CONTROL_SHIFT, "scores": list(SCORES), "variants": list(VARIANTS)}
 
 
-def _fix_protocol(out: str, spec: dict) -> None:
+def _fix_protocol(out: str, spec: dict, write: bool = True) -> None:
+    """``OUT/protocol.json``: written by the first stage that runs, then every stage's settings must equal
+    it (checked, not written, with ``write=False``)."""
     from vaco_jax.analysis import results
 
     path = os.path.join(out, "protocol.json")
@@ -106,6 +114,8 @@ def _fix_protocol(out: str, spec: dict) -> None:
 
         if json.loads(json.dumps(mine)) != theirs:
             raise ConfigError(f"out: {out} holds a study run under another protocol ({path}); use another --out")
+        return
+    if not write:
         return
     os.makedirs(out, exist_ok=True)
     results.write_json(path, mine)
@@ -223,7 +233,10 @@ def sim(args: Args, spec: dict) -> None:
                 num_envs=sizes.get("num_envs", config.num_envs), unroll_length=sizes.get("unroll_length", config.unroll_length),
                 num_evals=spec["num_evals"], eval_episodes=spec["eval_episodes"], buffer_capacity=spec["buffer_capacity"],
                 envs_per_actor=config.num_envs // c["num_actors"], out=work,
-                progress=args.progress, figures=False, bootstrap_reps=min(args.bootstrap_reps, 200), **extra))
+                progress=args.progress, figures=False, bootstrap_reps=min(args.bootstrap_reps, 200),
+                dry_run=args.dry_run, **extra))
+            if args.dry_run:
+                continue
             src = os.path.join(work, spec["task"], method)
             os.makedirs(dst, exist_ok=True)
             results.write_table(os.path.join(dst, REALISED), realised_ages(src))
@@ -406,7 +419,14 @@ def main(args: Args):
     if args.stage == "plan":
         print(plan_text(args, spec))
         return None
-    _fix_protocol(args.out, spec)
+    if args.dry_run and args.stage == "report":
+        raise ConfigError("dry_run: --dry-run applies to real and sim (plan runs nothing; report writes the tables)")
+    _fix_protocol(args.out, spec, write=not args.dry_run)
+    if args.dry_run and args.stage == "real":
+        print(plan_text(args, spec))
+        print("dry run: nothing run or written (the real runs are threads on this machine's cores, timed as they go: "
+              "no estimate beyond the plan's)")
+        return None
     if args.stage == "real":
         return real(args, spec)
     if args.stage == "sim":

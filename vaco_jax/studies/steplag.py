@@ -56,6 +56,12 @@ class Args:
     max_chunks: int | None = None  # stop every group after this many chunks; rerun to continue
     bootstrap_reps: int = 2000  # bootstrap resamples of each run directory's summary and of the stability rule
     figures: str = os.path.join("docs", "figures", "steplag")  # report: where the surface figures go
+    # run: print the units this call would start with (their plan, memory and time estimates) and exit; nothing
+    # is compiled or written
+    dry_run: bool = False
+
+
+HELP_DEFAULTS = first.HELP_DEFAULTS  # --help (driver/helptext.py)
 
 
 # ----------------------------------------------------------------------------- the protocol
@@ -269,6 +275,7 @@ def main(args: Args) -> list[str]:
     from vaco_jax.driver import study
     p, digest = first.load_protocol(args.protocol)
     check_protocol(p)
+    first.check_dry_run(args)
     if args.stage == "report":
         print(report(p, args.results, args.bootstrap_reps))
         paths = draw_figures(p, args.results, args.figures)
@@ -281,6 +288,8 @@ def main(args: Args) -> list[str]:
         return []
     if not args.units and (args.minutes is None or not args.minutes > 0):
         raise ConfigError(f"minutes={args.minutes!r}: give --minutes (a positive number) or --units")
+    if args.dry_run:
+        return first.dry_run_units(units, digest, args)
     first.check_protocol_unchanged(args.results, digest, args.deviation, args.protocol)
     start, done, measured, estimated = time.perf_counter(), [], 0.0, 0.0
     while True:  # plan again after every round: the check's outcome and finished surfaces change the units

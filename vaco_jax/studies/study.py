@@ -127,6 +127,12 @@ DESIGNS = {
 }
 
 
+# --help: the values its flags take (cli.grouped) and what a flag left unset means (driver/helptext.py)
+CHOICES = {"methods": tuple(STEP_KNOB), "tasks": tuple(TASKS), "designs": tuple(DESIGNS)}
+HELP_DEFAULTS = {"learning_rates": " ".join(f"{v:g}" for v in LEARNING_RATES),
+                 "methods": "every method of the chosen designs"}
+
+
 @dataclasses.dataclass
 class Args:
     """The evidence study: tune each method's step size at B = 1, then run the designs of the claims."""
@@ -145,6 +151,9 @@ class Args:
     cell: str | None = None  # re-run one cell of an existing stage alone (its number from the printed plan)
     tensorboard: bool = False  # per-cell scalars as TensorBoard event files, readable while a group runs
     distributed: bool = False  # experimental: one stage over several processes' devices (docs/scale.md)
+    # tune, run: print the plan (groups, cells and their --cell numbers), the memory and time estimates, and exit;
+    # nothing is compiled or written
+    dry_run: bool = False
     bootstrap_reps: int = 2000  # bootstrap resamples of the summaries' confidence intervals
     # tune: the grid's learning rates (default: LEARNING_RATES); a new grid is a new --out
     learning_rates: tuple[float, ...] | None = None
@@ -424,6 +433,9 @@ def main(args: Args) -> list[str]:
     from vaco_jax.driver import study
     check_args(args)
     done = []
+    if args.stage == "cost" and args.dry_run:
+        raise ConfigError("dry_run: --dry-run plans the stages tune and run; cost times the learner (it has no plan "
+                          "to print)")
     if args.stage == "cost":
         path = measure_cost(args.out, args.tasks, args.cost_rounds, args.cost_calls)
         return [path] if path else []
