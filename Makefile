@@ -1,6 +1,6 @@
 # Two commands on a fresh machine (Python 3.11; PYTHON=python3.12 VENV=.venv312 for 3.12): each installs
 # what is missing, then runs.
-#   make demo   the main job: the lag sweep's CPU preset (scores, statistics, figures in runs/lag_sweep_cpu/)
+#   make demo   the main job: the lag sweep on Hopper-v4, PPO-Clip and VACO at B = 1, 8, 32 (runs/lag_sweep_demo/)
 #   make test   the test suite (what CI runs)
 #   make test-fast  the unit tests only (no MJX compile, no long training): the loop while editing
 PYTHON ?= python3.11

@@ -62,3 +62,20 @@ def test_the_python_example_compiles_and_its_imports_resolve():
     imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
     assert imports
     exec(compile(ast.Module(body=imports, type_ignores=[]), "README", "exec"), {})
+
+
+def test_the_main_jobs_numbers_and_figure_are_its_committed_runs():
+    """The README quotes `make demo`'s headline from its committed run (results/demo/summary.csv), word for
+    word, and shows the figure rebuild_docs draws from that run (its --check compares the pixels)."""
+    from vaco_jax.analysis import results
+    from vaco_jax.studies.lag_sweep import headline
+    from vaco_jax.studies.rebuild_docs import DEMO, DEMO_FIGURE
+
+    summary = results.read_table(os.path.join(ROOT, DEMO, "summary.csv"))
+    line = headline(summary)
+    assert line.startswith("At B = 32 ")
+    readme = " ".join(open(os.path.join(ROOT, "README.md")).read().split())
+    assert line in readme, f"README.md does not quote results/demo's headline: {line}"
+    assert f"]({DEMO_FIGURE})" in readme and os.path.exists(os.path.join(ROOT, DEMO_FIGURE))
+    run = results.read_json(os.path.join(ROOT, DEMO, "run.json"))
+    assert "Hopper-v4/ppo_clip" in str(run) and "Hopper-v4/vaco" in str(run)

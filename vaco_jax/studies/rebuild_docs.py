@@ -54,6 +54,10 @@ FIGURES = (  # paper width (<= 7 in, FIGURE_MAX_INCHES); one-task figures drop t
     ("staleness", "plot_staleness", ()),
 )
 FIGURE_MAX_INCHES = 7.0
+# The main job's committed run (`make demo`'s runs/lag_sweep_demo/, copied without its figures) and the
+# README's figure drawn from it.
+DEMO = os.path.join("results", "demo")
+DEMO_FIGURE = os.path.join(FIGURE_DIR, "demo_auc.png")
 # The fourth screen: DM Control tasks at the learning rate every method chose (results/screens_lr1e-3/).
 SCREENS_LR = ("CartpoleSwingup_2m", "PointMass_1m", "CartpoleBalance_600k")
 # Two renderings of one figure "match" when no pixel channel differs by more than this (colours in
@@ -321,16 +325,32 @@ def write_figures(build: Build) -> list[str]:
     return written
 
 
+def write_demo_figure(build: Build) -> list[str]:
+    """The README's figure: the main job's AUC against lag depth, from its committed run ``results/demo``."""
+    if not os.path.exists(build.src(DEMO, "summary.csv")):
+        print(f"[rebuild_docs] no {DEMO}/summary.csv: {DEMO_FIGURE} not drawn")
+        return []
+    from matplotlib import style
+
+    from vaco_jax.analysis import figures
+    os.makedirs(build.dst(FIGURE_DIR), exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp, style.context("default"):
+        paths = figures.plot_aggregate_vs_lag(build.src(DEMO), "auc_eval_return", "normalized", figures_dir=tmp)
+        results.atomic_copy(next(p for p in paths if p.endswith(".png")), build.dst(DEMO_FIGURE))
+    return [DEMO_FIGURE]
+
+
 def build_all(build: Build) -> list[str]:
     """Every output under ``build.out``; returns their paths relative to it. FINDINGS.md's markers are
     checked before anything is written; claims.csv comes first: FINDINGS.md's claims table reads it."""
     blocks(_findings_text(build))
-    return write_claims(build) + write_findings(build) + write_figures(build)
+    return write_claims(build) + write_findings(build) + write_figures(build) + write_demo_figure(build)
 
 
 def owned(root: str) -> list[str]:
     """The outputs of this script that exist under ``root`` (whether or not they would be produced now)."""
     found = [c for c in (CLAIMS, CLAIMS_AUC) for c in (c, c + results.CHECKSUM_SUFFIX) if os.path.exists(os.path.join(root, c))]
+    found += [DEMO_FIGURE] if os.path.exists(os.path.join(root, DEMO_FIGURE)) else []
     pattern = os.path.join(root, FIGURE_DIR, f"{FIGURE_PREFIX}*.png")
     return found + sorted(os.path.relpath(p, root) for p in glob.glob(pattern))
 
