@@ -190,7 +190,8 @@ def test_render_says_the_steps_it_took(monkeypatch, single, capsys):
     monkeypatch.setattr(render, "write_mp4", lambda frames, path, fps: None)
     monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/" + name)
     _render(single.run_dir, monkeypatch, steps=5, out=os.devnull)
-    assert "cell 0: 5 steps (6 frames)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "cell 0 (B = " in out and ", seed " in out and "): 5 steps (6 frames)" in out  # what the cell is, too
 
 
 def test_load_policy_takes_a_run_directory_of_one_group_and_lists_several(tmp_path, single):

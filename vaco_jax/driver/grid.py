@@ -236,7 +236,7 @@ def plan_text(groups: Sequence[Group], first: int = 0) -> str:
     ``first`` (a shard's cells keep their numbers in the whole plan)."""
     total = sum(len(g.cells) for g in groups)
     lines = [f"plan: {len(groups)} group(s), one compiled program each; {total} cell(s) in all "
-             "(cell numbers as --cell takes them)"]
+             "(numbered as a study's --cell takes them; vaco-render --cell counts from 0 within a group)"]
     for g in groups:
         axes = {}
         for c in g.cells:

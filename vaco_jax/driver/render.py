@@ -250,8 +250,13 @@ def main(args: Args) -> str:
         write_html(env, cores, out)
     else:
         write_mp4(frames_of(scene, cores, args.width, args.height), out, args.fps)
-    print(f"{config.env} / {config.method}, cell {args.cell}: {taken} steps ({len(cores)} frames), return "
-          f"{total:.1f} -> {out}")
+    from vaco_jax.analysis import results
+
+    cell = results.read_cells(directory)[args.cell]  # what the cell is: its lag depth, seed and knobs
+    what = ", ".join([f"B = {cell.get('lag_depth')}", f"seed {cell.get('seed')}"]
+                     + [f"{k} = {v}" for k, v in cell.items() if k not in ("lag_depth", "seed")])
+    print(f"{config.env} / {config.method}, cell {args.cell} ({what}): {taken} steps ({len(cores)} frames), "
+          f"return {total:.1f} -> {out}")
     return out
 
 
