@@ -41,10 +41,12 @@ def test_the_study_end_to_end_on_point_mass(tmp_path, monkeypatch, capsys):
     assert svr.main(args("real")) == []  # finished runs are kept
     for seed in (0, 1):
         run = os.path.join(out, "real", "async2", "ppo_clip", f"seed{seed}")
-        assert sorted(os.listdir(run)) == ["age_histogram.csv", "curve.csv", "record.csv", "score.json"]
+        assert sorted(os.listdir(run)) == ["age_histogram.csv", "curve.csv", "curve.csv.sha256", "record.csv",
+                                           "record.csv.sha256", "score.json"]
     svr.main(args("sim", minutes=1e-6))
     assert "--minutes 1e-06 reached" in capsys.readouterr().out
-    assert sorted(os.listdir(os.path.join(out, "sim", "sync2", "ppo_clip"))) == sorted(svr.SIM_TABLES)
+    assert sorted(os.listdir(os.path.join(out, "sim", "sync2", "ppo_clip"))) == sorted(
+        list(svr.SIM_TABLES) + [t + ".sha256" for t in svr.SIM_TABLES if t.endswith(".csv")])  # tables' checksums
     assert not os.path.exists(os.path.join(out, "sim", "async2"))
     with pytest.raises(ConfigError, match="run the 'sim' stage first"):
         svr.main(args("report"))
