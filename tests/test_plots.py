@@ -265,13 +265,19 @@ def test_reviewer_figures(run_dir, name):
             assert _png_width_inches(p) <= 7.0 + 1e-6, p
 
 
-def test_reviewer_figures_one_task_and_make_all(tmp_path):
+def _one_task_run(tmp_path) -> str:
+    """A run directory of one task (hopper), every method, the module's lag depths and seeds."""
     run = str(tmp_path / "one")
     rng = np.random.default_rng(5)
     os.makedirs(run)
     results.write_json(os.path.join(run, "random_scores.json"), RANDOM)
     for method in METHODS:
         _write_group(os.path.join(run, "hopper", method), "hopper", method, LAGS, SEEDS, {}, rng, quality=1.0)
+    return run
+
+
+def test_reviewer_figures_one_task_and_make_all(tmp_path):
+    run = _one_task_run(tmp_path)
     _write_staleness(run)
     paths = figures.make_all(run, reps=100)
     names = {os.path.basename(p) for p in paths}
@@ -417,12 +423,7 @@ def test_plural_text():
 
 
 def test_a_one_task_figure_says_1_task(tmp_path):
-    run = str(tmp_path / "one")
-    rng = np.random.default_rng(5)
-    os.makedirs(run)
-    results.write_json(os.path.join(run, "random_scores.json"), RANDOM)
-    for method in METHODS:
-        _write_group(os.path.join(run, "hopper", method), "hopper", method, LAGS, SEEDS, {}, rng, quality=1.0)
+    run = _one_task_run(tmp_path)
     tables.summarise(run, reps=50)
     fig = _drawn_by(figures, figures.plot_aggregate_vs_lag, run)
     assert fig.get_suptitle().endswith(", 1 task, 2–3 runs per point")  # VACO at B = 4: one run diverged
