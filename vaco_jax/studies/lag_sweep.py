@@ -31,7 +31,7 @@ from vaco_jax.core.methods import METHODS
 from vaco_jax.core.lag import LAG_MODELS
 
 PRESETS = {
-    # the main job (`make demo`): the project's question on a locomotion task, ~15 minutes on 2 CPU cores
+    # the main job (`make demo`): the project's question on a locomotion task, sized for 2 CPU cores (BENCHMARKS.md)
     "demo": dict(tasks=("Hopper-v4",), methods=("ppo_clip", "vaco"), lag_depths=(1, 8, 32), seeds=(0, 1, 2),
                  total_env_steps=307_200, num_envs=None, unroll_length=None, num_evals=10, eval_episodes=8,
                  buffer_capacity=32),
