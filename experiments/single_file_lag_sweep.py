@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from typing import Annotated
 
 import jax
 import jax.numpy as jnp
@@ -33,16 +34,21 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
+# --help as every vaco command shows it: 200_000 (not 200000), and INT with the task's value (not {None}|INT)
+DIGITS_GROUPED = tyro.conf.arg(help_behavior_hint=lambda d: f"(default: {int(d):_})")
+TASKS_OWN = tyro.conf.arg(metavar="INT", help_behavior_hint="(default: the task's own)")
+
+
 @dataclasses.dataclass
 class Args:
     env: str = "Hopper-v4"  # a Gymnasium task (its own defaults apply) or 'point_mass' (the tiny pure-JAX task)
     method: str = "vaco"  # any name in vaco_jax.METHODS
     lag_depths: tuple[int, ...] = (1, 8, 32)  # B: each actor acts with a policy up to B - 1 versions old
     seeds: tuple[int, ...] = (0, 1, 2)
-    total_env_steps: int = 200_000  # per run
+    total_env_steps: Annotated[int, DIGITS_GROUPED] = 200_000  # per run
     num_evals: int = 10  # evaluation points per run: the learning curve the AUC is taken over
-    num_envs: int | None = None  # None: the task's default
-    unroll_length: int | None = None  # None: the task's default
+    num_envs: Annotated[int | None, TASKS_OWN] = None  # parallel environments
+    unroll_length: Annotated[int | None, TASKS_OWN] = None  # env steps per env per phase
     out: str = "runs/single_file_lag_sweep"
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from typing import Annotated
 
 import jax
 import jax.numpy as jnp
@@ -32,6 +33,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
+# --help as every vaco command shows it: 200_000 (not 200000), and INT with the task's value (not {None}|INT)
+DIGITS_GROUPED = tyro.conf.arg(help_behavior_hint=lambda d: f"(default: {int(d):_})")
+TASKS_OWN = tyro.conf.arg(metavar="INT", help_behavior_hint="(default: the task's own)")
+
+
 @dataclasses.dataclass
 class Args:
     env: str = "Hopper-v4"  # a Gymnasium task (its own defaults apply) or 'point_mass' (the tiny pure-JAX task)
@@ -39,10 +45,10 @@ class Args:
     factors: tuple[float, ...] = (0.3, 1.0, 3.0)  # step sizes: these multiples of the method's default
     lag_depths: tuple[int, ...] = (1, 16)
     seeds: tuple[int, ...] = (0, 1)
-    total_env_steps: int = 200_000
+    total_env_steps: Annotated[int, DIGITS_GROUPED] = 200_000
     num_evals: int = 10
-    num_envs: int | None = None  # None: the task's default
-    unroll_length: int | None = None  # None: the task's default
+    num_envs: Annotated[int | None, TASKS_OWN] = None  # parallel environments
+    unroll_length: Annotated[int | None, TASKS_OWN] = None  # env steps per env per phase
     out: str = "runs/single_file_step_lag"
 
 

@@ -40,6 +40,20 @@ def test_there_are_at_least_two_and_each_is_short_and_uses_public_names_only():
                 assert not any(a.name.startswith("vaco_jax.") for a in node.names), name
 
 
+@pytest.mark.parametrize("name", FILES)
+def test_help_shows_what_a_user_types(name, monkeypatch, capsys):
+    """As every vaco command's (test_help_truth): INT for a flag left to the task (not {None}|INT, not
+    (default: None)), 200_000 for a budget."""
+    import tyro
+
+    monkeypatch.setenv("COLUMNS", "120")
+    with pytest.raises(SystemExit):
+        tyro.cli(_load(name).Args, args=["--help"])
+    text = capsys.readouterr().out
+    assert "None" not in text and "--num-envs INT" in text and "(default: the task's own)" in text
+    assert "(default: 200_000)" in text
+
+
 def test_the_lag_sweep_runs_whole_and_writes_a_verified_table_and_a_figure(tmp_path, capsys):
     module = _load("single_file_lag_sweep.py")
     rows = module.main(module.Args(method="vaco", out=str(tmp_path), **TINY))

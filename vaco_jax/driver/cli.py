@@ -8,15 +8,19 @@ registered names, so ``--help`` lists them and ``tyro`` rejects any other value 
 builds (and validates) the ``Config``.
 
 ``parse_args`` shows ``--help`` in groups (``grouped``), each flag ending with the value a run uses when
-it is left out (``helptext.py``: per preset, task or method where it depends on one), and reads
-``--config FILE``; ``DRIVER_FLAGS`` are the sweep scripts' run flags (``--sweep``, ``--shard``,
-``--cell``, ``--dry-run``, ...).
+it is left out (``helptext.py``: per preset, task or method where it depends on one; a number as
+``helptext.number`` writes it, ``300_000``) and taking what a user types (``INT``, not tyro's
+``{None}|INT``: ``clean_metavar``), and reads ``--config FILE``; ``DRIVER_FLAGS`` are the sweep
+scripts' run flags (``--sweep``, ``--shard``, ``--cell``, ``--dry-run``, ...).
 """
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import os
+import pathlib
+import types
 import typing
 from typing import Annotated, Any, Literal, Optional
 
@@ -584,10 +588,16 @@ def grouped(cls: type, ctx=None) -> type:
             conf["metavar"] = "TASK [TASK ...]" if f.name == "tasks" else "TASK"
         elif allowed:
             text += " — choices: " + ", ".join(map(str, allowed))
+        if "metavar" not in conf and not _has_metavar(hint):
+            metavar = clean_metavar(hint)  # INT, not {None}|INT: left out, the help's (default: ...) applies
+            if metavar:
+                conf["metavar"] = metavar
         default = f.default if f.default is not dataclasses.MISSING else (
             f.default_factory() if f.default_factory is not dataclasses.MISSING else dataclasses.MISSING)
         if default is not dataclasses.MISSING:
             behaviour = helptext.default_hint(cls, f.name, default, text, ctx)
+            if behaviour is None and _numeric(default):  # tyro's own would be 300000: one format (show)
+                behaviour = f"(default: {helptext.show(default)})"
             if behaviour:
                 conf["help_behavior_hint"] = behaviour
         if text:
@@ -627,6 +637,60 @@ def grouped(cls: type, ctx=None) -> type:
 def _base(hint):
     """The type under an ``Annotated`` hint (the hint itself otherwise)."""
     return typing.get_args(hint)[0] if typing.get_origin(hint) is Annotated else hint
+
+
+_SCALAR_METAVARS = {int: "INT", float: "FLOAT", str: "STR", pathlib.Path: "PATH"}
+
+
+def clean_metavar(hint) -> str | None:
+    """What ``--help`` shows a flag of type ``hint`` to take, where tyro's own would say more than what a
+    user types: ``INT`` for ``Optional[int]`` (tyro: ``{None}|INT``), ``{a,b}`` for ``Optional[Literal['a',
+    'b']]``, ``INT [INT ...]`` for a tuple or list of ints, optional or not (tyro: ``{None}|{[INT [INT
+    ...]]}``). A flag left out takes what its help's ``(default: ...)`` says, so None is no value shown to
+    type (``--flag None`` still parses). None where tyro's own is kept (a plain type, a bool, a type not
+    named here)."""
+    inner = _base(hint)
+    args = typing.get_args(inner)
+    if typing.get_origin(inner) in (typing.Union, types.UnionType):
+        rest = [a for a in args if a is not type(None)]
+        if len(rest) == len(args):
+            return None
+        parts = [_metavar_of(a) for a in rest]
+        return None if None in parts else "|".join(parts)
+    if typing.get_origin(inner) in (tuple, list, collections.abc.Sequence):
+        return _metavar_of(inner)
+    return None
+
+
+def _metavar_of(hint) -> str | None:
+    """A type's metavar as a user types it (``clean_metavar``); None for a type not named here."""
+    hint = _base(hint)
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint in _SCALAR_METAVARS:
+        return _SCALAR_METAVARS[hint]
+    if hint is bool:
+        return "{True,False}"
+    if origin is Literal:
+        return "{" + ",".join(str(a) for a in args) + "}"
+    if origin in (list, collections.abc.Sequence) or (origin is tuple and len(args) == 2 and args[1] is Ellipsis):
+        one = _metavar_of(args[0]) if args else None
+        return f"{one} [{one} ...]" if one else None
+    if origin is tuple and args and Ellipsis not in args:
+        parts = [_metavar_of(a) for a in args]
+        return None if None in parts else " ".join(parts)
+    return None
+
+
+def _has_metavar(hint) -> bool:
+    """Whether an ``Annotated`` hint already carries a metavar of its own (``_paired``, a script's)."""
+    return typing.get_origin(hint) is Annotated and any(getattr(m, "metavar", None)
+                                                        for m in typing.get_args(hint)[1:])
+
+
+def _numeric(value) -> bool:
+    """A number, or a non-empty tuple or list of numbers (bools are not)."""
+    values = value if isinstance(value, (tuple, list)) and value else [value]
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
 
 
 def _attached_help(hint) -> str | None:

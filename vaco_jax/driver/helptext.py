@@ -77,18 +77,26 @@ def help_context(argv: list[str]) -> HelpContext:
 
 
 def show(value, name: str = "") -> str:
-    """A value as a flag takes it: ints with thousands separators, floats short, tuples space-separated."""
+    """A value as a flag takes it: numbers as ``number``, tuples space-separated."""
     if value is None:
         return NONE_MEANS.get(name, "unset")
     if isinstance(value, (tuple, list)):
         return " ".join(show(v) for v in value) if value else "none"
-    if isinstance(value, bool):
-        return str(value)
-    if isinstance(value, int):
-        return f"{value:,}"
-    if isinstance(value, float):
-        return f"{value:g}"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return number(value)
     return str(value)
+
+
+def number(value: int | float) -> str:
+    """A number as every ``--help`` shows it (a default, a preset's value): an int of five digits or more
+    grouped in threes by ``_`` (``300_000``, ``10_000_000``; ``512``, ``2000`` as they are), a float as
+    short as it stays exact (``0.0003``, ``1e-05``). One token without spaces or commas, so a wrapped help
+    line never splits it, and a value to paste back: a flag reads ``300_000`` as 300000 (Python's
+    ``int``/``float``)."""
+    if isinstance(value, int):
+        return f"{value:_}" if abs(value) >= 10_000 else str(value)
+    short = f"{value:g}"
+    return short if float(short) == value else repr(value)
 
 
 def _join(groups: dict[str, list[str]], sep: str = "; ") -> str:
