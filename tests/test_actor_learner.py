@@ -84,6 +84,8 @@ def test_the_synchronous_mode_takes_one_fresh_batch_from_every_actor():
     (RealSettings(num_actors=2, mode="sync", batches_per_update=1), "mode='sync' takes one batch from every actor"),
     (RealSettings(num_actors=2, publish_interval=0), "publish_interval=0 must be a positive integer"),
     (RealSettings(num_actors=2, mode="sync", publish_interval=4), "mode='sync' publishes every update"),
+    # more than the buffer: the actors' version leaves the learner's buffer and nothing new is published
+    (RealSettings(num_actors=2, publish_interval=9), "publish_interval=9 must be at most buffer_capacity=8"),
 ])
 def test_bad_settings_are_one_line_before_anything_compiles(settings, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
@@ -117,3 +119,8 @@ def test_a_deep_queue_keeps_every_batch_accounted_for():
     run = run_real(_config(buffer_capacity=16, total_env_steps=SAMPLES * 24), settings, seed=4)
     _check_record(run, settings, 16)
     assert run.updates == 24
+
+
+def test_a_run_records_how_loaded_the_machine_was():
+    run = run_real(_config(), RealSettings(num_actors=2, queue_capacity=2), seed=5)
+    assert set(run.load) == {"start", "end"} and all(v is None or v >= 0 for v in run.load.values())

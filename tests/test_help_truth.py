@@ -23,7 +23,7 @@ SWEEPS = ("train", "lag-sweep", "forward-lag", "delta-sweep", "mismatch")
 DRY_RUN = ("train", "lag-sweep", "forward-lag", "delta-sweep", "mismatch", "screen", "study", "locomotion",
            "steplag", "sim-vs-real", "locomotion-pilot")
 TYRO = ("train", "render", "lag-sweep", "forward-lag", "delta-sweep", "mismatch", "screen", "study", "locomotion",
-        "steplag", "sim-vs-real")
+        "steplag", "sim-vs-real", "deep-lag")
 CONFIG_FIELDS = {f.name for f in dataclasses.fields(Config)}
 
 
@@ -92,6 +92,72 @@ def test_no_help_says_default_none(command, monkeypatch):
     assert "default: the preset's, else" not in text
 
 
+# a number as help prints it: digits, with the _ or , that may group them (not a version's v4, not 0.99's 99)
+NUMBER = re.compile(r"(?<![\w.])\d[\d_,]*\d|(?<![\w.])\d")
+
+
+def help_problems(wide: str, narrow: list[str]) -> list[str]:
+    """What a ``--help`` text (``wide``; the same help on ``narrow`` terminals) shows wrong: ``{None}`` in a
+    flag's metavar (``--max-chunks INT``, not ``{None}|INT``: left out, its ``(default: ...)`` applies),
+    ``(default: None)``, a number in another format than ``helptext.number``'s (``300_000``: ``_`` from five
+    digits on, never ``300,000`` or ``300000``), or a number a narrow terminal's wrap splits in two."""
+    problems = [f"{p!r} in: {line.strip()}" for line in wide.splitlines()
+                for p in ("{None", "None}", ",None,", "(default: None)") if p in line]
+    numbers = NUMBER.findall(flat(wide))
+    problems += [f"number {n} not as helptext.number shows it" for n in numbers
+                 if re.fullmatch(r"\d{1,3}(,\d{3})+|\d{5,}", n)]
+    for text in narrow:
+        if sorted(NUMBER.findall(flat(text))) != sorted(numbers):
+            problems.append("a number split across lines on a narrow terminal")
+    return problems
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_help_shows_what_a_user_types_and_whole_numbers(command, monkeypatch):
+    """No ``{None}`` anywhere (cli.clean_metavar), numbers as helptext.number shows them and whole on 61, 80
+    and 97 columns."""
+    wide = help_text(command, monkeypatch=monkeypatch)
+    narrow = []
+    for columns in ("61", "80", "97"):
+        monkeypatch.setenv("COLUMNS", columns)
+        narrow.append(help_text(command))
+    assert not help_problems(wide, narrow), (command, help_problems(wide, narrow))
+
+
+def test_help_problems_finds_what_tyro_showed_before():
+    """The check itself: tyro's own metavar of an Optional field, a comma-grouped or bare number, a split."""
+    assert help_problems("--max-chunks {None}|INT", []) and help_problems("--wandb-mode {None,online,offline}", [])
+    assert help_problems("(default: 300,000)", []) and help_problems("(default: 300000)", [])
+    assert help_problems("(default: demo: 307_200)", ["(default: demo: 307_\n200)"])
+    assert not help_problems("--max-chunks INT (default: 300_000; 1000; 0.99,0.995; Hopper-v4)", [])
+
+
+def test_an_optional_flag_shows_its_type_and_still_parses(monkeypatch):
+    from vaco_jax.driver.cli import parse_args
+
+    text = " ".join(help_text("lag-sweep", monkeypatch=monkeypatch).split())
+    for shown in ("--max-chunks INT ", "--seeds INT [INT ...] ", "--age-weights FLOAT [FLOAT ...] ",
+                  "--clip-epsilon FLOAT ", "--backend {mujoco,mjx,", "--wandb-mode {online,offline} ",
+                  "--sweep STR [STR ...] ", "--anneal-lr {True,False} ", "--tasks TASK [TASK ...] "):
+        assert shown in text, shown
+    assert "(default: 300_000)" in help_text("train", monkeypatch=monkeypatch)  # tyro's own was 300000
+    args = parse_args(args_class("lag-sweep"), ["--max-chunks", "3", "--seeds", "0", "1", "--total-env-steps",
+                                                "300_000", "--wandb-mode", "online", "--clip-epsilon", "0.1"])
+    assert (args.max_chunks, args.seeds, args.total_env_steps, args.wandb_mode, args.clip_epsilon) == (
+        3, (0, 1), 300_000, "online", 0.1)
+    assert parse_args(args_class("lag-sweep"), ["--max-chunks", "None"]).max_chunks is None  # still taken
+
+
+def test_a_number_is_shown_in_one_format():
+    from vaco_jax.driver.helptext import number, show
+
+    assert [number(n) for n in (512, 2000, 10_000, 307_200, 10_000_000)] == ["512", "2000", "10_000", "307_200",
+                                                                              "10_000_000"]
+    assert [number(x) for x in (3e-4, 1e-5, 0.99, 0.0, 0.1234567891)] == ["0.0003", "1e-05", "0.99", "0",
+                                                                          "0.1234567891"]
+    assert show((1, 8, 32)) == "1 8 32" and show(True) == "True" and int("307_200") == 307_200  # pastes back
+
+
 @pytest.mark.parametrize("command", TYRO)
 def test_config_sweep_and_dry_run_are_listed_where_taken(command, monkeypatch):
     helps = entries(help_text(command, monkeypatch=monkeypatch))
@@ -130,7 +196,7 @@ def test_methods_tasks_and_env_list_their_choices(monkeypatch):
 def test_defaults_are_resolved_per_preset(monkeypatch):
     helps = entries(help_text("lag-sweep", monkeypatch=monkeypatch))
     steps, envs = hint(helps["--total-env-steps"]), hint(helps["--num-envs"])
-    assert steps.startswith("(default by --preset:") and "cpu: 300,000" in steps and "tiny: 512" in steps
+    assert steps.startswith("(default by --preset:") and "cpu: 300_000" in steps and "tiny: 512" in steps
     assert "cpu: 64" in envs and "tiny: 8" in envs and "cpu_locomotion: 16" in envs  # Hopper-v4's own
     one = entries(help_text("lag-sweep", ["--preset", "tiny"], monkeypatch))
     assert hint(one["--total-env-steps"]) == "(default: 512 with --preset tiny)"

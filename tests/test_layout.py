@@ -147,7 +147,7 @@ def test_the_package_command_names_its_commands():
     assert out.returncode == 2
     assert out.stderr.strip() == ("error: command='trian'; allowed values: train, render, lag-sweep, plot, "
                                   "locomotion, steplag, study, claims, screen, forward-lag, delta-sweep, mismatch, "
-                                  "sim-vs-real, locomotion-pilot, rebuild-docs (python -m vaco_jax COMMAND --help)")
+                                  "sim-vs-real, deep-lag, locomotion-pilot, rebuild-docs (python -m vaco_jax COMMAND --help)")
     listing = subprocess.run([sys.executable, "-m", "vaco_jax", "--help"], capture_output=True, text=True,
                              timeout=60, cwd=ROOT)
     assert listing.returncode == 0 and "lag-sweep" in listing.stdout and "the main job" in listing.stdout

@@ -33,6 +33,7 @@ counterpart of it is reproducible.
 from __future__ import annotations
 
 import dataclasses
+import os
 import queue
 import threading
 import time
@@ -90,6 +91,11 @@ class RealSettings:
         if not isinstance(self.publish_interval, int) or isinstance(self.publish_interval, bool) \
                 or self.publish_interval < 1:
             raise ConfigError(f"publish_interval={self.publish_interval!r} must be a positive integer")
+        if self.publish_interval > config.buffer_capacity:
+            # between publications the actors act with one version; once the learner is buffer_capacity
+            # versions past it, every batch they send is dropped and no new version can be made: a stall
+            raise ConfigError(f"publish_interval={self.publish_interval} must be at most buffer_capacity="
+                              f"{config.buffer_capacity} (the actors' version must stay in the learner's buffer)")
         if self.mode == "sync" and self.publish_interval != 1:
             raise ConfigError(f"publish_interval={self.publish_interval}: mode='sync' publishes every update (1)")
         if self.mode == "sync" and per != self.num_actors:
@@ -142,10 +148,20 @@ class RealRun:
     env_steps: int  # consumed samples
     updates: int
     diagnostics: list[dict]  # the learner's per-update means (a few keys)
+    # the machine's 1-minute load average as training started and ended (os.getloadavg): a real run's ages
+    # and speed depend on what else shares the cores, so every run says how loaded the machine was
+    load: dict = dataclasses.field(default_factory=dict)
 
     @property
     def env_steps_per_second(self) -> float:
         return self.env_steps / self.seconds if self.seconds > 0 else float("nan")
+
+
+def _load_average() -> float | None:
+    try:
+        return float(os.getloadavg()[0])
+    except (AttributeError, OSError):  # not every platform has it
+        return None
 
 
 def _learner_config(config: Config) -> Config:
@@ -257,6 +273,9 @@ def run_real(config: Config, settings: RealSettings, seed: int = 0, log=None) ->
     diagnostics: list[dict] = []
     learner, normalizer, buffer, scaler = state.learner, state.normalizer, state.buffer, reward_scaler_init(cfg.num_envs)
     version, consumed_steps = 0, 0
+    # RealSettings.check rules out a stall; this bound turns any other into an error, not an endless loop
+    dropped_in_a_row, stall_limit = 0, 100 * (settings.num_actors + settings.queue_capacity)
+    load = {"start": _load_average()}
     t0 = time.perf_counter()
     for t in threads:
         t.start()
@@ -278,7 +297,13 @@ def run_real(config: Config, settings: RealSettings, seed: int = 0, log=None) ->
                     raise RuntimeError(f"actor {b.actor} sent version {b.version} while the learner is at {version}")
                 if age >= capacity:
                     record[(b.actor, b.index)] = {**row, "fate": "dropped: older than the buffer"}
+                    dropped_in_a_row += 1
+                    if dropped_in_a_row > stall_limit:
+                        raise RuntimeError(f"the learner dropped {dropped_in_a_row} batches in a row at version "
+                                           f"{version} (every one older than its buffer of {capacity}): the actors "
+                                           "cannot catch up")
                     continue
+                dropped_in_a_row = 0
                 if settings.mode == "sync" and (age != 0 or any(x.actor == b.actor for x in taken)):
                     raise RuntimeError(f"sync mode: actor {b.actor} sent version {b.version} at learner version "
                                        f"{version}")
@@ -307,6 +332,7 @@ def run_real(config: Config, settings: RealSettings, seed: int = 0, log=None) ->
                 log(version, updates, consumed_steps)
         jax.block_until_ready(learner.policy_params)
         seconds = time.perf_counter() - t0
+        load["end"] = _load_average()
     finally:
         stop.set()
         for t in threads:
@@ -322,15 +348,13 @@ def run_real(config: Config, settings: RealSettings, seed: int = 0, log=None) ->
         ret = float(evaluate_jit(run_key, jnp.asarray(v, jnp.int32), params, norm))
         curve.append({"update": v, "env_steps": steps, "seconds": secs, "eval_return": ret})
     rows = sorted(record.values(), key=lambda r: (r["queued_s"], r["actor"]))
-    return RealRun(rows, curve, ages, seconds, consumed_steps, version, diagnostics)
+    return RealRun(rows, curve, ages, seconds, consumed_steps, version, diagnostics, load)
 
 
 def write_real_run(run_dir: str, run: RealRun, config: Config, settings: RealSettings, seed: int) -> dict:
     """A real run's directory: ``record.csv`` (a row per batch), ``curve.csv`` (the evaluations),
     ``age_histogram.csv`` (consumed samples by age: ``--age-histogram`` reads it) and ``score.json``
     (written last: its presence marks the run finished). Every file is written atomically."""
-    import os
-
     from vaco_jax.analysis import results
     from vaco_jax.driver.histogram import write_age_histogram
     from vaco_jax.driver.provenance import machine
@@ -349,7 +373,7 @@ def write_real_run(run_dir: str, run: RealRun, config: Config, settings: RealSet
     score = {"final_eval_return": float(evals[-1]), "auc_eval_return": float(np.mean(evals)),
              "env_steps": run.env_steps, "seconds": run.seconds, "env_steps_per_second": run.env_steps_per_second,
              "updates": run.updates, "mean_age": float(np.dot(np.arange(len(run.ages)), run.ages) / run.ages.sum()),
-             "batches": {f: fates.count(f) for f in sorted(set(fates))},
+             "batches": {f: fates.count(f) for f in sorted(set(fates))}, "load_average": run.load,
              "diverged": bool(not np.all(np.isfinite(evals))),
              "settings": dataclasses.asdict(settings), "seed": seed, "machine": machine(),
              "config": {k: v for k, v in dataclasses.asdict(config).items()}}

@@ -18,6 +18,7 @@ COMMANDS = {
     "delta-sweep": ("vaco_jax.studies.delta_sweep", "VACO's TV budget x lag depth x seeds"),
     "mismatch": ("vaco_jax.studies.mismatch", "actor precision x old-logit source (training-inference mismatch)"),
     "sim-vs-real": ("vaco_jax.studies.sim_vs_real", "the simulator against a real asynchronous actor-learner"),
+    "deep-lag": ("vaco_jax.studies.deep_lag", "real actor-learner configurations that realise deep lag (a pilot)"),
     "locomotion-pilot": ("vaco_jax.studies.locomotion_pilot", "the locomotion study's pilot (run, report)"),
     "rebuild-docs": ("vaco_jax.studies.rebuild_docs", "rebuild the docs made from results/ (in the current directory)"),
 }
