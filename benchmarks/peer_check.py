@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from vaco_jax.analysis import results
-from vaco_jax.analysis.peer import CLEANRL, table
+from vaco_jax.analysis.peer import published, table
 from vaco_jax.core.config import Config, ConfigError, make_traced
 from vaco_jax.driver.runner import last_fraction_train_return
 from vaco_jax.core.train import make_train
@@ -158,12 +158,12 @@ def report(record: dict) -> str:
     s = np.array([np.nan if v is None else v for v in record["scores"]], float)
     ok = s[np.isfinite(s)]
     mean, std = (float(ok.mean()), float(ok.std(ddof=1))) if len(ok) > 1 else (float("nan"), float("nan"))
-    ref = CLEANRL.get(record["task"])
+    ref = published(record["task"])
     line = (f"{record['task']:<15} {record['settings']:<9} ours {mean:8.1f} +- {std:6.1f} (n={len(ok)}"
             f"{', ' + str(int(np.sum(record['diverged']))) + ' diverged' if any(record['diverged']) else ''})")
     if ref:
         inside = ref[0] - 2 * ref[1] <= mean <= ref[0] + 2 * ref[1]
-        line += f"   CleanRL {ref[0]:.1f} +- {ref[1]:.1f}   inside mean +- 2 std: {'yes' if inside else 'NO'}"
+        line += f"   {ref[2]} {ref[0]:.1f} +- {ref[1]:.1f}   inside mean +- 2 std: {'yes' if inside else 'NO'}"
     return line + f"   {record['env_steps_per_second']:.0f} env steps/s ({record['seconds_total']:.0f} s)"
 
 

@@ -43,3 +43,26 @@ def test_bad_logs_and_labels_are_one_line(tmp_path):
         cleanrl_record(Args(tasks=("Hopper-v4", "HalfCheetah-v4"), cleanrl_logs=(log,), label="x"))
     with pytest.raises(ConfigError, match="label"):
         cleanrl_record(Args(tasks=("Hopper-v4",), cleanrl_logs=(log,), label="a b/c"))
+
+
+def test_a_task_without_a_cleanrl_figure_is_checked_against_the_named_publication():
+    from vaco_jax.analysis.peer import published
+
+    row = summary({"task": "Ant-v4", "settings": "cleanrl", "scores": [1200.0, 1000.0], "diverged": [0, 0]})
+    assert row["cleanrl"] == (3258.4, 1079.3) and row["source"].startswith("Tianshou")
+    assert row["inside"] is True  # 1,100 is inside 3,258.4 +- 2 x 1,079.3 (1,099.8 ... 5,417.0)
+    assert summary({"task": "Ant-v4", "settings": "cleanrl", "scores": [900.0, 1000.0], "diverged": [0, 0]})["inside"] is False
+    assert published("Hopper-v4")[2].startswith("CleanRL") and published("Swimmer-v4") is None
+    assert summary({"task": "Swimmer-v4", "settings": "cleanrl", "scores": [1.0, 2.0], "diverged": [0, 0]})["inside"] is None
+
+
+def test_the_table_names_a_publication_that_is_not_cleanrls(tmp_path):
+    from vaco_jax.analysis import results
+    from vaco_jax.analysis.peer import table
+
+    results.write_json(str(tmp_path / "Ant-v4_cleanrl.json"),
+                       {"task": "Ant-v4", "settings": "cleanrl", "scores": [1200.0, 1000.0], "diverged": [0, 0]})
+    results.write_json(str(tmp_path / "Hopper-v4_cleanrl.json"),
+                       {"task": "Hopper-v4", "settings": "cleanrl", "scores": [2300.0, 2400.0], "diverged": [0, 0]})
+    text = table(str(tmp_path))
+    assert "3258.40 ± 1079.30 (Tianshou's PPO, Ant-v3" in text and "| 2382.86 ± 271.74 | yes |" in text

@@ -175,7 +175,8 @@ def summary_block(build: Build) -> str:
                 continue
             where = "inside" if r["inside"] else ("above" if r["mean"] > r["cleanrl"][0] else "below")
             by = "" if r["trainer"] == "vaco_jax" else f" ({r['trainer']})"
-            parts.append(f"{r['task']} {r['settings']}{by}: {r['mean']:,.0f} ± {r['std']:,.0f}, {where}")
+            against = "" if r["source"].startswith("CleanRL") else f" ({r['source']}: {r['cleanrl'][0]:,.0f} ± {r['cleanrl'][1]:,.0f})"
+            parts.append(f"{r['task']} {r['settings']}{by}: {r['mean']:,.0f} ± {r['std']:,.0f}, {where}{against}")
         out += ["- **The peer check** against CleanRL's PPO table at 1M steps (`results/peer_check/`, "
                 "`python -m benchmarks.peer_check --table`; inside means CleanRL's mean ± 2 std): "
                 + "; ".join(parts) + ".", ""]
