@@ -59,3 +59,22 @@ def test_a_tiny_pilot_writes_its_runs_and_its_choice(tmp_path):
     for r in rows:  # a queue of 4 in front of a learner that takes one batch an update: ages above 1
         assert float(r["steady_mean_age"]) > 1 and float(r["p10"]) <= float(r["p50"]) <= float(r["p90"]) <= float(r["max"])
         assert int(r["dropped"]) == 0
+
+
+def test_the_equivalence_power_matches_a_simulation():
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    for se, margin in [(0.05, 0.15), (0.06, 0.15), (0.1, 0.15)]:
+        d = rng.normal(0.0, se, 200_000)
+        inside = np.mean((d - deep_lag.Z90 * se > -margin) & (d + deep_lag.Z90 * se < margin))
+        assert deep_lag.equivalence_power(se, margin) == pytest.approx(inside, abs=0.005)
+    assert deep_lag.equivalence_power(0.1, 0.1) == 0.0  # the interval is wider than the margin
+
+
+def test_the_prediction_errors_shrink_with_seeds_and_the_contrast_uses_both_methods():
+    sd = {(m, a): (1000.0, 100.0) for m in ("ppo_clip", "vaco") for a in ("lockstep", "age4", "age16")}
+    ses = deep_lag.prediction_ses(sd, 10, 10)
+    assert ses["contrast age4"] == pytest.approx((2 * 0.1 ** 2 * 0.2) ** 0.5)
+    assert ses["retention vaco age4"] == pytest.approx((2 * 0.1 ** 2 * 0.2) ** 0.5)  # R = 1, both cv 0.1
+    assert deep_lag.prediction_ses(sd, 40, 40)["contrast age4"] == pytest.approx(ses["contrast age4"] / 2)

@@ -3,6 +3,7 @@
     python experiments/deep_lag.py plan      # the pilot's configurations, its rule, and what is left to run
     python experiments/deep_lag.py pilot     # run them (a quiet machine: the timing decides the ages)
     python experiments/deep_lag.py choose    # apply the rule to the pilot's runs: one configuration per target
+    python experiments/deep_lag.py power     # the study's power per number of seeds (from the first study's spread)
 
 The sim-vs-real study (``sim_vs_real``) realised a mean age of about 1 in every configuration: one batch
 per actor per update from a queue of one batch per actor, so no batch waits. The locomotion studies'
@@ -74,13 +75,15 @@ PRESETS = {
 
 @dataclasses.dataclass
 class Args:
-    """Real configurations that realise deep lag: plan, pilot, choose."""
+    """Real configurations that realise deep lag: plan, pilot, choose, power."""
 
-    stage: Positional[Literal["plan", "pilot", "choose"]]
+    stage: Positional[Literal["plan", "pilot", "choose", "power"]]
     preset: Literal["cpu", "tiny"] = "cpu"  # the pilot's numbers (PRESETS)
     out: str = ""  # where the pilot's runs and tables go
     configurations: tuple[str, ...] = ()  # pilot: only these (names as plan prints them)
     progress: bool = True  # a line per pilot run
+    margin: float = 0.15  # power: the equivalence margin (scale: the real lockstep mean)
+    sim_per_real: float = 2.0  # power: simulated seeds per real seed
 
 
 HELP_DEFAULTS = {"configurations": "every configuration", "out": "results/deep_lag (cpu), runs/deep_lag_tiny (tiny)"}
@@ -217,6 +220,65 @@ def choose(rows: list[dict], targets=TARGETS, tolerance: float = TOLERANCE) -> l
     return out
 
 
+# ----------------------------------------------------------------------------------- power calculation
+# The study's primary quantities, per deep configuration: the contrast C = (mean AUC of VACO - mean AUC of
+# PPO-Clip) / the real lockstep PPO-Clip mean, and each method's retention R = mean(deep) / mean(lockstep);
+# the simulator predicts one when the 90% CI of (simulated - real) lies inside +-margin. Its seed spread
+# is taken from the first locomotion study's Hopper-v4 runs at the same settings (10 seeds, 1M steps, the
+# B = 1 tuning) at the simulated lag of matching mean age: B = 1 for lockstep, B = 8 (3.5) for age 4,
+# B = 32 (15.5) for age 16. A real run's spread is assumed equal to a simulated one's at that age.
+SPREAD_SOURCE = {"study": os.path.join("results", "locomotion", "study"), "task": "Hopper-v4",
+                 "methods": ("ppo_clip", "vaco"), "lags": {"lockstep": 1, "age4": 8, "age16": 32}}
+Z90 = 1.6448536269514722  # the two-sided 90% interval's z
+
+
+def equivalence_power(se: float, margin: float, z: float = Z90) -> float:
+    """P(the interval D +- z se lies inside +-margin) when the true difference is 0 and D ~ N(0, se^2)."""
+    from math import erf, sqrt
+
+    x = (margin - z * se) / se
+    return max(0.0, erf(x / sqrt(2.0)))  # 2 Phi(x) - 1
+
+
+def spread(study: str = SPREAD_SOURCE["study"]) -> dict:
+    """{(method, lag name): (mean AUC, seed sd)} of the runs the power calculation reads."""
+    from vaco_jax.analysis import results
+
+    out = {}
+    for method in SPREAD_SOURCE["methods"]:
+        rows = results.read_table(os.path.join(study, SPREAD_SOURCE["task"], method, "scores.csv"))
+        for name, b in SPREAD_SOURCE["lags"].items():
+            auc = np.array([float(r["auc_eval_return"]) for r in rows if int(float(r["lag_depth"])) == b])
+            out[(method, name)] = (float(auc.mean()), float(auc.std(ddof=1)))
+    return out
+
+
+def prediction_ses(sd: dict, n_real: int, n_sim: int) -> dict:
+    """The standard error of (simulated - real) for each primary quantity, by the delta method;
+    contrasts are on the scale of the lockstep PPO-Clip mean."""
+    ref = sd[("ppo_clip", "lockstep")][0]
+    both = 1.0 / n_real + 1.0 / n_sim
+    out = {}
+    for age in ("age4", "age16"):
+        (_, sp), (_, sv) = sd[("ppo_clip", age)], sd[("vaco", age)]
+        out[f"contrast {age}"] = float(np.sqrt((sp ** 2 + sv ** 2) / ref ** 2 * both))
+        for method in SPREAD_SOURCE["methods"]:
+            (md, s_d), (ml, s_l) = sd[(method, age)], sd[(method, "lockstep")]
+            cv2 = (s_d / md) ** 2 + (s_l / ml) ** 2
+            out[f"retention {method} {age}"] = float((md / ml) * np.sqrt(cv2 * both))
+    return out
+
+
+def power_table(sd: dict, margin: float, seeds=(10, 15, 20, 25, 30), sim_per_real: float = 1.0) -> list[dict]:
+    """Per number of real seeds (``sim_per_real`` times as many simulated), each quantity's power."""
+    rows = []
+    for n in seeds:
+        ses = prediction_ses(sd, n, max(2, int(round(n * sim_per_real))))
+        rows.append({"real_seeds": n, "sim_seeds": max(2, int(round(n * sim_per_real))),
+                     **{k: equivalence_power(v, margin) for k, v in ses.items()}})
+    return rows
+
+
 def plan_text(args: Args, spec: dict) -> str:
     lines = [f"pilot: {spec['task']}, methods {', '.join(spec['methods'])}, seeds {list(spec['pilot_seeds'])}, "
              f"{spec['pilot_env_steps']:,} env steps a run; targets {list(TARGETS)} (steady state: learner versions "
@@ -243,6 +305,18 @@ def main(args: Args):
         return None
     if args.stage == "pilot":
         return pilot(args, spec)
+    if args.stage == "power":
+        if not 0 < args.margin < 1 or not args.sim_per_real > 0:
+            raise ConfigError(f"margin={args.margin!r} must lie in (0, 1) and sim_per_real={args.sim_per_real!r} "
+                              "must be positive")
+        rows = power_table(spread(), args.margin, sim_per_real=args.sim_per_real)
+        keys = [k for k in rows[0] if k not in ("real_seeds", "sim_seeds")]
+        print(f"power of 'predicts' (90% CI of sim - real inside +-{args.margin:g}) when the simulator is exact; "
+              f"spread: {SPREAD_SOURCE['task']} in {SPREAD_SOURCE['study']}")
+        print("real sim  " + "  ".join(keys))
+        for r in rows:
+            print(f"{r['real_seeds']:>4} {r['sim_seeds']:>3}  " + "  ".join(f"{r[k]:>{len(k)}.2f}" for k in keys))
+        return rows
     from vaco_jax.analysis import results
 
     rows = pilot_rows(args.out, spec)
