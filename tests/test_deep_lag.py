@@ -78,3 +78,253 @@ def test_the_prediction_errors_shrink_with_seeds_and_the_contrast_uses_both_meth
     assert ses["contrast age4"] == pytest.approx((2 * 0.1 ** 2 * 0.2) ** 0.5)
     assert ses["retention vaco age4"] == pytest.approx((2 * 0.1 ** 2 * 0.2) ** 0.5)  # R = 1, both cv 0.1
     assert deep_lag.prediction_ses(sd, 40, 40)["contrast age4"] == pytest.approx(ses["contrast age4"] / 2)
+
+
+# ----------------------------------------------------------------------------------- the study
+def _write_chosen(out, names):
+    from vaco_jax.analysis import results
+
+    os.makedirs(out, exist_ok=True)
+    results.write_table(os.path.join(out, "chosen.csv"),
+                        [{"target": t, "configuration": n, "family": "queue", "why": "test"}
+                         for t, n in zip(deep_lag.TARGETS, names)])
+
+
+def _slow_reference(arms, statistic, reps, confidence, seed=0):
+    """The report's interval the slow way: arm by arm, resample by resample, one generator; the
+    percentile interval by sorting and interpolating."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    means = []
+    for arm in arms:
+        arm_means = []
+        for _ in range(reps):
+            idx = rng.integers(0, len(arm), size=len(arm))
+            arm_means.append(sum(arm[i] for i in idx) / len(arm))
+        means.append(arm_means)
+    values = sorted(statistic(*[m[r] for m in means]) for r in range(reps))
+
+    def percentile(q):
+        pos = q / 100 * (len(values) - 1)
+        lo = int(pos)
+        hi = min(lo + 1, len(values) - 1)
+        return values[lo] + (values[hi] - values[lo]) * (pos - lo)
+
+    alpha = 1 - confidence
+    point = statistic(*[sum(a) / len(a) for a in arms])
+    return point, percentile(100 * alpha / 2), percentile(100 * (1 - alpha / 2))
+
+
+def test_the_contrast_retention_and_verdicts_match_a_slow_reference():
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+
+    def draw(mean, sd, n):
+        return list(rng.normal(mean, sd, n))
+
+    real = {("lockstep", "ppo_clip"): draw(1000, 60, 12), ("lockstep", "vaco"): draw(1100, 60, 12),
+            ("age4", "ppo_clip"): draw(800, 60, 12), ("age4", "vaco"): draw(950, 60, 11)}  # a diverged run left out
+    sim = {("lockstep", "ppo_clip", "lockstep"): draw(1000, 60, 20),
+           ("lockstep", "vaco", "lockstep"): draw(1100, 60, 20),
+           ("age4", "ppo_clip", "histogram"): draw(800, 60, 20), ("age4", "vaco", "histogram"): draw(950, 60, 20),
+           ("age4", "ppo_clip", "uniform"): draw(800, 600, 3), ("age4", "vaco", "uniform"): draw(950, 600, 3),
+           ("age4", "ppo_clip", "control"): draw(800, 60, 5), ("age4", "vaco", "control"): draw(400, 60, 5)}
+    study = dict(deep_lag.STUDY["cpu"], bootstrap_reps=300)
+    rows = deep_lag.quantity_rows({k: np.array(v) for k, v in real.items()}, {k: np.array(v) for k, v in sim.items()},
+                                  ["age4"], deep_lag.VARIANTS, study)
+    assert [(r["quantity"], r["method"], r["variant"]) for r in rows] == [
+        ("contrast", "vaco - ppo_clip", v) for v in deep_lag.VARIANTS] + [
+        ("retention", m, v) for v in deep_lag.VARIANTS for m in ("ppo_clip", "vaco")]
+
+    def mean(x):
+        return sum(x) / len(x)
+
+    for r in rows:
+        v = r["variant"]
+        if r["quantity"] == "contrast":
+            arms = [sim[("age4", "vaco", v)], sim[("age4", "ppo_clip", v)], real[("age4", "vaco")],
+                    real[("age4", "ppo_clip")], real[("lockstep", "ppo_clip")]]
+            ref = mean(real[("lockstep", "ppo_clip")])
+            assert r["real"] == pytest.approx((mean(real[("age4", "vaco")]) - mean(real[("age4", "ppo_clip")])) / ref)
+            assert r["sim"] == pytest.approx((mean(arms[0]) - mean(arms[1])) / ref)
+            expected = _slow_reference(arms, lambda a, b, x, y, s: (a - b) / s - (x - y) / s, 300, 0.90)
+        else:
+            m = r["method"]
+            arms = [sim[("age4", m, v)], sim[("lockstep", m, "lockstep")], real[("age4", m)], real[("lockstep", m)]]
+            assert r["real"] == pytest.approx(mean(arms[2]) / mean(arms[3]))
+            assert r["sim"] == pytest.approx(mean(arms[0]) / mean(arms[1]))
+            expected = _slow_reference(arms, lambda a, b, x, y: a / b - x / y, 300, 0.90)
+        assert (r["difference"], r["low"], r["high"]) == pytest.approx(expected, rel=1e-9, abs=1e-12)
+        assert r["difference"] == pytest.approx(r["sim"] - r["real"])
+        lo, hi = expected[1:]
+        assert r["verdict"] == ("predicts" if -0.15 <= lo and hi <= 0.15 else
+                                "differs" if lo > 0.15 or hi < -0.15 else "inconclusive")
+    verdicts = {(r["quantity"], r["method"], r["variant"]): r["verdict"] for r in rows}
+    assert verdicts[("contrast", "vaco - ppo_clip", "histogram")] == "predicts"  # the same distributions
+    assert verdicts[("contrast", "vaco - ppo_clip", "uniform")] == "inconclusive"  # 3 noisy seeds
+    assert verdicts[("contrast", "vaco - ppo_clip", "control")] == "differs"  # VACO far below its real mean
+    assert verdicts[("retention", "ppo_clip", "histogram")] == "predicts"
+    assert verdicts[("retention", "vaco", "control")] == "differs"
+    assert {r["n_real"] for r in rows} == {11, 12} and rows[0]["n_sim"] == 20
+
+
+def test_the_verdict_rule_at_its_edges():
+    assert deep_lag.verdict(-0.15, 0.15, 0.15) == "predicts"
+    assert deep_lag.verdict(0.16, 0.3, 0.15) == "differs" and deep_lag.verdict(-0.4, -0.151, 0.15) == "differs"
+    assert deep_lag.verdict(-0.1, 0.2, 0.15) == "inconclusive"
+    assert deep_lag.verdict(float("nan"), float("nan"), 0.15) == "inconclusive"  # an empty arm: no interval
+    import math
+
+    assert all(math.isnan(x) for x in deep_lag.bootstrap_ci([[1.0, 2.0], []], lambda a, b: a - b, 10, 0.9))
+
+
+def test_the_study_is_refused_without_two_chosen_configurations(tmp_path):
+    out = str(tmp_path / "out")
+    with pytest.raises(ConfigError, match=r"chosen.csv is missing; run `pilot` and `choose` first"):
+        deep_lag.main(deep_lag.Args("real", preset="tiny", out=out, work=str(tmp_path / "work")))
+    assert not os.path.exists(out)
+    _write_chosen(out, ["queue2x4", "queue2x4"])
+    for stage in ("real", "sim", "report"):
+        with pytest.raises(ConfigError, match="names queue2x4 for every target") as e:
+            deep_lag.main(deep_lag.Args(stage, preset="tiny", out=out, work=str(tmp_path / "work")))
+        assert "\n" not in str(e.value)
+    assert sorted(os.listdir(out)) == ["chosen.csv", "chosen.csv.sha256"]  # nothing written
+
+
+def test_the_study_protocol_is_fixed_by_its_first_stage(tmp_path, monkeypatch):
+    out, work = str(tmp_path / "out"), str(tmp_path / "work")
+    _write_chosen(out, ["queue2x4", "publish8"])
+    args = lambda stage: deep_lag.Args(stage, preset="tiny", out=out, work=work)  # noqa: E731
+    with pytest.raises(ConfigError, match="has not finished; run the 'real' stage first"):
+        deep_lag.main(args("report"))  # the protocol is written, then the report finds no run
+    from vaco_jax.analysis import results
+
+    protocol = results.read_json(os.path.join(out, "study_protocol.json"))
+    assert [(c["name"], c["configuration"]) for c in protocol["configurations"]] == [
+        ("lockstep", "lockstep"), ("age4", "queue2x4"), ("age16", "publish8")]
+    assert protocol["study"]["margin"] == 0.15 and protocol["study"]["real_seeds"] == [0, 1]
+    monkeypatch.setitem(deep_lag.STUDY, "tiny", {**deep_lag.STUDY["tiny"], "margin": 0.2})
+    with pytest.raises(ConfigError, match="another protocol") as e:
+        deep_lag.main(args("sim"))
+    assert "\n" not in str(e.value)
+    monkeypatch.setitem(deep_lag.STUDY, "tiny", {**deep_lag.STUDY["tiny"], "margin": 0.15})
+    _write_chosen(out, ["queue2x4", "queue4x4"])  # the pilot chose again
+    with pytest.raises(ConfigError, match="another protocol"):
+        deep_lag.main(args("real"))
+    _write_chosen(out, ["queue2x4", "publish8"])
+    with pytest.raises(ConfigError, match="run the 'real' stage first"):  # the same protocol: accepted
+        deep_lag.main(args("report"))
+
+
+def test_the_study_runs_lockstep_and_the_chosen_configurations_at_the_studys_numbers(tmp_path):
+    out = str(tmp_path)
+    _write_chosen(out, ["queue4x4", "queue2x16"])
+    spec, study = deep_lag.PRESETS["cpu"], deep_lag.STUDY["cpu"]
+    configs = deep_lag.study_configurations(out, spec, study)
+    assert [(c["name"], c["configuration"], c["envs_per_actor"], c["update_envs"]) for c in configs] == [
+        ("lockstep", "lockstep", 4, 16), ("age4", "queue4x4", 16, 16), ("age16", "queue2x16", 16, 16)]
+    assert configs[0]["settings"]["mode"] == "sync" and configs[0]["settings"]["num_actors"] == 4
+    config, settings = deep_lag.config_of(spec, "lockstep", "vaco", study)
+    assert (config.total_env_steps, config.num_evals, config.eval_episodes, config.buffer_capacity) == (
+        1_000_000, 10, 8, 32)
+    assert config.num_envs == 16 and config.tv_budget == 0.06 and settings.mode == "sync"
+    assert deep_lag.config_of(spec, "lockstep", "ppo_clip", study)[0].clip_epsilon == 0.2
+    assert len(study["real_seeds"]) == 20 and len(study["sim_seeds"]) == 40 and len(study["control_seeds"]) == 10
+    assert set(study["control_seeds"]) <= set(study["sim_seeds"])
+
+
+def test_the_simulated_sweeps_run_at_the_real_runs_settings(tmp_path, monkeypatch):
+    """The cpu study's sweeps (the lag sweep itself replaced): lockstep's synchronous lag, then per deep
+    configuration and method the histogram and uniform counterparts on the simulated seeds and the control on
+    its own seeds, one real update's envs, the pilot's knobs, and a buffer that holds the oldest age drawn."""
+    from vaco_jax.driver.histogram import write_age_histogram
+
+    out, work = str(tmp_path / "out"), str(tmp_path / "work")
+    _write_chosen(out, ["queue4x4", "publish31"])
+    study = deep_lag.STUDY["cpu"]
+    shapes = {"age4": [0, 10, 30, 40, 20], "age16": [0] * 10 + [5] * 22}  # age16: ages up to 31
+    for name, counts in shapes.items():
+        for method in ("ppo_clip", "vaco"):
+            for seed in study["real_seeds"]:
+                where = os.path.join(out, "real", name, method, f"seed{seed}")
+                os.makedirs(where)
+                write_age_histogram(os.path.join(where, "age_histogram.csv"), counts)
+                open(os.path.join(where, "score.json"), "w").write("{}")
+    calls = []
+    monkeypatch.setattr(deep_lag.svr, "run_sweep", lambda spec, method, variants, seeds, **kw: calls.append(
+        dict(kw, spec=spec, method=method, variants=variants, seeds=seeds)))
+    deep_lag.main(deep_lag.Args("sim", preset="cpu", out=out, work=work, progress=False))
+    assert [(c["work"][len(work) + 1:], len(c["variants"]), len(c["seeds"])) for c in calls] == [
+        (os.path.join("sim", name, m, sweep), n, seeds)
+        for name, sweeps in (("lockstep", [("lockstep", 1, 40)]), ("age4", [("main", 2, 40), ("control", 1, 10)]),
+                             ("age16", [("main", 2, 40), ("control", 1, 10)]))
+        for m in ("ppo_clip", "vaco") for sweep, n, seeds in sweeps]
+    by = {(c["work"].split(os.sep)[-3], c["method"], c["work"].split(os.sep)[-1]): c for c in calls}
+    assert by[("lockstep", "vaco", "lockstep")]["variants"] == [(1.0,)]
+    assert (by[("lockstep", "vaco", "lockstep")]["num_envs"], by[("lockstep", "vaco", "lockstep")]["envs_per_actor"]) \
+        == (16, 4)
+    assert (by[("age4", "vaco", "main")]["num_envs"], by[("age4", "vaco", "main")]["envs_per_actor"]) == (16, 16)
+    assert (by[("age16", "vaco", "main")]["num_envs"], by[("age16", "vaco", "main")]["envs_per_actor"]) == (16, 4)
+    assert by[("age4", "vaco", "main")]["variants"] == [(0.0, 0.1, 0.3, 0.4, 0.2), (1.0,) * 6]  # mean 2.7: B = 6
+    assert by[("age4", "vaco", "control")]["variants"] == [(0.0,) * 8 + (0.0, 0.1, 0.3, 0.4, 0.2)]
+    assert by[("age4", "vaco", "control")]["seeds"] == tuple(range(1000, 1010))
+    assert by[("age4", "vaco", "main")]["buffer_capacity"] == 32  # the study's
+    assert by[("age16", "ppo_clip", "main")]["buffer_capacity"] == 42  # uniform at mean 20.5: B = 42
+    assert by[("age16", "ppo_clip", "control")]["buffer_capacity"] == 40  # ages up to 31 + 8
+    assert by[("age4", "vaco", "main")]["knobs"] == {"tv_budget": 0.06}
+    assert by[("age4", "ppo_clip", "main")]["knobs"] == {"clip_epsilon": 0.2}
+    spec = by[("age4", "vaco", "main")]["spec"]
+    assert (spec["task"], spec["total_env_steps"], spec["num_evals"], spec["eval_episodes"]) == (
+        "Hopper-v4", 1_000_000, 10, 8)
+
+
+@pytest.mark.slow
+def test_the_study_end_to_end_on_point_mass(tmp_path, capsys):
+    import numpy as np
+
+    from vaco_jax.analysis import results
+
+    out, work = str(tmp_path / "out"), str(tmp_path / "work")
+    def args(stage, **kw):
+        return deep_lag.Args(stage, preset="tiny", out=out, work=work, progress=False, **kw)
+
+    deep_lag.main(args("pilot", configurations=("queue2x4",)))
+    deep_lag.main(args("choose"))
+    with pytest.raises(ConfigError, match="names queue2x4 for every target"):  # one configuration pilot: refused
+        deep_lag.main(args("real"))
+    _write_chosen(out, ["queue2x4", "publish8"])
+    capsys.readouterr()
+    deep_lag.main(args("plan"))
+    assert "age16    = publish8" in capsys.readouterr().out
+    with pytest.raises(ConfigError, match="run the 'real' stage first"):
+        deep_lag.main(args("sim"))
+    first = deep_lag.main(args("real", minutes=1e-6))  # the first run always starts; the budget then stops
+    assert len(first) == 1 and "--minutes 1e-06 reached" in capsys.readouterr().out
+    assert len(first + deep_lag.main(args("real"))) == 3 * 2 * 2  # configurations x methods x seeds
+    assert deep_lag.main(args("real")) == []  # finished runs are kept
+    assert os.path.exists(os.path.join(out, "real", "age16", "vaco", "seed1", "age_histogram.csv"))
+    deep_lag.main(args("sim"))
+    for c, sweeps in (("lockstep", ("lockstep",)), ("age4", ("main", "control")), ("age16", ("main", "control"))):
+        for method in ("ppo_clip", "vaco"):
+            for sweep in sweeps:
+                assert os.path.exists(os.path.join(out, "sim", c, method, sweep, "scores.csv"))
+    assert not any(f.endswith(".npz") for _, _, files in os.walk(os.path.join(out, "sim")) for f in files)
+    control = results.read_table(os.path.join(out, "sim", "age4", "vaco", "control", "scores.csv"))
+    assert sorted(r["seed"] for r in control) == [1000, 1001]
+    got = deep_lag.main(args("report"))
+    rows, wall = got["verdicts"], got["wall_clock"]
+    assert len(rows) == 2 * 3 + 2 * 3 * 2  # contrasts, then retentions per method
+    assert {r["verdict"] for r in rows} <= {"predicts", "differs", "inconclusive"}
+    assert all(np.isfinite(r["difference"]) and r["low"] <= r["high"] for r in rows)
+    assert all(r["n_real"] == 2 and r["n_sim"] == 2 for r in rows)
+    ages = {(r["configuration"], r["variant"]): r["sim_realised_mean_age"] for r in rows if r["quantity"] == "contrast"}
+    assert ages[("age4", "histogram")] < ages[("age4", "control")]  # the simulator drew the older ages it was given
+    assert [(w["configuration"], w["method"]) for w in wall][:3] == [("lockstep", "all"), ("lockstep", "ppo_clip"),
+                                                                     ("lockstep", "vaco")]
+    assert len(wall) == 9 and all(w["runs"] in (2, 4) and w["env_steps_per_second"] > 0 for w in wall)
+    assert all((w["seconds_to_threshold"] is None) == (2 * w["reached"] <= w["runs"]) for w in wall)
+    for name in ("verdicts.csv", "wall_clock.csv", "figures/deep_lag.png", "study_protocol.json"):
+        assert os.path.exists(os.path.join(out, name))
+    assert len(results.read_table(os.path.join(out, "verdicts.csv"))) == len(rows)

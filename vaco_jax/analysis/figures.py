@@ -19,6 +19,7 @@ no score) or pooled across settings. What the figures show is described once, in
                             :mod:`vaco_jax.analysis.reviewer_figures` (forward lag, interval estimates,
                             probability of improvement, performance profiles, IQM curves, staleness)
     plot_sim_vs_real        the sim-vs-real study's figure (docs/real_async.md)
+    plot_deep_lag           the deep-lag study's figure (docs/real_async.md)
 
 Figures only draw: the numbers they show come from ``summary.csv`` / ``diagnostics.csv``
 (:mod:`vaco_jax.analysis.tables`) or from the pure functions of :mod:`vaco_jax.analysis.reviewer`
@@ -450,3 +451,65 @@ def plot_sim_vs_real(out_dir: str, rows: Sequence[dict], histograms: dict[str, d
     place_legend(fig, axes, extra=[(Patch(facecolor="0.9"), "grey: equivalence margin")])
     figure_title(fig, f"Simulator vs a real actor-learner: lag and {SCORE_SHORT.get(score, score)}")
     return save_figure(fig, out_dir, f"sim_vs_real_{score}", figures_dir=os.path.join(out_dir, FIGURES))
+
+
+def plot_deep_lag(out_dir: str, rows: Sequence[dict], histograms: dict[str, dict[str, Sequence[float]]],
+                  margin: float) -> list[str]:
+    """The deep-lag study (docs/real_async.md), from what its report computed. Top: per deep configuration,
+    the share of samples by age of the real runs (pooled) and of each simulated counterpart (the ages the
+    simulator realised). Bottom: per deep configuration, simulated - real of the contrast and of each
+    method's retention, one interval per counterpart, against the equivalence margin (the grey band)."""
+    from matplotlib.patches import Patch
+
+    from vaco_jax.analysis.plotting import interval_bars
+
+    configs = list(histograms)
+    colour = {"histogram": "C0", "uniform": "C1", "control": "C2"}  # one colour per counterpart in every panel
+    layout = {r["configuration"]: r.get("layout") for r in rows}
+
+    def title(name):
+        return f"{name}: {layout[name]}" if layout.get(name) and layout[name] != name else name
+
+    fig, axes = new_figure(max(1, len(configs)), 2, panel_height=2.3)
+    for ax, name in zip(axes[0], configs):
+        series = {label: np.asarray(h, float) for label, h in histograms[name].items() if np.sum(h) > 0}
+        n = max(int(np.flatnonzero(h)[-1]) + 1 for h in series.values())
+        edges = np.arange(n + 1) - 0.5
+        for label, h in series.items():
+            share = np.pad(h / h.sum(), (0, max(0, n - len(h))))[:n]
+            variant = label.split(": ")[-1]
+            if variant in colour:
+                ax.stairs(share, edges, color=colour[variant], lw=1.4, label=label,
+                          ls="--" if variant == "control" else "-")
+            else:
+                ax.stairs(share, edges, fill=True, color="0.8", label=label)
+        ax.set_title(title(name), fontsize=10)
+        ax.set_xlabel("age (versions)")
+        ax.set_ylabel("share of samples")
+    for ax, name in zip(axes[1], configs):
+        mine = [r for r in rows if r["configuration"] == name]
+        quantities = list(dict.fromkeys((r["quantity"], r["method"]) for r in mine))
+        variants = list(dict.fromkeys(r["variant"] for r in mine))
+        bars = []
+        for i, q in enumerate(quantities):
+            for j, v in enumerate(variants):
+                r = next((r for r in mine if (r["quantity"], r["method"]) == q and r["variant"] == v), None)
+                if r is not None:
+                    y = i + (j - (len(variants) - 1) / 2) * 0.22
+                    bars.append((y, r["difference"], r["low"], r["high"], colour.get(v, "0.25")))
+        ax.axvspan(-margin, margin, color="0.9", zorder=0)
+        ax.axvline(0.0, color="0.5", lw=0.8)
+        interval_bars(ax, bars)
+        labels = ["C: " + " − ".join(method_label(m) for m in q[1].split(" - ")) if q[0] == "contrast"
+                  else f"R: {method_label(q[1])}" for q in quantities]
+        ax.set_yticks(range(len(quantities)), labels, fontsize=8)
+        ax.set_ylim(len(quantities) - 0.5, -0.5)
+        ax.set_title(title(name), fontsize=10)
+        ax.set_xlabel("simulated − real")
+    from matplotlib.lines import Line2D
+    handles = [Patch(facecolor="0.8"), *[Line2D([], [], color=c, lw=5, alpha=0.5) for c in colour.values()],
+               Patch(facecolor="0.9")]
+    labels = ["real runs (pooled)", *[f"simulated: {v}" for v in colour], f"grey: margin ±{margin:g}"]
+    place_legend(fig, axes, handles, labels)
+    figure_title(fig, "Deep lag: real and simulated ages; simulated − real contrast C and retention R")
+    return save_figure(fig, out_dir, "deep_lag", figures_dir=os.path.join(out_dir, FIGURES))

@@ -4,6 +4,9 @@
     python experiments/deep_lag.py pilot     # run them (a quiet machine: the timing decides the ages)
     python experiments/deep_lag.py choose    # apply the rule to the pilot's runs: one configuration per target
     python experiments/deep_lag.py power     # the study's power per number of seeds (from the first study's spread)
+    python experiments/deep_lag.py real --minutes 80   # the study's real runs (resumable)
+    python experiments/deep_lag.py sim --minutes 80    # their simulated counterparts (resumable)
+    python experiments/deep_lag.py report              # verdicts, wall clock, the figure
 
 The sim-vs-real study (``sim_vs_real``) realised a mean age of about 1 in every configuration: one batch
 per actor per update from a queue of one batch per actor, so no batch waits. The locomotion studies'
@@ -31,6 +34,28 @@ configurations whose steady-state mean age, pooled over the pilot's runs of both
 timing-driven lag of a real learner-bound system), then the one nearest the target; if none
 qualifies, the configuration nearest the target is chosen and the study runs at the age it realises
 (said so in the output). Ties go to the configuration listed first.
+
+**The study** (``real``, ``sim``, ``report``; every number in ``STUDY``, written to
+``OUT/study_protocol.json`` by its first stage, a later stage with other numbers or other chosen
+configurations refused). Three real configurations: ``lockstep`` (``LOCKSTEP``: 4 actors x 4 envs in
+lockstep, the synchronous reference) and ``age4`` / ``age16``, the configurations ``chosen.csv`` names
+for the targets 4 and 16, each run with both methods (the pilot's knobs) on ``real_seeds`` at the
+study's sizes: ``OUT/real/<configuration>/<method>/seed<k>/``, seed by seed across configurations.
+Their simulated counterparts (``sim``; the sim-vs-real study's, ``sim_vs_real.run_sweep``): for each
+deep configuration and method, the ``ages`` lag model fed the pooled histogram of its real runs
+(``histogram``), a uniform lag of the nearest mean (``uniform``), both on ``sim_seeds``, and the
+histogram moved ``control_shift`` versions older (``control``, a negative control) on
+``control_seeds``; for ``lockstep`` the synchronous lag (depth 1) on ``sim_seeds``. The simulator's run
+directories go to ``WORK``, their small tables to ``OUT/sim/<configuration>/<method>/<sweep>/``.
+``report`` compares, per deep configuration and simulated variant, (1) the contrast C = (mean AUC of
+VACO - mean AUC of PPO-Clip) / the real lockstep PPO-Clip mean AUC and (2) each method's retention
+R = mean(deep) / mean(lockstep) (real lockstep in the real R, simulated lockstep in the simulated one)
+between the real runs and the simulated ones: the simulator *predicts* when the 90% bootstrap CI of
+simulated - real (every arm's seeds resampled independently) lies inside +-``margin``, *differs* when
+it lies wholly outside, else *inconclusive*. It also gives each real configuration's wall clock
+(median env steps/s, seconds to the first evaluation at or above ``return_threshold``, start load),
+and writes ``verdicts.csv``, ``wall_clock.csv`` and ``figures/deep_lag.png``. The score is the AUC of
+the evaluation curve at the simulator's evaluation points (``sim_vs_real.real_score``).
 """
 
 from __future__ import annotations
@@ -44,6 +69,7 @@ import numpy as np
 from tyro.conf import Positional
 
 from vaco_jax.core.config import ConfigError
+from vaco_jax.studies import sim_vs_real as svr
 
 TARGETS = (4.0, 16.0)  # mean ages of the simulator's B = 8 (3.5) and B = 32 (15.5), rounded up
 TOLERANCE = 0.25  # a configuration qualifies for a target when |mean age / target - 1| <= this
@@ -73,20 +99,41 @@ PRESETS = {
 }
 
 
+# The study's synchronous reference, in CONFIGURATIONS' form: the sim-vs-real layout in lockstep (Hopper-v4's
+# update of 16 envs: 4 actors x 4 envs, one batch from each)
+LOCKSTEP = ("lockstep", "sync", dict(num_actors=4, queue_capacity=4, mode="sync"), 4)
+VARIANTS = ("histogram", "uniform", "control")  # a deep configuration's simulated counterparts
+CONTRAST = ("vaco", "ppo_clip")  # C = (mean of the first - mean of the second) / the real lockstep mean of the second
+
+# Every number of the study (real, sim, report), fixed before its first run (OUT/study_protocol.json)
+STUDY = {
+    "cpu": dict(real_seeds=tuple(range(20)), sim_seeds=tuple(range(1000, 1040)), control_seeds=tuple(range(1000, 1010)),
+                total_env_steps=1_000_000, num_evals=10, eval_episodes=8, buffer_capacity=32,
+                control_shift=8, margin=0.15, confidence=0.90, bootstrap_reps=2000, return_threshold=1000.0),
+    # point_mass, for tests: 16 updates of 8 envs x 16 steps
+    "tiny": dict(real_seeds=(0, 1), sim_seeds=(1000, 1001), control_seeds=(1000, 1001), total_env_steps=16 * 8 * 16,
+                 num_evals=2, eval_episodes=2, buffer_capacity=32, control_shift=8, margin=0.15, confidence=0.90,
+                 bootstrap_reps=2000, return_threshold=40.0),
+}
+
+
 @dataclasses.dataclass
 class Args:
-    """Real configurations that realise deep lag: plan, pilot, choose, power."""
+    """Real configurations that realise deep lag: plan, pilot, choose, power; the study: real, sim, report."""
 
-    stage: Positional[Literal["plan", "pilot", "choose", "power"]]
-    preset: Literal["cpu", "tiny"] = "cpu"  # the pilot's numbers (PRESETS)
-    out: str = ""  # where the pilot's runs and tables go
+    stage: Positional[Literal["plan", "pilot", "choose", "power", "real", "sim", "report"]]
+    preset: Literal["cpu", "tiny"] = "cpu"  # the pilot's and the study's numbers (PRESETS, STUDY)
+    out: str = ""  # where the pilot's and the study's runs and tables go
+    work: str = ""  # sim: the simulator's run directories (checkpoints)
     configurations: tuple[str, ...] = ()  # pilot: only these (names as plan prints them)
-    progress: bool = True  # a line per pilot run
+    minutes: float | None = None  # real, sim: start no run or sweep that would end after this many minutes
+    progress: bool = True  # a line per pilot or real run and a progress bar per simulated sweep
     margin: float = 0.15  # power: the equivalence margin (scale: the real lockstep mean)
     sim_per_real: float = 2.0  # power: simulated seeds per real seed
 
 
-HELP_DEFAULTS = {"configurations": "every configuration", "out": "results/deep_lag (cpu), runs/deep_lag_tiny (tiny)"}
+HELP_DEFAULTS = {"configurations": "every configuration", "out": "results/deep_lag (cpu), runs/deep_lag_tiny (tiny)",
+                 "work": "runs/deep_lag_cpu (cpu), runs/deep_lag_tiny (tiny)", "minutes": "no limit"}
 
 
 def settings_of(name: str):
@@ -98,13 +145,26 @@ def settings_of(name: str):
     raise ConfigError(f"configurations: {name!r}; allowed values: {', '.join(c[0] for c in CONFIGURATIONS)}")
 
 
-def config_of(spec: dict, name: str, method: str):
-    """The training settings of one configuration: the update's batch is the simulator's shape
-    (``envs_per_actor x batches_per_update`` envs), every actor together stepping ``num_envs``."""
-    from vaco_jax.core.config import Config
+def _layout(name: str) -> tuple:
+    """A configuration's row (``CONFIGURATIONS`` or ``LOCKSTEP``)."""
+    for row in CONFIGURATIONS + (LOCKSTEP,):
+        if row[0] == name:
+            return row
+    settings_of(name)  # the pilot's names in the error
+    raise AssertionError(name)
 
-    per_actor = next(c[3] for c in CONFIGURATIONS if c[0] == name)
-    settings = settings_of(name)
+
+def config_of(spec: dict, name: str, method: str, study: dict | None = None):
+    """The training settings of one configuration: the update's batch is the simulator's shape
+    (``envs_per_actor x batches_per_update`` envs), every actor together stepping ``num_envs``.
+    ``study``: the study's numbers (``STUDY``: env steps, evaluations, buffer) instead of the pilot's."""
+    from vaco_jax.core.config import Config
+    from vaco_jax.driver.actor_learner import RealSettings
+
+    _, _, fields, per_actor = _layout(name)
+    settings = RealSettings(**fields)
+    numbers = study or dict(total_env_steps=spec["pilot_env_steps"], num_evals=spec["num_evals"],
+                            eval_episodes=spec["eval_episodes"], buffer_capacity=spec["buffer_capacity"])
     sizes = dict(spec["sizes"])
     if spec["task"] != "point_mass":
         base = Config.for_task(spec["task"], method=method)
@@ -113,10 +173,10 @@ def config_of(spec: dict, name: str, method: str):
                               f"task's update of {base.num_envs} envs")
     else:
         per_actor = 8 // settings.per_update()
-    config = Config.for_task(spec["task"], method=method, total_env_steps=spec["pilot_env_steps"],
-                             num_evals=spec["num_evals"], eval_episodes=spec["eval_episodes"],
-                             buffer_capacity=spec["buffer_capacity"], **{**sizes, "num_envs": per_actor * settings.num_actors},
-                             **spec["knobs"].get(method, {}))
+    config = Config.for_task(spec["task"], method=method, total_env_steps=numbers["total_env_steps"],
+                             num_evals=numbers["num_evals"], eval_episodes=numbers["eval_episodes"],
+                             buffer_capacity=numbers["buffer_capacity"],
+                             **{**sizes, "num_envs": per_actor * settings.num_actors}, **spec["knobs"].get(method, {}))
     settings.check(config)
     return config, settings
 
@@ -279,6 +339,372 @@ def power_table(sd: dict, margin: float, seeds=(10, 15, 20, 25, 30), sim_per_rea
     return rows
 
 
+# ----------------------------------------------------------------------------------- the study
+def study_configurations(out: str, spec: dict, study: dict) -> list[dict]:
+    """The study's real configurations: ``lockstep``, then one per target (``age4``, ``age16``) as
+    ``OUT/chosen.csv`` names it. Each: ``name`` (the study's, its directories'), ``configuration`` (the
+    layout's, ``CONFIGURATIONS``), ``family``, ``settings``, ``envs_per_actor`` and ``update_envs`` (the
+    envs of one learner update: a simulated counterpart's ``num_envs``). Refused when ``chosen.csv`` is
+    missing, lacks a target, or names one configuration for two targets."""
+    import dataclasses as dc
+
+    from vaco_jax.analysis import results
+
+    path = os.path.join(out, "chosen.csv")
+    if not os.path.exists(path):
+        raise ConfigError(f"study: {path} is missing; run `pilot` and `choose` first (the study runs the "
+                          "configurations chosen.csv names)")
+    by_target = {float(r["target"]): str(r["configuration"]) for r in results.read_table(path)}
+    names = []
+    for target in TARGETS:
+        if target not in by_target:
+            raise ConfigError(f"study: {path} names no configuration for the target {target:g}; rerun `choose`")
+        names.append(by_target[target])
+    if len(set(names)) < len(names):
+        targets = ", ".join(f"{t:g}" for t in TARGETS)
+        raise ConfigError(f"study: {path} names {names[0]} for every target ({targets}); the study needs a different "
+                          "configuration per target")
+    out_ = []
+    for role, name in [("lockstep", LOCKSTEP[0])] + [(f"age{t:g}", n) for t, n in zip(TARGETS, names)]:
+        config, settings = [config_of(spec, name, m, study) for m in spec["methods"]][0]  # every method checked
+        per_actor = config.num_envs // settings.num_actors
+        out_.append({"name": role, "configuration": name, "family": _layout(name)[1],
+                     "settings": dc.asdict(settings), "envs_per_actor": per_actor,
+                     "update_envs": per_actor * settings.per_update()})
+    return out_
+
+
+def study_protocol(preset: str, spec: dict, study: dict, configs: list[dict]) -> dict:
+    return {"preset": preset, "task": spec["task"], "methods": list(spec["methods"]), "knobs": spec["knobs"],
+            "sizes": spec["sizes"], "study": study, "configurations": configs, "variants": list(VARIANTS),
+            "contrast": list(CONTRAST), "score": "auc_eval_return"}
+
+
+SWEEP_OF = {"lockstep": "lockstep", "control": "control"}  # a variant's sweep (sweeps_of); the others: "main"
+
+
+def _sim_dir(out: str, c: dict, method: str, sweep: str) -> str:
+    return os.path.join(out, "sim", c["name"], method, sweep)
+
+
+def _sweep_spec(spec: dict, study: dict) -> dict:
+    """The numbers ``sim_vs_real.run_sweep`` reads: the study's, the preset's task and sizes."""
+    return {"task": spec["task"], "sizes": spec["sizes"],
+            **{k: study[k] for k in ("total_env_steps", "num_evals", "eval_episodes", "buffer_capacity")}}
+
+
+def real_histogram(out: str, c: dict, methods, seeds) -> tuple[float, ...]:
+    """Consumed samples by age, summed over the real runs of ``methods`` x ``seeds`` (every one finished)."""
+    total = np.zeros(0)
+    for method in methods:
+        h = np.asarray(svr.pooled_histogram(out, c, method, seeds))
+        total = np.pad(total, (0, max(0, len(h) - len(total)))) + np.pad(h, (0, max(0, len(total) - len(h))))
+    return tuple(float(x) for x in total)
+
+
+def variants_of(out: str, study: dict, c: dict, method: str) -> dict[str, tuple[float, ...]]:
+    """The simulated counterparts' age weights of one configuration and method: ``lockstep`` the
+    synchronous lag (depth 1); a deep configuration the ``VARIANTS`` of its real runs' pooled histogram."""
+    if c["family"] == "sync":
+        return {"lockstep": (1.0,)}
+    hist = svr.pooled_histogram(out, c, method, study["real_seeds"])
+    return svr.variant_weights(hist, shift=study["control_shift"])
+
+
+def sweeps_of(out: str, study: dict, c: dict, method: str) -> list[tuple[str, list[tuple], tuple[int, ...]]]:
+    """(sweep name, its weight vectors, its seeds) of one configuration and method: ``lockstep``; or
+    ``main`` (histogram and uniform, ``sim_seeds``) and ``control`` (``control_seeds``)."""
+    weights = variants_of(out, study, c, method)
+    if c["family"] == "sync":
+        return [("lockstep", [weights["lockstep"]], tuple(study["sim_seeds"]))]
+    return [("main", list(dict.fromkeys([weights["histogram"], weights["uniform"]])), tuple(study["sim_seeds"])),
+            ("control", [weights["control"]], tuple(study["control_seeds"]))]
+
+
+def study_real(args: Args, spec: dict, study: dict, configs: list[dict]) -> list[dict]:
+    """Every real run of the study not yet finished (``score.json`` marks it), seed by seed across the
+    configurations and methods, while ``--minutes`` allows."""
+    from vaco_jax.driver.actor_learner import run_real, write_real_run
+
+    done, budget = [], svr._Budget(args.minutes)
+    for seed in study["real_seeds"]:
+        for c in configs:
+            for method in spec["methods"]:
+                where = svr._real_dir(args.out, c, method, seed)
+                if os.path.exists(os.path.join(where, "score.json")):
+                    continue
+                if not budget.fits():
+                    print(f"real: --minutes {args.minutes:g} reached; {len(done)} run(s) this time, rerun to go on")
+                    return done
+                config, settings = config_of(spec, c["configuration"], method, study)
+                started = time.monotonic()
+                run = run_real(config, settings, seed=seed)
+                score = write_real_run(where, run, config, settings, seed)
+                budget.record(time.monotonic() - started)
+                done.append(score)
+                if args.progress:
+                    load = (score.get("load_average") or {}).get("start")
+                    print(f"real {c['name']} ({c['configuration']}) {method} seed {seed}: AUC "
+                          f"{score['auc_eval_return']:.1f}, {score['env_steps_per_second']:.0f} env steps/s, mean age "
+                          f"{score['mean_age']:.2f}, load {load if load is None else f'{load:.2f}'}", flush=True)
+    return done
+
+
+def study_sim(args: Args, spec: dict, study: dict, configs: list[dict]) -> None:
+    """Every simulated sweep not yet finished (its ``scores.csv`` in ``OUT`` marks it), while ``--minutes``
+    allows: one lag sweep per (configuration, method, sweep), as many envs per simulated actor as a real
+    actor steps and one real update's envs; the policy buffer is the study's, raised to hold the oldest
+    age a sweep's weights draw (the control of a deep histogram: up to ``control_shift`` more)."""
+    todo = [(c, method, sweep) for c in configs for method in spec["methods"]  # every histogram read first
+            for sweep in sweeps_of(args.out, study, c, method)]
+    budget = svr._Budget(args.minutes)
+    for c, method, (name, variants, seeds) in todo:
+        dst = _sim_dir(args.out, c, method, name)
+        if os.path.exists(os.path.join(dst, "scores.csv")):
+            continue
+        cells = len(variants) * len(seeds)
+        if not budget.fits(cells):
+            print(f"sim: --minutes {args.minutes:g} reached; rerun to go on")
+            return
+        started = time.monotonic()
+        svr.run_sweep(_sweep_spec(spec, study), method, variants, seeds, envs_per_actor=c["envs_per_actor"],
+                      num_envs=c["update_envs"], buffer_capacity=max(study["buffer_capacity"], *map(len, variants)),
+                      knobs=spec["knobs"].get(method, {}), work=os.path.join(args.work, "sim", c["name"], method, name),
+                      dst=dst, progress=args.progress)
+        budget.record(time.monotonic() - started, cells)
+
+
+def bootstrap_ci(arms, statistic, reps: int, confidence: float, seed: int = 0) -> tuple[float, float, float]:
+    """``statistic(*means)`` of the arms' means at the full samples, and its percentile bootstrap interval:
+    each arm's runs resampled with replacement, independently of the others (arm by arm, ``reps`` resamples
+    each, from one generator). Replicates that are not finite are left out; ``nan`` when an arm is empty."""
+    arms = [np.asarray(a, float) for a in arms]
+    if any(a.size == 0 for a in arms):
+        return float("nan"), float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    means = [a[rng.integers(0, a.size, size=(reps, a.size))].mean(axis=1) for a in arms]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        point = float(statistic(*[a.mean() for a in arms]))
+        values = np.asarray(statistic(*means), float)
+    values = values[np.isfinite(values)]
+    if not values.size:
+        return point, float("nan"), float("nan")
+    alpha = 1.0 - confidence
+    lo, hi = np.percentile(values, [100.0 * alpha / 2.0, 100.0 * (1.0 - alpha / 2.0)])
+    return point, float(lo), float(hi)
+
+
+def verdict(low: float, high: float, margin: float) -> str:
+    """``predicts`` (the interval inside +-margin), ``differs`` (wholly outside), else ``inconclusive``."""
+    if -margin <= low and high <= margin:
+        return "predicts"
+    return "differs" if low > margin or high < -margin else "inconclusive"
+
+
+def contrast(x_first, x_second, scale):
+    """The contrast of two methods' mean scores on the scale of the reference's."""
+    return (x_first - x_second) / scale
+
+
+def _mean(a) -> np.float64:
+    """The mean (a NumPy float: dividing by a zero mean gives inf or nan, as in the bootstrap); nan when empty."""
+    return np.float64(np.mean(a)) if len(a) else np.float64("nan")
+
+
+def quantity_rows(real: dict, sim: dict, deep: list[str], variants, study: dict, methods=CONTRAST) -> list[dict]:
+    """The report's verdicts from the scores alone. ``real[(configuration, method)]``: the real runs'
+    scores (``lockstep`` among the configurations); ``sim[(configuration, method, variant)]``: the
+    simulated ones (``sim[("lockstep", method, "lockstep")]`` the simulated lockstep). One row per deep
+    configuration and variant for the contrast of ``methods`` (scale: the real lockstep mean of the second),
+    then one per deep configuration, variant and method for the retention; each with the real and the
+    simulated value, their difference (simulated - real), its bootstrap interval and its verdict."""
+    first, second = methods
+    reps, conf, margin = study["bootstrap_reps"], study["confidence"], study["margin"]
+    rows = []
+
+    def row(quantity, c, method, v, real_value, sim_value, arms_real, arms_sim, statistic):
+        point, lo, hi = bootstrap_ci(arms_sim + arms_real, statistic, reps, conf)
+        return {"quantity": quantity, "configuration": c, "method": method, "variant": v, "real": float(real_value),
+                "sim": float(sim_value), "difference": point, "low": lo, "high": hi, "margin": margin,
+                "verdict": verdict(lo, hi, margin), "n_real": min(len(a) for a in arms_real),
+                "n_sim": min(len(a) for a in arms_sim)}
+
+    with np.errstate(divide="ignore", invalid="ignore"):  # a zero mean: inf or nan, as in the bootstrap
+        for c in deep:
+            for v in variants:
+                rf, rs, ref = real[(c, first)], real[(c, second)], real[("lockstep", second)]
+                sf, ss = sim[(c, first, v)], sim[(c, second, v)]
+                rows.append(row("contrast", c, f"{first} - {second}", v, contrast(_mean(rf), _mean(rs), _mean(ref)),
+                                contrast(_mean(sf), _mean(ss), _mean(ref)), [rf, rs, ref], [sf, ss],
+                                lambda a, b, x, y, r: contrast(a, b, r) - contrast(x, y, r)))
+        for c in deep:
+            for v in variants:
+                for m in (second, first):
+                    rd, rl = real[(c, m)], real[("lockstep", m)]
+                    sd, sl = sim[(c, m, v)], sim[("lockstep", m, "lockstep")]
+                    rows.append(row("retention", c, m, v, _mean(rd) / _mean(rl), _mean(sd) / _mean(sl), [rd, rl],
+                                    [sd, sl], lambda a, b, x, y: a / b - x / y))
+    return rows
+
+
+def _finished(path: str, stage: str) -> None:
+    if not os.path.exists(path):
+        raise ConfigError(f"report: {os.path.dirname(path)} has not finished; run the '{stage}' stage first")
+
+
+def _score_values(rows: list[dict]) -> np.ndarray:
+    """The AUCs of the runs that did not diverge (finite)."""
+    x = np.array([float(r["auc_eval_return"]) for r in rows if not r["diverged"]], float)
+    return x[np.isfinite(x)]
+
+
+def study_scores(out: str, spec: dict, study: dict, configs: list[dict]):
+    """(real, sim, diverged, realised): the scores ``quantity_rows`` reads, the count of diverged runs per
+    (configuration, method[, variant]), and the simulated samples by realised age per (configuration,
+    method, variant)."""
+    from vaco_jax.analysis import results
+
+    real, sim, diverged, realised = {}, {}, {}, {}
+    for c in configs:
+        for method in spec["methods"]:
+            runs = []
+            for seed in study["real_seeds"]:
+                where = svr._real_dir(out, c, method, seed)
+                _finished(os.path.join(where, "score.json"), "real")
+                runs.append(svr.real_score(where, study["num_evals"]))
+            real[(c["name"], method)] = _score_values(runs)
+            diverged[(c["name"], method)] = sum(bool(r["diverged"]) for r in runs)
+            weights = variants_of(out, study, c, method)
+            for name, variants, _ in sweeps_of(out, study, c, method):
+                _finished(os.path.join(_sim_dir(out, c, method, name), "scores.csv"), "sim")
+            for v, w in weights.items():
+                where = _sim_dir(out, c, method, SWEEP_OF.get(v, "main"))
+                mine = [r for r in results.read_table(os.path.join(where, "scores.csv"))
+                        if tuple(float(x) for x in svr._weights_of(r)) == tuple(float(x) for x in w)]
+                sim[(c["name"], method, v)] = _score_values(mine)
+                diverged[(c["name"], method, v)] = sum(bool(r["diverged"]) for r in mine)
+                drawn = svr.realised_in(os.path.join(where, svr.REALISED), {v: w})
+                if v in drawn:
+                    realised[(c["name"], method, v)] = drawn[v]
+    return real, sim, diverged, realised
+
+
+def _mean_age(counts) -> float:
+    return svr._mean_age(None if counts is None else np.asarray(counts, float))
+
+
+def _pooled(arrays) -> np.ndarray | None:
+    arrays = [np.asarray(a, float) for a in arrays if a is not None]
+    if not arrays:
+        return None
+    n = max(len(a) for a in arrays)
+    return sum(np.pad(a, (0, n - len(a))) for a in arrays)
+
+
+def wall_clock_rows(out: str, spec: dict, study: dict, configs: list[dict]) -> list[dict]:
+    """Per real configuration (its methods pooled, then each method): median env steps per second, median
+    seconds to the first evaluation (of the simulator's ``num_evals``) at or above ``return_threshold``
+    (a run that never reaches it counts as never: ``None`` when at least half never do), how many runs
+    reached it, and the median 1-minute load average as training started."""
+    from vaco_jax.analysis import results
+
+    rows = []
+    for c in configs:
+        for methods in [tuple(spec["methods"])] + [(m,) for m in spec["methods"]]:
+            sps, reach, loads, ages = [], [], [], []
+            for method in methods:
+                for seed in study["real_seeds"]:
+                    where = svr._real_dir(out, c, method, seed)
+                    _finished(os.path.join(where, "score.json"), "real")
+                    score = results.read_json(os.path.join(where, "score.json"))
+                    curve = results.read_table(os.path.join(where, "curve.csv"))[:study["num_evals"]]
+                    sps.append(float(score["env_steps_per_second"]))
+                    ages.append(float(score["mean_age"]))
+                    hit = [float(r["seconds"]) for r in curve if float(r["eval_return"]) >= study["return_threshold"]]
+                    reach.append(hit[0] if hit else float("inf"))
+                    load = (score.get("load_average") or {}).get("start")
+                    if load is not None:
+                        loads.append(float(load))
+            median_reach = float(np.median(reach))
+            rows.append({"configuration": c["name"], "layout": c["configuration"],
+                         "method": "all" if len(methods) > 1 else methods[0], "runs": len(sps),
+                         "env_steps_per_second": float(np.median(sps)),
+                         "seconds_to_threshold": median_reach if np.isfinite(median_reach) else None,
+                         "threshold": study["return_threshold"],
+                         "reached": int(np.sum(np.isfinite(reach))),
+                         "load_start": float(np.median(loads)) if loads else None,
+                         "mean_age": float(np.mean(ages))})
+    return rows
+
+
+def _diverged_in(row: dict, diverged: dict) -> int:
+    """The diverged runs (left out) of the arms behind one verdict row."""
+    c, v, first, second = row["configuration"], row["variant"], *CONTRAST
+    if row["quantity"] == "contrast":
+        keys = [(c, first), (c, second), ("lockstep", second), (c, first, v), (c, second, v)]
+    else:
+        m = row["method"]
+        keys = [(c, m), ("lockstep", m), (c, m, v), ("lockstep", m, "lockstep")]
+    return sum(diverged[k] for k in keys)
+
+
+def _table(rows: list[dict]) -> list[dict]:
+    """``None`` as an empty cell (it reads back as NaN)."""
+    return [{k: float("nan") if v is None else v for k, v in r.items()} for r in rows]
+
+
+def study_report(args: Args, spec: dict, study: dict, configs: list[dict]) -> dict:
+    from vaco_jax.analysis import figures, results
+
+    real, sim, diverged, realised = study_scores(args.out, spec, study, configs)
+    deep = [c for c in configs if c["family"] != "sync"]
+    rows = quantity_rows(real, sim, [c["name"] for c in deep], VARIANTS, study)
+    layout = {c["name"]: c["configuration"] for c in configs}
+    histograms = {}
+    for c in deep:
+        hist = real_histogram(args.out, c, spec["methods"], study["real_seeds"])
+        drawn = {v: _pooled([realised.get((c["name"], m, v)) for m in spec["methods"]]) for v in VARIANTS}
+        histograms[c["name"]] = {"real runs (pooled)": hist,
+                                 **{f"simulated: {v}": h for v, h in drawn.items() if h is not None}}
+    for r in rows:
+        methods = spec["methods"] if r["quantity"] == "contrast" else (r["method"],)
+        c = next(x for x in deep if x["name"] == r["configuration"])
+        weights = [variants_of(args.out, study, c, m)[r["variant"]] for m in methods]
+        r.update(layout=layout[r["configuration"]],
+                 real_mean_age=_mean_age(real_histogram(args.out, c, methods, study["real_seeds"])),
+                 sim_mean_age=float(np.mean([_mean_age(w) for w in weights])),
+                 sim_realised_mean_age=_mean_age(_pooled([realised.get((r["configuration"], m, r["variant"]))
+                                                          for m in methods])),
+                 diverged=_diverged_in(r, diverged))
+    wall = wall_clock_rows(args.out, spec, study, configs)
+    results.write_table(os.path.join(args.out, "verdicts.csv"), _table(rows))
+    results.write_table(os.path.join(args.out, "wall_clock.csv"), _table(wall))
+    paths = figures.plot_deep_lag(args.out, rows, histograms, study["margin"])
+    ci = f"{study['confidence']:.0%} CI"
+    print(f"{'quantity':<9} {'configuration':<20} {'method':<18} {'variant':<9} {'age real/sim':>12} {'real':>7} "
+          f"{'sim':>7} {'sim-real':>8} {ci:>17}  verdict (margin +-{study['margin']:g})")
+    for r in rows:
+        ages = f"{r['real_mean_age']:.2f}/{r['sim_realised_mean_age']:.2f}"
+        where = f"{r['configuration']} ({r['layout']})"
+        print(f"{r['quantity']:<9} {where:<20} {r['method']:<18} {r['variant']:<9} {ages:>12} {r['real']:>7.3f} "
+              f"{r['sim']:>7.3f} {r['difference']:>8.3f} [{r['low']:>7.3f}, {r['high']:>7.3f}]  {r['verdict']}")
+    controls = [r for r in rows if r["variant"] == "control"]
+    if controls and not all(r["verdict"] == "differs" for r in controls):
+        print(f"the negative control is not called 'differs' in {sum(r['verdict'] != 'differs' for r in controls)} "
+              f"of {len(controls)} rows: with these seeds the rule cannot tell a wrong histogram from a right one")
+    print(f"wall clock, real runs (medians over seeds; threshold: an evaluation return >= "
+          f"{study['return_threshold']:g}):")
+    for w in wall:
+        reach = "never (median)" if w["seconds_to_threshold"] is None else f"{w['seconds_to_threshold']:.3g} s"
+        load = "n/a" if w["load_start"] is None else f"{w['load_start']:.2f}"
+        print(f"  {w['configuration']:<9} {w['layout']:<10} {w['method']:<9} {w['env_steps_per_second']:>8.0f} env "
+              f"steps/s, threshold {reach} ({w['reached']}/{w['runs']} reached), start load {load}, mean age "
+              f"{w['mean_age']:.2f}")
+    print("tables:", os.path.join(args.out, "verdicts.csv"), os.path.join(args.out, "wall_clock.csv"))
+    print("figure:", *paths, sep="\n  ")
+    return {"verdicts": rows, "wall_clock": wall, "figures": paths}
+
+
 def plan_text(args: Args, spec: dict) -> str:
     lines = [f"pilot: {spec['task']}, methods {', '.join(spec['methods'])}, seeds {list(spec['pilot_seeds'])}, "
              f"{spec['pilot_env_steps']:,} env steps a run; targets {list(TARGETS)} (steady state: learner versions "
@@ -288,13 +714,49 @@ def plan_text(args: Args, spec: dict) -> str:
                    for m in spec["methods"] for s in spec["pilot_seeds"])
         knobs = ", ".join(f"{k} {v}" for k, v in fields.items())
         lines.append(f"  {name:<10} {family:<8} {knobs}, {per_actor} envs per actor: {left} pilot run(s) to go")
-    return "\n".join(lines)
+    return "\n".join(lines + study_plan_lines(args, spec))
+
+
+def study_plan_lines(args: Args, spec: dict) -> list[str]:
+    """The study's protocol and what is left of it (or why it cannot start yet)."""
+    study = STUDY[args.preset]
+    lines = [f"study: seeds real {_span(study['real_seeds'])}, simulated {_span(study['sim_seeds'])} (control "
+             f"{_span(study['control_seeds'])}), {study['total_env_steps']:,} env steps a run, {study['num_evals']} "
+             f"evaluations of {study['eval_episodes']} episodes, buffer {study['buffer_capacity']}; control "
+             f"{study['control_shift']} versions older; margin +-{study['margin']:g}, {study['confidence']:.0%} "
+             f"bootstrap CI ({study['bootstrap_reps']} resamples); wall clock threshold: return >= "
+             f"{study['return_threshold']:g}"]
+    try:
+        configs = study_configurations(args.out, spec, study)
+    except ConfigError as e:
+        return lines + [f"  waits for the pilot: {e}"]
+    for c in configs:
+        left = sum(not os.path.exists(os.path.join(svr._real_dir(args.out, c, m, s), "score.json"))
+                   for m in spec["methods"] for s in study["real_seeds"])
+        names = ("lockstep",) if c["family"] == "sync" else ("main", "control")
+        sweeps = sum(not os.path.exists(os.path.join(_sim_dir(args.out, c, m, n), "scores.csv"))
+                     for m in spec["methods"] for n in names)
+        knobs = ", ".join(f"{k} {v}" for k, v in _layout(c["configuration"])[2].items())
+        lines.append(f"  {c['name']:<8} = {c['configuration']:<10} {knobs}, {c['envs_per_actor']} envs per actor: "
+                     f"{left} real run(s) and {sweeps} simulated sweep(s) to go")
+    return lines
+
+
+def _span(seeds) -> str:
+    seeds = list(seeds)
+    return f"{seeds[0]}..{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) and len(seeds) > 2 else \
+        ", ".join(map(str, seeds))
+
+
 
 
 def main(args: Args):
     spec = dict(PRESETS[args.preset])
     args.out = args.out or (os.path.join("results", "deep_lag") if args.preset == "cpu"
                             else os.path.join("runs", "deep_lag_tiny"))
+    args.work = args.work or os.path.join("runs", f"deep_lag_{args.preset}")
+    if args.minutes is not None and not args.minutes > 0:
+        raise ConfigError(f"minutes={args.minutes!r} must be a positive number of minutes (or left unset: no limit)")
     for name in args.configurations:
         settings_of(name)
     for name, *_ in CONFIGURATIONS:  # every setting checked before anything runs
@@ -317,6 +779,18 @@ def main(args: Args):
         for r in rows:
             print(f"{r['real_seeds']:>4} {r['sim_seeds']:>3}  " + "  ".join(f"{r[k]:>{len(k)}.2f}" for k in keys))
         return rows
+    if args.stage in ("real", "sim", "report"):
+        study = STUDY[args.preset]
+        configs = study_configurations(args.out, spec, study)  # refused before anything runs or is written
+        svr.fix_protocol(os.path.join(args.out, "study_protocol.json"),
+                         study_protocol(args.preset, spec, study, configs),
+                         hint="the study's numbers (STUDY) or chosen.csv's configurations changed since its first "
+                              "stage; restore them or use another --out")
+        if args.stage == "real":
+            return study_real(args, spec, study, configs)
+        if args.stage == "sim":
+            return study_sim(args, spec, study, configs)
+        return study_report(args, spec, study, configs)
     from vaco_jax.analysis import results
 
     rows = pilot_rows(args.out, spec)

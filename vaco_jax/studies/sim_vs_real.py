@@ -104,16 +104,21 @@ def protocol(spec: dict) -> dict:
 def _fix_protocol(out: str, spec: dict, write: bool = True) -> None:
     """``OUT/protocol.json``: written by the first stage that runs, then every stage's settings must equal
     it (checked, not written, with ``write=False``)."""
+    fix_protocol(os.path.join(out, "protocol.json"), protocol(spec), write)
+
+
+def fix_protocol(path: str, mine: dict, write: bool = True, hint: str = "use another --out") -> None:
+    """A study's protocol file ``path``: written as ``mine`` when absent (and ``write``), else it must equal
+    ``mine`` (a ConfigError of one line, ending in ``hint``, when it does not)."""
     from vaco_jax.analysis import results
 
-    path = os.path.join(out, "protocol.json")
-    mine = protocol(spec)
+    out = os.path.dirname(path)
     if os.path.exists(path):
         theirs = {k: v for k, v in results.read_json(path).items() if k != "sha256"}
         import json
 
         if json.loads(json.dumps(mine)) != theirs:
-            raise ConfigError(f"out: {out} holds a study run under another protocol ({path}); use another --out")
+            raise ConfigError(f"out: {out} holds a study run under another protocol ({path}); {hint}")
         return
     if not write:
         return
@@ -183,13 +188,15 @@ def pooled_histogram(out: str, c: dict, method: str, seeds) -> tuple[float, ...]
     return tuple(float(x) for x in total)
 
 
-def variant_weights(hist: tuple[float, ...]) -> dict[str, tuple[float, ...]]:
-    """The three simulated counterparts of one real histogram (see the module's docstring)."""
+def variant_weights(hist: tuple[float, ...], shift: int | None = None) -> dict[str, tuple[float, ...]]:
+    """The three simulated counterparts of one real histogram (see the module's docstring); ``shift``:
+    the control's versions older (default ``CONTROL_SHIFT``)."""
     h = np.asarray(hist, float)
     mean = float(np.dot(np.arange(len(h)), h) / h.sum())
     depth = int(np.argmin([abs((b - 1) / 2 - mean) for b in range(1, 2 * len(h) + 2)])) + 1
     p = tuple(float(x) for x in h / h.sum())
-    return {"histogram": p, "uniform": (1.0,) * depth, "control": (0.0,) * CONTROL_SHIFT + p}
+    shift = CONTROL_SHIFT if shift is None else shift
+    return {"histogram": p, "uniform": (1.0,) * depth, "control": (0.0,) * shift + p}
 
 
 # copied from a finished sweep; scores.csv last: it marks the sweep copied
@@ -206,9 +213,6 @@ def sim(args: Args, spec: dict) -> None:
     """One lag sweep per (configuration, method): the variants' weights as an ``age_weights`` axis x
     the seeds, with as many envs per simulated actor as a real actor steps. The sweep runs in
     ``WORK``; its small tables are copied to ``OUT/sim/<configuration>/<method>/`` when it finishes."""
-    from vaco_jax.analysis import results
-    from vaco_jax.studies import lag_sweep
-
     budget = _Budget(args.minutes)
     for c in configurations(spec):
         for method in spec["methods"]:
@@ -222,27 +226,46 @@ def sim(args: Args, spec: dict) -> None:
                 print(f"sim: --minutes {args.minutes:g} reached; rerun to go on")
                 return
             started = time.monotonic()
-            axis = ",".join(str(w) for w in variants)
             config = base_config(spec, method)
-            sizes = {k: v for k, v in spec["sizes"].items() if k in ("num_envs", "unroll_length")}
-            extra = {k: v for k, v in spec["sizes"].items() if k not in sizes}
-            work = os.path.join(args.work, "sim", c["name"], method)
-            lag_sweep.main(lag_sweep.Args(
-                preset="tiny", tasks=(spec["task"],), methods=(method,), lag_model="ages", sweep=(f"age_weights={axis}",),
-                seeds=tuple(spec["seeds"]), total_env_steps=spec["total_env_steps"],
-                num_envs=sizes.get("num_envs", config.num_envs), unroll_length=sizes.get("unroll_length", config.unroll_length),
-                num_evals=spec["num_evals"], eval_episodes=spec["eval_episodes"], buffer_capacity=spec["buffer_capacity"],
-                envs_per_actor=config.num_envs // c["num_actors"], out=work,
-                progress=args.progress, figures=False, bootstrap_reps=min(args.bootstrap_reps, 200),
-                dry_run=args.dry_run, **extra))
+            run_sweep(spec, method, variants, spec["seeds"], envs_per_actor=config.num_envs // c["num_actors"],
+                      work=os.path.join(args.work, "sim", c["name"], method), dst=dst, progress=args.progress,
+                      bootstrap_reps=min(args.bootstrap_reps, 200), dry_run=args.dry_run)
             if args.dry_run:
                 continue
-            src = os.path.join(work, spec["task"], method)
-            os.makedirs(dst, exist_ok=True)
-            results.write_table(os.path.join(dst, REALISED), realised_ages(src))
-            for name in COPIED:
-                results.atomic_copy(os.path.join(src, name), os.path.join(dst, name))
             budget.record(time.monotonic() - started, cells)
+
+
+def run_sweep(spec: dict, method: str, variants, seeds, *, envs_per_actor: int, work: str, dst: str,
+              num_envs: int | None = None, buffer_capacity: int | None = None, knobs: dict | None = None,
+              progress: bool = True, bootstrap_reps: int = 200, dry_run: bool = False) -> None:
+    """One lag sweep of ``spec``'s task and numbers (``task``, ``total_env_steps``, ``num_evals``,
+    ``eval_episodes``, ``buffer_capacity``, ``sizes``): the ``ages`` lag model with ``variants`` (weight
+    vectors) as its ``age_weights`` axis x ``seeds``, ``envs_per_actor`` envs per simulated actor. It runs
+    in ``work``; its small tables (``SIM_TABLES``) are copied to ``dst`` when it finishes. ``num_envs``
+    (default: the task's, or ``sizes``'), ``buffer_capacity`` (default: ``spec``'s) and ``knobs`` (a method's
+    knobs: ``clip_epsilon``, ``tv_budget``) override."""
+    from vaco_jax.analysis import results
+    from vaco_jax.studies import lag_sweep
+
+    axis = ",".join(str(w) for w in variants)
+    config = base_config(spec, method)
+    sizes = {k: v for k, v in spec["sizes"].items() if k in ("num_envs", "unroll_length")}
+    extra = {k: v for k, v in spec["sizes"].items() if k not in sizes}
+    lag_sweep.main(lag_sweep.Args(
+        preset="tiny", tasks=(spec["task"],), methods=(method,), lag_model="ages", sweep=(f"age_weights={axis}",),
+        seeds=tuple(seeds), total_env_steps=spec["total_env_steps"],
+        num_envs=num_envs or sizes.get("num_envs", config.num_envs),
+        unroll_length=sizes.get("unroll_length", config.unroll_length),
+        num_evals=spec["num_evals"], eval_episodes=spec["eval_episodes"],
+        buffer_capacity=buffer_capacity or spec["buffer_capacity"], envs_per_actor=envs_per_actor, out=work,
+        progress=progress, figures=False, bootstrap_reps=bootstrap_reps, dry_run=dry_run, **extra, **(knobs or {})))
+    if dry_run:
+        return
+    src = os.path.join(work, spec["task"], method)
+    os.makedirs(dst, exist_ok=True)
+    results.write_table(os.path.join(dst, REALISED), realised_ages(src))
+    for name in COPIED:
+        results.atomic_copy(os.path.join(src, name), os.path.join(dst, name))
 
 
 def realised_ages(group_dir: str) -> list[dict]:
@@ -261,9 +284,14 @@ def realised_ages(group_dir: str) -> list[dict]:
 
 def _realised_by_variant(out: str, c: dict, method: str, weights: dict) -> dict[str, np.ndarray]:
     """``realised_ages.csv`` of a sweep as ``{variant: samples by age}`` (empty if the file is absent)."""
+    return realised_in(os.path.join(_sim_dir(out, c, method), REALISED), weights)
+
+
+def realised_in(path: str, weights: dict) -> dict[str, np.ndarray]:
+    """A ``realised_ages.csv`` as ``{variant: samples by age}`` for the variants' ``weights`` it holds
+    (empty if the file is absent)."""
     from vaco_jax.analysis import results
 
-    path = os.path.join(_sim_dir(out, c, method), REALISED)
     if not os.path.exists(path):
         return {}
     rows = results.read_table(path)
