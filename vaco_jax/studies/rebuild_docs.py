@@ -177,8 +177,9 @@ def summary_block(build: Build) -> str:
             by = "" if r["trainer"] == "vaco_jax" else f" ({r['trainer']})"
             against = "" if r["source"].startswith("CleanRL") else f" ({r['source']}: {r['cleanrl'][0]:,.0f} ± {r['cleanrl'][1]:,.0f})"
             parts.append(f"{r['task']} {r['settings']}{by}: {r['mean']:,.0f} ± {r['std']:,.0f}, {where}{against}")
-        out += ["- **The peer check** against CleanRL's PPO table at 1M steps (`results/peer_check/`, "
-                "`python -m benchmarks.peer_check --table`; inside means CleanRL's mean ± 2 std): "
+        out += ["- **The peer check** against published 1M-step PPO numbers — CleanRL's table, and for a task it "
+                "does not cover the publication named beside it (`results/peer_check/`, "
+                "`python -m benchmarks.peer_check --table`; inside means the published mean ± 2 std): "
                 + "; ".join(parts) + ".", ""]
     line = findings_tables.sim_vs_real_summary(build.root)
     if line:
