@@ -47,20 +47,6 @@ def test_every_configuration_keeps_the_update_at_the_tasks_batch():
         assert settings.publish_interval <= config.buffer_capacity == 32
 
 
-def test_a_tiny_pilot_writes_its_runs_and_its_choice(tmp_path):
-    out = str(tmp_path)
-    deep_lag.main(deep_lag.Args("pilot", preset="tiny", out=out, configurations=("queue2x4",), progress=False))
-    chosen = deep_lag.main(deep_lag.Args("choose", preset="tiny", out=out))
-    assert [c["configuration"] for c in chosen] == ["queue2x4", "queue2x4"]
-    from vaco_jax.analysis import results
-
-    rows = results.read_table(os.path.join(out, "pilot.csv"))
-    assert [(r["configuration"], r["method"]) for r in rows] == [("queue2x4", "ppo_clip"), ("queue2x4", "vaco")]
-    for r in rows:  # a queue of 4 in front of a learner that takes one batch an update: ages above 1
-        assert float(r["steady_mean_age"]) > 1 and float(r["p10"]) <= float(r["p50"]) <= float(r["p90"]) <= float(r["max"])
-        assert int(r["dropped"]) == 0
-
-
 def test_the_equivalence_power_matches_a_simulation():
     import numpy as np
 
@@ -291,7 +277,13 @@ def test_the_study_end_to_end_on_point_mass(tmp_path, capsys):
         return deep_lag.Args(stage, preset="tiny", out=out, work=work, progress=False, **kw)
 
     deep_lag.main(args("pilot", configurations=("queue2x4",)))
-    deep_lag.main(args("choose"))
+    chosen = deep_lag.main(args("choose"))
+    assert [c["configuration"] for c in chosen] == ["queue2x4", "queue2x4"]
+    pilot = results.read_table(os.path.join(out, "pilot.csv"))
+    assert [(r["configuration"], r["method"]) for r in pilot] == [("queue2x4", "ppo_clip"), ("queue2x4", "vaco")]
+    for r in pilot:  # a queue of 4 in front of a learner that takes one batch an update: ages above 1
+        assert float(r["steady_mean_age"]) > 1 and float(r["p10"]) <= float(r["p50"]) <= float(r["p90"]) <= float(r["max"])
+        assert int(r["dropped"]) == 0
     with pytest.raises(ConfigError, match="names queue2x4 for every target"):  # one configuration pilot: refused
         deep_lag.main(args("real"))
     _write_chosen(out, ["queue2x4", "publish8"])
