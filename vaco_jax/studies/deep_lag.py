@@ -424,30 +424,15 @@ def sweeps_of(out: str, study: dict, c: dict, method: str) -> list[tuple[str, li
 def study_real(args: Args, spec: dict, study: dict, configs: list[dict]) -> list[dict]:
     """Every real run of the study not yet finished (``score.json`` marks it), seed by seed across the
     configurations and methods, while ``--minutes`` allows."""
-    from vaco_jax.driver.actor_learner import run_real, write_real_run
+    def runs():
+        for seed in study["real_seeds"]:
+            for c in configs:
+                for method in spec["methods"]:
+                    config, settings = config_of(spec, c["configuration"], method, study)
+                    yield (svr._real_dir(args.out, c, method, seed), config, settings, seed,
+                           f"{c['name']} ({c['configuration']}) {method}")
 
-    done, budget = [], svr._Budget(args.minutes)
-    for seed in study["real_seeds"]:
-        for c in configs:
-            for method in spec["methods"]:
-                where = svr._real_dir(args.out, c, method, seed)
-                if os.path.exists(os.path.join(where, "score.json")):
-                    continue
-                if not budget.fits():
-                    print(f"real: --minutes {args.minutes:g} reached; {len(done)} run(s) this time, rerun to go on")
-                    return done
-                config, settings = config_of(spec, c["configuration"], method, study)
-                started = time.monotonic()
-                run = run_real(config, settings, seed=seed)
-                score = write_real_run(where, run, config, settings, seed)
-                budget.record(time.monotonic() - started)
-                done.append(score)
-                if args.progress:
-                    load = (score.get("load_average") or {}).get("start")
-                    print(f"real {c['name']} ({c['configuration']}) {method} seed {seed}: AUC "
-                          f"{score['auc_eval_return']:.1f}, {score['env_steps_per_second']:.0f} env steps/s, mean age "
-                          f"{score['mean_age']:.2f}, load {load if load is None else f'{load:.2f}'}", flush=True)
-    return done
+    return svr.run_real_runs(runs(), args.minutes, args.progress)
 
 
 def study_sim(args: Args, spec: dict, study: dict, configs: list[dict]) -> None:

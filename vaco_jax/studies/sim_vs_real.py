@@ -145,33 +145,46 @@ class _Budget:
 
 def real(args: Args, spec: dict) -> list[dict]:
     """Every real run not yet finished (a run's ``score.json`` marks it finished), while ``--minutes`` allows."""
-    from vaco_jax.driver.actor_learner import RealSettings, run_real, write_real_run
+    from vaco_jax.driver.actor_learner import RealSettings
 
-    done, budget = [], _Budget(args.minutes)
-    # seed by seed across every configuration: a study spread over sessions (and machines) then has
-    # whole blocks of seeds, each configuration's runs of a seed made on the same machine
-    for seed in spec["seeds"]:
-        for c in configurations(spec):
-            settings = RealSettings(num_actors=c["num_actors"], slowdown=c["slowdown"],
-                                    queue_capacity=c["num_actors"], mode=c["mode"])
-            for method in spec["methods"]:
-                config = base_config(spec, method)
-                settings.check(config)
-                where = _real_dir(args.out, c, method, seed)
-                if os.path.exists(os.path.join(where, "score.json")):
-                    continue
-                if not budget.fits():
-                    print(f"real: --minutes {args.minutes:g} reached; {len(done)} run(s) this time, rerun to go on")
-                    return done
-                started = time.monotonic()
-                run = run_real(config, settings, seed=seed)
-                score = write_real_run(where, run, config, settings, seed)
-                budget.record(time.monotonic() - started)
-                done.append(score)
-                if args.progress:
-                    print(f"real {c['name']} {method} seed {seed}: AUC {score['auc_eval_return']:.1f}, "
-                          f"{score['env_steps_per_second']:.0f} env steps/s, mean age {score['mean_age']:.2f}",
-                          flush=True)
+    def runs():
+        # seed by seed across every configuration: a study spread over sessions (and machines) then has
+        # whole blocks of seeds, each configuration's runs of a seed made on the same machine
+        for seed in spec["seeds"]:
+            for c in configurations(spec):
+                settings = RealSettings(num_actors=c["num_actors"], slowdown=c["slowdown"],
+                                        queue_capacity=c["num_actors"], mode=c["mode"])
+                for method in spec["methods"]:
+                    config = base_config(spec, method)
+                    settings.check(config)
+                    yield _real_dir(args.out, c, method, seed), config, settings, seed, f"{c['name']} {method}"
+
+    return run_real_runs(runs(), args.minutes, args.progress)
+
+
+def run_real_runs(runs, minutes: float | None, progress: bool = True) -> list[dict]:
+    """Run and write, in order, each real run of ``runs`` — (run directory, Config, RealSettings, seed,
+    label) — that is not finished (its ``score.json`` marks it), while ``minutes`` allows (``_Budget``);
+    the scores written this time."""
+    from vaco_jax.driver.actor_learner import run_real, write_real_run
+
+    done, budget = [], _Budget(minutes)
+    for where, config, settings, seed, label in runs:
+        if os.path.exists(os.path.join(where, "score.json")):
+            continue
+        if not budget.fits():
+            print(f"real: --minutes {minutes:g} reached; {len(done)} run(s) this time, rerun to go on")
+            return done
+        started = time.monotonic()
+        run = run_real(config, settings, seed=seed)
+        score = write_real_run(where, run, config, settings, seed)
+        budget.record(time.monotonic() - started)
+        done.append(score)
+        if progress:
+            load = (score.get("load_average") or {}).get("start")
+            print(f"real {label} seed {seed}: AUC {score['auc_eval_return']:.1f}, {score['env_steps_per_second']:.0f} "
+                  f"env steps/s, mean age {score['mean_age']:.2f}, load {load if load is None else f'{load:.2f}'}",
+                  flush=True)
     return done
 
 
