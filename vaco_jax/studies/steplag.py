@@ -14,6 +14,10 @@ Stage 1 is cut into **units**, one compiled group each, in the protocol's order:
    check fails).
 3. ``extend/<task>/<surface>/<value>``: one point beyond an edge where the lag-robust setting or a
    per-lag optimum sits (known once every task of the surface is in; at most two per edge).
+4. ``seeds/<task>/<surface>``: the stability rule's seeds 3, 4, 5 for every value within noise of the
+   best, when the lag-robust setting's stability is below 0.8 (once the surface has no extension pending).
+5. ``stage2/<task>/<arm>/<lag model>``: stage 2, once its section is in the protocol
+   (``vaco_jax.studies.steplag_stage2``).
 
 Each finished unit's small tables are copied under ``results/steplag/`` with a manifest line naming the
 protocol's sha256; a changed protocol needs ``--deviation`` before more units run (as in the first
@@ -84,6 +88,9 @@ def check_protocol(p: dict) -> None:
         base_config(p, s["tasks"][0], key)  # the method and its options compose
         if len(s["values"]) < 5 or max(s["values"]) / min(s["values"]) < 30:
             raise ConfigError(f"protocol stage1.surfaces.{key}.values: at least 5 points spanning 30x")
+    if "stage2" in p:
+        from vaco_jax.studies import steplag_stage2
+        steplag_stage2.check(p)
 
 
 def base_config(p: dict, task: str, key: str) -> Config:
@@ -177,6 +184,25 @@ def extensions_state(p: dict, results_dir: str, key: str, reuse: str) -> tuple[l
     return surfaces.edge_extensions(values_run, optima, done), "complete"
 
 
+MORE_SEEDS = (3, 4, 5)  # the stability rule's added seeds (protocol: stage1.stability.more_seeds)
+
+
+def more_seeds_state(p: dict, results_dir: str, key: str, reuse: str) -> list[float]:
+    """The values that get the stability rule's added seeds: once the surface is complete on every task
+    with no extension pending, when the lag-robust setting's stability is below the threshold and the
+    added seeds have not run yet, every value picked in at least 5% of the resamples."""
+    from vaco_jax.analysis import surfaces
+    points, state = extensions_state(p, results_dir, key, reuse)
+    if state != "complete" or points:
+        return []
+    s = p["stage1"]["surfaces"][key]
+    rows = [r for t in s["tasks"] for r in surface_rows(p, results_dir, t, key, reuse)]
+    if any(int(r["seed"]) in MORE_SEEDS for r in rows):
+        return []  # added once; the rule and its stability are then computed once more
+    stab = surfaces.stability(rows, p["stage1"]["score"], normalisation(p, key))
+    return [] if stab["stable"] else list(stab["within_noise"])
+
+
 def all_units(p: dict, args: Args) -> tuple[list, str]:
     from vaco_jax.driver import grid
     s1 = p["stage1"]
@@ -207,8 +233,17 @@ def all_units(p: dict, args: Args) -> tuple[list, str]:
                     extend.append(_unit(p, f"extend/{t}/{key}/{v:g}", "surface", base_config(p, t, key),
                                         grid.grid(s["lag_depths"], s1["seeds"], **{s["knob"]: [v]}),
                                         os.path.join(t, key, f"extend={v:g}")))
+            noisy = more_seeds_state(p, args.results, key, reuse)
+            for t in s["tasks"] if noisy else []:
+                extend.append(_unit(p, f"seeds/{t}/{key}", "surface", base_config(p, t, key),
+                                    grid.grid(s["lag_depths"], MORE_SEEDS, **{s["knob"]: noisy}),
+                                    os.path.join(t, key, "more_seeds")))
     # an extension runs right after the surfaces it extends are complete: before the next surfaces
-    return units[:1] + extend + units[1:], reuse
+    units = units[:1] + extend + units[1:]
+    if "stage2" in p:  # fixed only once stage 1 is complete, so its units come after every stage-1 unit
+        from vaco_jax.studies import steplag_stage2
+        units += steplag_stage2.units(p, base_config, _unit)
+    return units, reuse
 
 
 def plan_text(units: list, reuse: str, args: Args) -> str:
@@ -246,27 +281,54 @@ def draw_figures(p: dict, results_dir: str, figures_dir: str) -> list[str]:
 
 
 def report(p: dict, results_dir: str, reps: int = 2000) -> str:
-    """Stage 1's rules on every surface whose units are all in (the rest: what is missing)."""
+    """Stage 1's rules on every surface whose units are all in (the rest: what is missing); then stage 2's
+    verdicts when its section is fixed, or, once stage 1 is complete, the draft of that section."""
+    import json
+
     from vaco_jax.analysis import surfaces
+    from vaco_jax.studies import steplag_stage2
     reuse = reuse_state(p, results_dir)
     s1 = p["stage1"]
     lines = [f"reuse of the first study's runs: {reuse}"]
+    choices, complete = {}, True
     for key, s in s1["surfaces"].items():
         points, state = extensions_state(p, results_dir, key, reuse)
         if state != "complete":
             lines.append(f"{key:<14} incomplete")
+            complete = False
             continue
+        complete = complete and not points and not more_seeds_state(p, results_dir, key, reuse)
         norm = normalisation(p, key)
         rows = [r for t in s["tasks"] for r in surface_rows(p, results_dir, t, key, reuse)]
         choice = surfaces.robust_choice(rows, s1["score"], norm)
         stab = surfaces.stability(rows, s1["score"], norm, reps=reps)
         lags = surfaces.per_lag_optima(rows, s1["score"], norm)
+        choices[key] = {"value": choice["value"], "R_H": hopper_r(rows, s1["score"], norm).get(choice["value"])}
         shown = ", ".join(f"{v:g}: {r:.3f}" for v, r in sorted(choice["R"].items()))
         lines.append(f"{key:<14} {s['knob']} lag-robust {choice['value']:g} (stability {stab['share']:.2f}); per B "
                      + ", ".join(f"B={b}: {v:g}" for b, v in lags.items()) + f"; R {shown}"
                      + (f"; extensions pending: {points}" if points else "")
                      + (f"; excluded {choice['excluded']}" if choice["excluded"] else ""))
+    if "stage2" in p:
+        v = steplag_stage2.verdicts(p, results_dir)
+        lines.append("stage 2 (primary, Holm over the family):")
+        for r in v["primary"]:
+            nums = f"{r['point']:.3f} [{r['low']:.3f}, {r['high']:.3f}] p_holm {r['p_holm']:.4f}" if "point" in r else ""
+            lines.append(f"  {r['test']:<24} {r['arm']:<14} {r['lag_model']:<8} B={r['lag_depth']:<3} {nums:<44} "
+                         f"{r['verdict']}" + (f" (floor: {r['at_floor']})" if r.get("at_floor") else ""))
+        lines.append(f"  the ranking's dependence on the lag's shape at B={v['shape']['lag_depth']}: {v['shape']['overall']}")
+    elif complete and all(c["value"] is not None and c["R_H"] is not None for c in choices.values()):
+        lines.append("stage 1 is complete; the stage2 section its rules give (commit it into the protocol before "
+                     "stage 2's first run):")
+        lines.append(json.dumps(steplag_stage2.draft(p, results_dir, choices, _cost), indent=1))
     return "\n".join(lines)
+
+
+def hopper_r(rows: list[dict], score: str, norm: dict) -> dict:
+    """R restricted to Hopper-v4 at B in {1, 32} (the part every surface has): stage 2's entry rule."""
+    from vaco_jax.analysis import surfaces
+    part = [r for r in rows if r["env"] == "Hopper-v4" and int(r["lag_depth"]) in (1, 32)]
+    return surfaces.robust_choice(part, score, {"Hopper-v4": norm["Hopper-v4"]})["R"] if part else {}
 
 
 # ----------------------------------------------------------------------------- main

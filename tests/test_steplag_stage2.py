@@ -1,0 +1,163 @@
+"""The step size x lag study's later units and stage 2 (``vaco_jax.studies.steplag``, ``steplag_stage2``)
+on the committed protocol with synthetic scores in a temporary results directory: the stability rule's
+added seeds, the stage-2 section's checks, units, draft and verdicts."""
+
+import copy
+import os
+
+import numpy as np
+import pytest
+
+from vaco_jax.analysis import results
+from vaco_jax.core.config import ConfigError
+from vaco_jax.studies import locomotion as first
+from vaco_jax.studies import steplag
+from vaco_jax.studies import steplag_stage2 as S2
+
+
+def _args(tmp_path):
+    return steplag.Args(stage="plan", results=str(tmp_path / "results"), runs=str(tmp_path / "runs"))
+
+
+def _protocol():
+    return first.load_protocol(steplag.PROTOCOL)[0]
+
+
+def _write_surface(results_dir, p, key, means, seeds=(0, 1, 2), spread=0.0, sub=""):
+    """m2po surface rows (Hopper-v4) whose normalised score is means[v] (a number, or one per seed) + spread * noise."""
+    s = p["stage1"]["surfaces"][key]
+    lo, hi = steplag.normalisation(p, key)["Hopper-v4"]
+    rng = np.random.default_rng(0)
+    rows = []
+    for v, m in means.items():
+        for b in s["lag_depths"]:
+            for i, seed in enumerate(seeds):
+                sv = (m[i] if isinstance(m, list) else m) + spread * rng.normal()
+                rows.append({"env": "Hopper-v4", "method": s["method"], "lag_depth": b, "seed": seed, s["knob"]: v,
+                             "auc_eval_return": lo + sv * (hi - lo), "diverged": False})
+    d = os.path.join(results_dir, "surface", "Hopper-v4", key, sub)
+    os.makedirs(d, exist_ok=True)
+    results.write_table(os.path.join(d, "scores.csv"), rows)
+
+
+def test_an_unstable_choice_adds_seeds_to_the_values_within_noise_once(tmp_path):
+    p = _protocol()
+    res = str(tmp_path / "results")
+    vals = p["stage1"]["surfaces"]["m2po"]["values"]
+    # two interior values, each the better on some seeds, the rest far below: the choice is unstable
+    _write_surface(res, p, "m2po", {vals[0]: 0.2, vals[1]: [0.9, 0.5, 0.7], vals[2]: [0.5, 0.9, 0.71], vals[3]: 0.3,
+                                    vals[4]: 0.1})
+    noisy = steplag.more_seeds_state(p, res, "m2po", "unknown")
+    assert noisy and set(noisy) <= {vals[1], vals[2]}
+    units = {u.name: u for u in steplag.all_units(p, _args(tmp_path))[0]}
+    u = units["seeds/Hopper-v4/m2po"]
+    cells = {(c.lag_depth, c.seed, c.knob_dict()["second_moment_budget"]) for c in u.group.cells}
+    assert cells == {(b, s, v) for b in (1, 32) for s in steplag.MORE_SEEDS for v in noisy}
+    # once the added seeds are in, the rule is computed once more and no further seeds are asked for
+    _write_surface(res, p, "m2po", {v: 0.7 for v in noisy}, seeds=steplag.MORE_SEEDS, sub="more_seeds")
+    assert steplag.more_seeds_state(p, res, "m2po", "unknown") == []
+    assert "seeds/Hopper-v4/m2po" not in {u.name for u in steplag.all_units(p, _args(tmp_path))[0]}
+
+
+def test_a_stable_choice_adds_no_seeds(tmp_path):
+    p = _protocol()
+    res = str(tmp_path / "results")
+    vals = p["stage1"]["surfaces"]["m2po"]["values"]
+    _write_surface(res, p, "m2po", {vals[0]: 0.2, vals[1]: 0.4, vals[2]: 0.9, vals[3]: 0.3, vals[4]: 0.1}, spread=0.02)
+    assert steplag.more_seeds_state(p, res, "m2po", "unknown") == []
+
+
+def _with_stage2(p, **change):
+    q = copy.deepcopy(p)
+    q["stage2"] = {"seeds": list(range(200, 210)), "arms": {"ppo_clip": 0.2, "vaco": 0.2, "m2po": 0.04},
+                   "cells": [{"tasks": ["Hopper-v4", "Walker2d-v4"], "lag_model": "uniform", "lag_depths": [1, 8, 32]},
+                             {"tasks": ["Hopper-v4"], "lag_model": "fixed", "lag_depths": [8]}],
+                   "rules": dict(S2.DEFAULT_RULES)}
+    q["stage2"].update(change)
+    return q
+
+
+def test_stage2_units_follow_the_section():
+    q = _with_stage2(_protocol())
+    steplag.check_protocol(q)
+    units = S2.units(q, steplag.base_config, steplag._unit)
+    assert [u.name for u in units][:3] == ["stage2/Hopper-v4/ppo_clip/uniform", "stage2/Hopper-v4/vaco/uniform",
+                                          "stage2/Hopper-v4/m2po/uniform"]
+    assert len(units) == 3 * 2 + 3 and sum(u.runs for u in units) == 3 * 2 * 30 + 3 * 10
+    fixed = [u for u in units if u.name.endswith("/fixed")]
+    assert {u.group.config.lag_model for u in fixed} == {"fixed"}
+    m2po = next(u for u in units if u.name == "stage2/Hopper-v4/m2po/fixed")
+    assert m2po.group.config.second_moment_budget == 0.04
+    assert {(c.lag_depth, c.seed) for c in m2po.group.cells} == {(8, s) for s in range(200, 210)}
+
+
+@pytest.mark.parametrize("change,field", [
+    ({"arms": {"ppo_clip": 0.2, "nope": 1.0}}, "stage2.arms"),
+    ({"arms": {"vaco": 0.2}}, "stage2.arms"),
+    ({"seeds": list(range(0, 10))}, "stage2.seeds"),
+    ({"seeds": list(range(200, 209))}, "stage2.seeds"),
+    ({"cells": [{"tasks": ["Hopper-v4"], "lag_model": "sideways", "lag_depths": [8]}]}, "stage2.cells"),
+    ({"cells": [{"tasks": ["Nope-v4"], "lag_model": "uniform", "lag_depths": [8]}]}, "stage2.cells"),
+    ({"rules": {**S2.DEFAULT_RULES, "margin": 0.0}}, "Rules.margin"),
+])
+def test_a_bad_stage2_section_is_refused_naming_the_field(change, field):
+    with pytest.raises((ConfigError, ValueError), match=field.replace(".", r"\.")):
+        steplag.check_protocol(_with_stage2(_protocol(), **change))
+
+
+def test_the_draft_takes_the_entry_rule_and_trims_to_the_budget(tmp_path):
+    p = _protocol()
+    choices = {"ppo_clip": {"value": 0.2, "R_H": 0.9}, "vaco": {"value": 0.2, "R_H": 0.5},
+               "vaco_learner": {"value": 0.6, "R_H": 0.4}, "ppo_kl": {"value": 0.3, "R_H": 0.8},
+               "spo": {"value": 1.8, "R_H": 0.85}, "m2po": {"value": 0.04, "R_H": 0.7}}
+    d = S2.draft(p, str(tmp_path), choices, steplag._cost)
+    assert d["arms"] == {"ppo_clip": 0.2, "vaco": 0.2, "vaco_learner": 0.6, "spo": 1.8, "ppo_kl": 0.3}
+    assert d["cells"][0]["tasks"] == ["Hopper-v4", "Walker2d-v4", "HalfCheetah-v4"] and d["estimated_hours"] <= 30
+    # per method at the protocol's rates: ~3.7 h whole, ~3.5 h with HalfCheetah-v4 at B in 1, 32, ~3.3 h with
+    # Walker2d-v4 there too
+    p["budget"]["cap_hours"] = 18
+    d = S2.draft(p, str(tmp_path), choices, steplag._cost)
+    assert d["cells"][:2] == [{"tasks": ["Hopper-v4", "Walker2d-v4"], "lag_model": "uniform", "lag_depths": [1, 8, 32]},
+                              {"tasks": ["HalfCheetah-v4"], "lag_model": "uniform", "lag_depths": [1, 32]}]
+    assert len(d["arms"]) == 5 and 17 < d["estimated_hours"] <= 18
+    p["budget"]["cap_hours"] = 17
+    d = S2.draft(p, str(tmp_path), choices, steplag._cost)
+    assert d["cells"][0] == {"tasks": ["Hopper-v4"], "lag_model": "uniform", "lag_depths": [1, 8, 32]}
+    assert len(d["arms"]) == 5 and d["estimated_hours"] <= 17
+    p["budget"]["cap_hours"] = 14  # four methods
+    d = S2.draft(p, str(tmp_path), choices, steplag._cost)
+    assert list(d["arms"]) == ["ppo_clip", "vaco", "vaco_learner", "spo"] and d["estimated_hours"] <= 14
+    p["budget"]["cap_hours"] = 1
+    assert S2.draft(p, str(tmp_path), choices, steplag._cost)["estimated_hours"] is None
+
+
+def test_stage2_verdicts_from_committed_scores(tmp_path):
+    q = _with_stage2(_protocol(), arms={"ppo_clip": 0.2, "vaco": 0.2})
+    res = str(tmp_path / "results")
+    rng = np.random.default_rng(1)
+    for task in ("Hopper-v4", "Walker2d-v4"):
+        for arm, at in (("ppo_clip", {1: 2000, 8: 1500, 32: 1000}), ("vaco", {1: 2000, 8: 1900, 32: 1800})):
+            for model, lags in (("uniform", (1, 8, 32)), ("fixed", (8,))):
+                if model == "fixed" and task != "Hopper-v4":
+                    continue
+                rows = [{"env": task, "method": arm, "lag_depth": b, "seed": s, "diverged": False,
+                         "auc_eval_return": at[b] + 30 * rng.normal()} for b in lags for s in range(200, 210)]
+                d = os.path.join(res, "stage2", task, arm, model)
+                os.makedirs(d)
+                results.write_table(os.path.join(d, "scores.csv"), rows)
+    results.write_json(os.path.join(res, "stage2", "random_scores.json"), {"Hopper-v4": 20.0, "Walker2d-v4": 5.0})
+    got = S2.rows(res)
+    assert {(r["arm"], r["lag_model"]) for r in got} == {(a, m) for a in ("ppo_clip", "vaco") for m in ("uniform", "fixed")}
+    norm = S2.normalisation(got, res, "auc_eval_return")
+    assert norm["Hopper-v4"][0] == 20.0 and norm["Hopper-v4"][1] == pytest.approx(2000, abs=30)
+    v = S2.verdicts(q, res)
+    calls = {(r["test"], r["lag_model"], r["lag_depth"]): r["verdict"] for r in v["primary"]}
+    assert calls[("P(X > reference)", "uniform", 32)] == "better"
+    assert calls[("P(X > reference)", "uniform", 1)] in ("equivalent", "inconclusive")
+    assert calls[("retention X - reference", "uniform", 32)] == "better"
+    assert calls[("P(X > reference)", "fixed", 8)] == "better"
+    assert v["shape"]["lag_depth"] == 8 and v["left_out"] == {}
+    # B = 1 PPO-Clip is within 2% of the best run (VACO's, also ~2000) in most runs: at its ceiling
+    assert {r["tasks"]: r["at_ceiling"] for r in v["per_task"]} == {"Hopper-v4": True, "Walker2d-v4": True}
+    text = steplag.report(q, res, reps=100)
+    assert "stage 2 (primary" in text and "better" in text

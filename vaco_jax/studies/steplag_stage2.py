@@ -1,0 +1,207 @@
+"""Stage 2 of the step size x lag study: each entering method at its lag-robust setting, fresh seeds,
+on four tasks, compared with PPO-Clip by the rules of ``vaco_jax.analysis.confirm``.
+
+Stage 2 is fixed in the ``stage2`` section of ``results/steplag/protocol.json``, committed before its
+first run (stage 1's sections stay as they were; adding the section is recorded once as a deviation).
+``python experiments/steplag.py report`` prints a draft of the section from stage 1's committed scores
+(:func:`draft`: the entry rule's methods, their lag-robust settings, the cells trimmed to fit what is
+left of the budget); until the section exists, ``plan`` and ``run`` cover stage 1 only.
+
+The section:
+
+    "stage2": {
+      "seeds": [200, ..., 209],
+      "arms": {"ppo_clip": 0.2, "vaco": 0.2, ...},          # stage 1 surface -> its lag-robust value
+      "cells": [{"tasks": [...], "lag_model": "uniform", "lag_depths": [1, 8, 32]}, ...],
+      "rules": {"score": "auc_eval_return", "margin": 0.1, "alpha": 0.05, "floor": 0.1, "reps": 2000,
+                "seed": 0, "confidence": 0.95, "equivalence_confidence": 0.9,
+                "retention_lags": [1, 32], "shape": {"lag_depth": 8, "models": ["uniform", "fixed"]}}
+    }
+
+Units ``stage2/<task>/<arm>/<lag model>`` (one compiled group each) write to
+``results/steplag/stage2/<task>/<arm>/<lag model>/``. The normalisation is stage 2's own: per task, the
+uniform-random return measured beside its runs and the mean score of its PPO-Clip runs at B = 1.
+"""
+
+from __future__ import annotations
+
+import os
+
+from vaco_jax.core.config import ConfigError
+
+STAGE = "stage2"
+ENTRY = ("ppo_clip", "vaco", "vaco_learner")  # always in stage 2 (stage 1's entry rule)
+
+
+def check(p: dict) -> None:
+    """Every name and number of the ``stage2`` section is valid, before anything is planned."""
+    from vaco_jax.analysis import confirm
+    from vaco_jax.core.config import LAG_MODELS
+    from vaco_jax.core.knobs import check_knob
+    from vaco_jax.envs import available_envs
+
+    s2, surfaces = p[STAGE], p["stage1"]["surfaces"]
+    for key, value in s2["arms"].items():
+        if key not in surfaces:
+            raise ConfigError(f"protocol stage2.arms: {key!r} is not a stage 1 surface; allowed values: "
+                              f"{', '.join(surfaces)}")
+        check_knob(surfaces[key]["knob"], float(value))
+    if "ppo_clip" not in s2["arms"]:
+        raise ConfigError("protocol stage2.arms: needs 'ppo_clip', the reference of every comparison")
+    if len(s2["seeds"]) < 10:
+        raise ConfigError(f"protocol stage2.seeds: at least 10 (the protocol's floor); got {len(s2['seeds'])}")
+    used = set(p["stage1"]["seeds"]) & set(s2["seeds"])
+    if used:
+        raise ConfigError(f"protocol stage2.seeds: must be fresh; {sorted(used)} ran in stage 1")
+    for i, c in enumerate(s2["cells"]):
+        if c["lag_model"] not in LAG_MODELS:
+            raise ConfigError(f"protocol stage2.cells[{i}].lag_model: {c['lag_model']!r} is not valid; allowed "
+                              f"values: {', '.join(LAG_MODELS)}")
+        for t in c["tasks"]:
+            if t not in available_envs():
+                raise ConfigError(f"protocol stage2.cells[{i}].tasks: {t!r} is not valid")
+            if not p["budget"]["rates_env_steps_per_s"].get(t):
+                raise ConfigError(f"protocol budget.rates_env_steps_per_s: no rate for {t!r}")
+    confirm.Rules(**_rule_numbers(s2["rules"]))
+
+
+def _rule_numbers(rules: dict) -> dict:
+    return {k: rules[k] for k in ("margin", "alpha", "floor", "reps", "seed", "confidence",
+                                  "equivalence_confidence") if k in rules}
+
+
+def units(p: dict, base_config, make_unit) -> list:
+    """Stage 2's units in the section's order: per cell entry, per task, per arm (``base_config(p, task,
+    surface)`` and ``make_unit(p, name, stage, config, cells, subdir)`` are the study driver's)."""
+    from vaco_jax.driver import grid
+
+    s2, surfaces = p[STAGE], p["stage1"]["surfaces"]
+    out = []
+    for c in s2["cells"]:
+        for task in c["tasks"]:
+            for arm, value in s2["arms"].items():
+                config = base_config(p, task, arm).replace(
+                    lag_model=c["lag_model"], **{surfaces[arm]["knob"]: float(value)})
+                name = f"{STAGE}/{task}/{arm}/{c['lag_model']}"
+                out.append(make_unit(p, name, STAGE, config, grid.grid(c["lag_depths"], s2["seeds"]),
+                                     os.path.join(task, arm, c["lag_model"])))
+    return out
+
+
+# ----------------------------------------------------------------------------- report
+
+def rows(results_dir: str) -> list[dict]:
+    """Every committed stage-2 run, with its ``arm`` and ``lag_model`` from its unit's place."""
+    from vaco_jax.analysis import results
+    base = os.path.join(results_dir, STAGE)
+    out = []
+    for root, _, files in sorted(os.walk(base)) if os.path.isdir(base) else []:
+        if "scores.csv" in files:
+            task, arm, lag_model = os.path.relpath(root, base).split(os.sep)[-3:]
+            out += [{**r, "arm": arm, "lag_model": lag_model}
+                    for r in results.read_table(os.path.join(root, "scores.csv"))]
+    return out
+
+
+def normalisation(all_rows: list[dict], results_dir: str, score: str) -> dict:
+    """``{task: (random, reference)}``: the random return measured beside stage 2's runs and the mean
+    score of its PPO-Clip runs at B = 1 (uniform lag, diverged runs left out); tasks lacking either are
+    left out."""
+    import numpy as np
+
+    from vaco_jax.analysis import results
+    random = results.load_random_scores(os.path.join(results_dir, STAGE)) or {}
+    out = {}
+    for task in sorted({r["env"] for r in all_rows}):
+        ref = [float(r[score]) for r in all_rows if r["env"] == task and r["arm"] == "ppo_clip"
+               and r["lag_model"] == "uniform" and int(r["lag_depth"]) == 1
+               and r.get("diverged") not in (True, "True") and np.isfinite(float(r[score]))]
+        if ref and task in random:
+            out[task] = (float(random[task]), float(np.mean(ref)))
+    return out
+
+
+def verdicts(p: dict, results_dir: str) -> dict:
+    """Every stage-2 rule on the committed scores: {'primary', 'per_task', 'shape', 'left_out'}."""
+    from vaco_jax.analysis import confirm
+    s2 = p[STAGE]
+    rl = s2["rules"]
+    r = confirm.Rules(**_rule_numbers(rl))
+    got = rows(results_dir)
+    norm = normalisation(got, results_dir, rl["score"])
+    got = [x for x in got if x["env"] in norm]
+    arms = list(s2["arms"])
+    lag_cells = list(dict.fromkeys((c["lag_model"], int(b)) for c in s2["cells"] for b in c["lag_depths"]))
+    shape = rl["shape"]
+    return {
+        "primary": confirm.primary(got, rl["score"], norm, arms, lag_cells, tuple(rl["retention_lags"]), r),
+        "per_task": confirm.per_task(got, rl["score"], norm, arms, lag_cells, r, ceiling(got, norm, rl["score"])),
+        "shape": confirm.shape_dependence(got, rl["score"], norm, arms, int(shape["lag_depth"]),
+                                          tuple(shape["models"]), r),
+        "left_out": {"/".join(map(str, k)): v for k, v in confirm.left_out(got, rl["score"]).items()},
+    }
+
+
+def ceiling(all_rows: list[dict], norm: dict, score: str) -> dict:
+    """``{task: at its ceiling}``: PPO-Clip at B = 1 within 2% of the best score any run of the task reached,
+    in most of its runs (``rules.at_ceiling``, the first study's rule)."""
+    import numpy as np
+
+    from vaco_jax.analysis import rules
+    out = {}
+    for task, (random, _) in norm.items():
+        ok = [r for r in all_rows if r["env"] == task and r.get("diverged") not in (True, "True")
+              and np.isfinite(float(r[score]))]
+        ref = [float(r[score]) for r in ok if r["arm"] == "ppo_clip" and r["lag_model"] == "uniform"
+               and int(r["lag_depth"]) == 1]
+        out[task] = bool(ref) and rules.at_ceiling(ref, max(float(r[score]) for r in ok), random)
+    return out
+
+
+# ----------------------------------------------------------------------------- the draft of the section
+
+def outlines() -> list[list[dict]]:
+    """Stage 2's cells at its outline, then after each of the protocol's cell trims, in its order
+    (HalfCheetah-v4 at B in 1, 32; then Walker2d-v4 at B in 1, 32)."""
+    fixed = {"tasks": ["Hopper-v4", "Walker2d-v4"], "lag_model": "fixed", "lag_depths": [8]}
+    ant = {"tasks": ["Ant-v4"], "lag_model": "uniform", "lag_depths": [1, 32]}
+
+    def uniform(full, ends):
+        return ([{"tasks": full, "lag_model": "uniform", "lag_depths": [1, 8, 32]}]
+                + ([{"tasks": ends, "lag_model": "uniform", "lag_depths": [1, 32]}] if ends else []))
+
+    return [uniform(["Hopper-v4", "Walker2d-v4", "HalfCheetah-v4"], []) + [ant, fixed],
+            uniform(["Hopper-v4", "Walker2d-v4"], ["HalfCheetah-v4"]) + [ant, fixed],
+            uniform(["Hopper-v4"], ["Walker2d-v4", "HalfCheetah-v4"]) + [ant, fixed]]
+
+
+def draft(p: dict, results_dir: str, choices: dict, cost) -> dict:
+    """The ``stage2`` section stage 1's rules give (``choices``: surface -> {'value', 'R_H'} for every
+    complete surface; ``cost(p, task, runs)``: the driver's minutes at the protocol's rates): the entry
+    rule's arms, and the cells trimmed in the protocol's order (the cell
+    trims, then four methods) until their cost, at the protocol's rates times the pace stage 1 measured,
+    fits what is left of the cap after stage 1's measured hours."""
+    from vaco_jax.studies import locomotion as first
+    others = sorted((k for k in choices if k not in ENTRY), key=lambda k: (-choices[k]["R_H"], k))
+    arms = {k: choices[k]["value"] for k in ENTRY if k in choices}
+    arms.update({k: choices[k]["value"] for k in others[:2]})
+    manifest = first._manifest(results_dir)
+    spent = sum(float(m["seconds_this_session"]) for m in manifest) / 3600.0
+    estimated = sum(float(m["estimated_minutes"]) for m in manifest) / 60.0
+    pace = spent / estimated if estimated else 1.0
+    left = float(p["budget"]["cap_hours"]) - spent
+    seeds = list(range(200, 210))
+    steps = [(arms, cells) for cells in outlines()] + [(dict(list(arms.items())[:4]), outlines()[-1])]
+    out = {"seeds": seeds, "hours_left": round(left, 1), "pace": round(pace, 3), "rules": DEFAULT_RULES}
+    for a, cells in steps:
+        hours = pace * len(a) * sum(cost(p, t, len(c["lag_depths"]) * len(seeds))
+                                    for c in cells for t in c["tasks"]) / 60.0
+        if hours <= left:
+            return {**out, "arms": a, "cells": cells, "estimated_hours": round(hours, 1)}
+    return {**out, "arms": steps[-1][0], "cells": steps[-1][1], "estimated_hours": None,
+            "note": "does not fit what is left of the cap even trimmed"}
+
+
+DEFAULT_RULES = {"score": "auc_eval_return", "margin": 0.1, "alpha": 0.05, "floor": 0.1, "reps": 2000, "seed": 0,
+                 "confidence": 0.95, "equivalence_confidence": 0.9, "retention_lags": [1, 32],
+                 "shape": {"lag_depth": 8, "models": ["uniform", "fixed"]}}
