@@ -332,3 +332,73 @@ def locomotion_diagnostics_table(root: str) -> str:
             "(each counts once). The TVs are the minibatch estimates ½·mean|ratio − 1|, which exceed 1 when the "
             "policy moves far.\n\n"
             + table(["method", "step knob", "B", "tasks"] + [h for _, h in LOCOMOTION_DIAGNOSTICS], rows))
+
+
+# ----------------------------------------------------------------------------- the studies in progress
+
+STEPLAG = os.path.join("results", "steplag")
+DEEP_LAG = os.path.join("results", "deep_lag")
+
+
+def steplag_summary(root: str) -> str | None:
+    """FINDINGS.md's first-screen line on the step size x lag study: units and hours so far, each stage-1
+    surface's state (complete: its lag-robust setting and that choice's stability), stage 2's state."""
+    from vaco_jax.analysis import surfaces
+    from vaco_jax.studies import locomotion as first
+    from vaco_jax.studies import steplag
+
+    res = os.path.join(root, STEPLAG)
+    if not os.path.exists(os.path.join(res, "protocol.json")):
+        return None
+    p, digest = first.load_protocol(os.path.join(res, "protocol.json"))
+    manifest = first._manifest(res)
+    hours = sum(float(m["seconds_this_session"]) for m in manifest) / 3600.0
+    reuse = steplag.reuse_state(p, res)
+    parts = []
+    for key, s in p["stage1"]["surfaces"].items():
+        points, state = steplag.extensions_state(p, res, key, reuse)
+        have = [t for t in s["tasks"] if steplag.surface_rows(p, res, t, key, reuse)]
+        if state != "complete":
+            parts.append(f"{key} " + (f"on {', '.join(have)} of {len(s['tasks'])} task(s)" if have else "to run"))
+            continue
+        rows = [r for t in s["tasks"] for r in steplag.surface_rows(p, res, t, key, reuse)]
+        norm = steplag.normalisation(p, key)
+        stab = surfaces.stability(rows, p["stage1"]["score"], norm)
+        pending = (f", extension {', '.join(f'{v:g}' for v in points)} pending" if points else
+                   ", more seeds pending" if steplag.more_seeds_state(p, res, key, reuse) else "")
+        parts.append(f"{key} {s['knob']} = {stab['value']:g} (stability {stab['share']:.2f}{pending})")
+    stage2 = ("Stage 2 is fixed in the protocol" if "stage2" in p else
+              "Stage 2 is not fixed yet (its section is written from stage 1's complete surfaces)")
+    dev = os.path.join(res, "deviations.csv")
+    devs = len(results.read_table(dev)) if os.path.exists(dev) else 0
+    return (f"- **The step size × lag study** (`results/steplag/`, protocol sha256 `{digest[:8]}…`): "
+            f"{len(manifest)} units finished, {hours:.1f} h of runs of the {p['budget']['cap_hours']} h cap; "
+            f"reuse of the first study's runs: {reuse}. Stage 1 surfaces (lag-robust setting where complete): "
+            + "; ".join(parts) + f". {stage2}; {devs} deviation(s) recorded.")
+
+
+def deep_lag_summary(root: str) -> str | None:
+    """FINDINGS.md's first-screen line on the deep-lag study: real runs per configuration and their
+    realised mean age, simulated sweeps finished, and the verdicts once its report has run."""
+    out = os.path.join(root, DEEP_LAG)
+    if not os.path.exists(os.path.join(out, "study_protocol.json")):
+        return None
+    spec = results.read_json(os.path.join(out, "study_protocol.json"))
+    parts = []
+    for config in sorted(os.listdir(os.path.join(out, "real"))) if os.path.isdir(os.path.join(out, "real")) else []:
+        runs = [results.read_json(path) for path in
+                sorted(glob.glob(os.path.join(out, "real", config, "*", "seed*", "score.json")))]
+        ages = [r["mean_age"] for r in runs if r.get("mean_age") is not None]
+        parts.append(f"{config} {len(runs)} (mean age {num(np.mean(ages) if ages else math.nan, '.2f')})")
+    want = len(spec["methods"]) * len(spec["study"]["real_seeds"])
+    sweeps = len(glob.glob(os.path.join(out, "sim", "*", "*", "*", "scores.csv")))
+    verdicts = os.path.join(out, "verdicts.csv")
+    if os.path.exists(verdicts):
+        rows = results.read_table(verdicts)
+        calls = [r["verdict"] for r in rows]
+        state = "verdicts: " + ", ".join(f"{calls.count(v)} {v}" for v in dict.fromkeys(calls))
+    else:
+        state = "no verdict yet (the simulated sweeps follow the real runs)"
+    return (f"- **The deep-lag study** (`results/deep_lag/`, {spec['task']}, "
+            f"{', '.join(spec['methods'])}): real runs per configuration (of {want}): " + "; ".join(parts)
+            + f"; {sweeps} simulated sweep(s) finished; {state}.")

@@ -181,9 +181,10 @@ def summary_block(build: Build) -> str:
                 "does not cover the publication named beside it (`results/peer_check/`, "
                 "`python -m benchmarks.peer_check --table`; inside means the published mean ± 2 std): "
                 + "; ".join(parts) + ".", ""]
-    line = findings_tables.sim_vs_real_summary(build.root)
-    if line:
-        out += [line, ""]
+    for line in (findings_tables.sim_vs_real_summary(build.root), findings_tables.deep_lag_summary(build.root),
+                 findings_tables.steplag_summary(build.root)):
+        if line:
+            out += [line, ""]
     if os.path.exists(build.dst(CLAIMS)):
         out += [f"- **The pendulum-suite study** (`results/study/`, four tasks: the pendulums, reacher, FingerSpin; "
                 f"`results/claims.csv`): claims {_claim_verdicts(build.dst(CLAIMS))} on the final return"
