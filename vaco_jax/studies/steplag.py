@@ -58,7 +58,7 @@ class Args:
     deviation: str = ""  # run: record a change of the protocol since earlier units ran (text, dated)
     progress: bool = True  # a progress bar per group (--no-progress for logs)
     max_chunks: int | None = None  # stop every group after this many chunks; rerun to continue
-    bootstrap_reps: int = 2000  # bootstrap resamples of each run directory's summary and of the stability rule
+    bootstrap_reps: int = 2000  # bootstrap resamples of each run directory's summary
     figures: str = os.path.join("docs", "figures", "steplag")  # report: where the surface figures go
     # run: print the units this call would start with (their plan, memory and time estimates) and exit; nothing
     # is compiled or written
@@ -280,35 +280,65 @@ def draw_figures(p: dict, results_dir: str, figures_dir: str) -> list[str]:
     return paths
 
 
-def report(p: dict, results_dir: str, reps: int = 2000) -> str:
-    """Stage 1's rules on every surface whose units are all in (the rest: what is missing); then stage 2's
-    verdicts when its section is fixed, or, once stage 1 is complete, the draft of that section."""
-    import json
+CHOICES = "choices.csv"  # stage 1's rules per surface, written by ``report`` (a test recomputes it)
+STAGE2_VERDICTS = "stage2_verdicts.csv"  # stage 2's primary and per-task rows, written by ``report``
 
+
+def _text(d: dict) -> str:
+    return "; ".join(f"{k:g}: {v:.4g}" if isinstance(k, float) else f"{k}: {v:g}" for k, v in d.items()
+                     if v is not None)
+
+
+STABILITY_REPS = 2000  # the stability rule's resamples (protocol: stage1.stability.rule)
+
+
+def stage1_rows(p: dict, results_dir: str) -> list[dict]:
+    """One row per surface: its state and, where every task is in, stage 1's rules on its runs (the
+    lag-robust setting, its stability and picks, the per-lag optima, R per value, R restricted to
+    Hopper-v4 at B in 1, 32 for the entry rule, and the values excluded)."""
     from vaco_jax.analysis import surfaces
-    from vaco_jax.studies import steplag_stage2
     reuse = reuse_state(p, results_dir)
     s1 = p["stage1"]
-    lines = [f"reuse of the first study's runs: {reuse}"]
-    choices, complete = {}, True
+    out = []
     for key, s in s1["surfaces"].items():
         points, state = extensions_state(p, results_dir, key, reuse)
-        if state != "complete":
-            lines.append(f"{key:<14} incomplete")
-            complete = False
-            continue
-        complete = complete and not points and not more_seeds_state(p, results_dir, key, reuse)
-        norm = normalisation(p, key)
         rows = [r for t in s["tasks"] for r in surface_rows(p, results_dir, t, key, reuse)]
+        row = {"surface": key, "method": s["method"], "knob": s["knob"], "runs": len(rows),
+               "tasks_in": " ".join(t for t in s["tasks"] if any(r["env"] == t for r in rows))}
+        if state != "complete":
+            out.append({**row, "state": "incomplete"})
+            continue
+        noisy = more_seeds_state(p, results_dir, key, reuse)
+        norm = normalisation(p, key)
         choice = surfaces.robust_choice(rows, s1["score"], norm)
-        stab = surfaces.stability(rows, s1["score"], norm, reps=reps)
-        lags = surfaces.per_lag_optima(rows, s1["score"], norm)
-        choices[key] = {"value": choice["value"], "R_H": hopper_r(rows, s1["score"], norm).get(choice["value"])}
-        shown = ", ".join(f"{v:g}: {r:.3f}" for v, r in sorted(choice["R"].items()))
-        lines.append(f"{key:<14} {s['knob']} lag-robust {choice['value']:g} (stability {stab['share']:.2f}); per B "
-                     + ", ".join(f"B={b}: {v:g}" for b, v in lags.items()) + f"; R {shown}"
-                     + (f"; extensions pending: {points}" if points else "")
-                     + (f"; excluded {choice['excluded']}" if choice["excluded"] else ""))
+        stab = surfaces.stability(rows, s1["score"], norm, reps=STABILITY_REPS)
+        out.append({**row, "state": "extension pending" if points else "more seeds pending" if noisy else "complete",
+                    "value": choice["value"], "stability": stab["share"], "picks": _text(stab["picks"]),
+                    "per_lag": _text({f"B={b}": v for b, v in surfaces.per_lag_optima(rows, s1["score"], norm).items()}),
+                    "R": _text(choice["R"]), "R_H": hopper_r(rows, s1["score"], norm).get(choice["value"]),
+                    "excluded": "; ".join(f"{v:g}: {' '.join(x)}" for v, x in choice["excluded"].items()),
+                    "pending": " ".join(f"{v:g}" for v in points or noisy)})
+    return out
+
+
+def report(p: dict, results_dir: str, write: bool = True) -> str:
+    """Stage 1's rules on every surface (``choices.csv``); then stage 2's verdicts when its section is
+    fixed (``stage2_verdicts.csv``), or, once stage 1 is complete, the draft of that section."""
+    import json
+
+    from vaco_jax.analysis import results
+    from vaco_jax.studies import steplag_stage2
+    lines = [f"reuse of the first study's runs: {reuse_state(p, results_dir)}"]
+    rows = stage1_rows(p, results_dir)
+    for r in rows:
+        if r["state"] == "incomplete":
+            lines.append(f"{r['surface']:<14} incomplete ({r['runs']} runs; tasks in: {r['tasks_in'] or 'none'})")
+            continue
+        lines.append(f"{r['surface']:<14} {r['knob']} lag-robust {r['value']:g} (stability {r['stability']:.2f}); "
+                     f"per B {r['per_lag']}; R {r['R']}" + (f"; {r['state']}: {r['pending']}" if r["pending"] else "")
+                     + (f"; excluded {r['excluded']}" if r["excluded"] else ""))
+    if write:
+        results.write_table(os.path.join(results_dir, CHOICES), rows)
     if "stage2" in p:
         v = steplag_stage2.verdicts(p, results_dir)
         lines.append("stage 2 (primary, Holm over the family):")
@@ -317,7 +347,12 @@ def report(p: dict, results_dir: str, reps: int = 2000) -> str:
             lines.append(f"  {r['test']:<24} {r['arm']:<14} {r['lag_model']:<8} B={r['lag_depth']:<3} {nums:<44} "
                          f"{r['verdict']}" + (f" (floor: {r['at_floor']})" if r.get("at_floor") else ""))
         lines.append(f"  the ranking's dependence on the lag's shape at B={v['shape']['lag_depth']}: {v['shape']['overall']}")
-    elif complete and all(c["value"] is not None and c["R_H"] is not None for c in choices.values()):
+        if write:
+            results.write_table(os.path.join(results_dir, STAGE2_VERDICTS),
+                                [{"family": "primary", **r} for r in v["primary"]]
+                                + [{"family": "per task", **r} for r in v["per_task"]])
+    elif all(r["state"] == "complete" and r["value"] is not None and r["R_H"] is not None for r in rows):
+        choices = {r["surface"]: {"value": r["value"], "R_H": r["R_H"]} for r in rows}
         lines.append("stage 1 is complete; the stage2 section its rules give (commit it into the protocol before "
                      "stage 2's first run):")
         lines.append(json.dumps(steplag_stage2.draft(p, results_dir, choices, _cost), indent=1))
@@ -339,7 +374,7 @@ def main(args: Args) -> list[str]:
     check_protocol(p)
     first.check_dry_run(args)
     if args.stage == "report":
-        print(report(p, args.results, args.bootstrap_reps))
+        print(report(p, args.results))
         paths = draw_figures(p, args.results, args.figures)
         print("figures:", *paths, sep="\n  ")
         return paths
