@@ -39,18 +39,31 @@ def test_normalised_floors_at_random_and_refuses_an_undefined_scale():
         confirm.normalised(1.0, 5.0, 5.0)
 
 
-def test_cells_leave_out_diverged_and_missing_runs_and_count_them():
+def test_a_diverged_run_scores_the_floor_and_a_missing_one_is_left_out_both_counted():
     rows = runs("vaco", 8, [0.5, 0.6, 0.7], tasks=("Hopper-v4",))
     rows[1]["diverged"] = True
+    rows[1]["auc"] = float("nan")
     rows[2]["auc"] = float("nan")
-    assert confirm.cells(rows, "auc", NORM) == {("Hopper-v4", "vaco", "uniform", 8): [0.5]}
+    assert confirm.cells(rows, "auc", NORM) == {("Hopper-v4", "vaco", "uniform", 8): [0.5, 0.0]}
     assert confirm.left_out(rows, "auc") == {("Hopper-v4", "vaco", "uniform", 8): (1, 1)}
+
+
+def test_diverged_runs_count_against_their_method():
+    # VACO beats PPO-Clip in every run; with 9 of its 10 runs diverged it is worse
+    rows = runs("ppo_clip", 8, flat(0.5)) + runs("vaco", 8, flat(0.7))
+    call = lambda: only(confirm.primary(rows, "auc", NORM, ["ppo_clip", "vaco"], [("uniform", 8)], (1, 8), R),
+                        test="P(X > reference)")
+    assert call()["verdict"] == "better"
+    for r in rows:
+        if r["arm"] == "vaco" and r["seed"] < 9:
+            r["diverged"] = True
+    assert call()["point"] == pytest.approx(0.1) and call()["verdict"] == "worse"
     with pytest.raises(ValueError, match="no normalisation"):
         confirm.cells(runs("vaco", 8, [1.0], tasks=("Ant-v4",)), "auc", NORM)
 
 
-@pytest.mark.parametrize("field,value", [("margin", 0.0), ("floor", -1.0), ("alpha", 1.0), ("confidence", 0.0),
-                                         ("reps", 10)])
+@pytest.mark.parametrize("field,value", [("margin", 0.0), ("retention_margin", -0.1), ("floor", -1.0), ("alpha", 1.0),
+                                         ("confidence", 0.0), ("reps", 10)])
 def test_rules_refuse_bad_numbers_naming_the_field(field, value):
     with pytest.raises(ValueError, match=f"Rules.{field}"):
         confirm.Rules(**{field: value})
@@ -104,20 +117,23 @@ def test_primary_is_inconclusive_when_noise_swamps_a_small_effect():
     assert h["verdict"] == "inconclusive" and h["low"] < 0.5 < h["high"]
 
 
-@pytest.mark.parametrize("vaco_32,want", [(0.31, "better"), (0.27, "equivalent"), (0.19, "worse")])
-def test_retention_difference_on_each_side(vaco_32, want):
-    # PPO-Clip keeps 0.4 / 0.8 = 0.5 of its B = 1 score; VACO keeps vaco_32 / 0.5
+@pytest.mark.parametrize("vaco_32,margin,want", [(0.31, 0.1, "better"), (0.27, 0.1, "equivalent"), (0.19, 0.1, "worse"),
+                                                 (0.31, 0.13, "equivalent"), (0.27, 0.03, "better")])
+def test_retention_difference_on_each_side_of_its_own_margin(vaco_32, margin, want):
+    # PPO-Clip keeps 0.4 / 0.8 = 0.5 of its B = 1 score; VACO keeps vaco_32 / 0.5. The score margin (0.1)
+    # is not the retention's.
     rows = runs("ppo_clip", 1, flat(0.8)) + runs("ppo_clip", 32, flat(0.4))
     rows += runs("vaco", 1, flat(0.5)) + runs("vaco", 32, flat(vaco_32))
-    out = confirm.primary(rows, "auc", NORM, ["ppo_clip", "vaco"], [], (1, 32), R)
+    r = confirm.Rules(reps=400, retention_margin=margin)
+    out = confirm.primary(rows, "auc", NORM, ["ppo_clip", "vaco"], [], (1, 32), r)
     t = only(out, test="retention X - reference")
     assert t["point"] == pytest.approx(vaco_32 / 0.5 - 0.5)
     assert t["verdict"] == want
 
 
-@pytest.mark.parametrize("level,flagged", [(0.09, "Hopper-v4 Walker2d-v4"), (0.11, "")])
-def test_floor_flag_on_each_side(level, flagged):
-    rows = runs("ppo_clip", 32, flat(level)) + runs("vaco", 32, flat(level - 0.05))
+@pytest.mark.parametrize("ref,x,flagged", [(0.09, 0.04, "Hopper-v4 Walker2d-v4"), (0.11, 0.04, ""), (0.04, 0.11, "")])
+def test_floor_flag_needs_both_methods_below_it(ref, x, flagged):
+    rows = runs("ppo_clip", 32, flat(ref)) + runs("vaco", 32, flat(x))
     h = only(confirm.primary(rows, "auc", NORM, ["ppo_clip", "vaco"], [("uniform", 32)], (1, 32), R),
              test="P(X > reference)")
     assert h["at_floor"] == flagged
@@ -139,8 +155,12 @@ def test_lag_model_is_part_of_the_cell():
         "uniform": "no data", "fixed": "no data"}
 
 
-@pytest.mark.parametrize("fixed_contrast,overall,flips", [(-0.3, "depends", ["a - b"]), (0.3, "does not", []),
-                                                          (0.2, "depends", [])])
+@pytest.mark.parametrize("fixed_contrast,overall,flips", [
+    (-0.3, "ranking changes", ["a - b"]),  # a ahead under uniform lag, behind under fixed lag
+    (0.3, "no change beyond the margin", []),
+    (0.21, "no change beyond the margin", []),  # a change of -0.09, inside the margin of 0.1
+    (0.19, "contrasts change", []),  # -0.11: outside it, and rejected; the order holds
+])
 def test_shape_dependence(fixed_contrast, overall, flips):
     rows = runs("a", 8, flat(0.6)) + runs("b", 8, flat(0.3))
     rows += runs("a", 8, flat(0.3 + fixed_contrast), "fixed") + runs("b", 8, flat(0.3), "fixed")
@@ -157,14 +177,24 @@ def test_shape_dependence_unresolved_when_noisy():
     assert out["overall"] == "not resolved" and pair["low"] < 0 < pair["high"] and pair["high"] - pair["low"] > 0.2
 
 
-def test_tuning_robust():
-    assert confirm.tuning_robust({0.06: "worse", 0.2: "worse"}) == "worse"
-    assert confirm.tuning_robust({0.06: "worse", 0.2: "better"}) == "depends on tuning"
-    with pytest.raises(ValueError):
-        confirm.tuning_robust({})
+def test_the_equivalence_call_reads_the_90_percent_interval_not_the_95():
+    rows = runs("ppo_clip", 8, spread(0.5, 0.3, 10, 5)) + runs("vaco", 8, spread(0.5, 0.3, 10, 6))
+    h = only(confirm.primary(rows, "auc", NORM, ["ppo_clip", "vaco"], [("uniform", 8)], (1, 8), R),
+             test="P(X > reference)")
+    table = confirm.cells(rows, "auc", NORM)
+    ts = ["Hopper-v4", "Walker2d-v4"]
+    x, y = confirm.sample(table, ts, "vaco", "uniform", 8), confirm.sample(table, ts, "ppo_clip", "uniform", 8)
+    from vaco_jax.analysis import rules
+    assert (h["difference_low"], h["difference_high"]) == rules.difference(x, y, R.reps, R.seed, 0.90)[1:]
+    wide = rules.difference(x, y, R.reps, R.seed, 0.95)
+    assert wide[1] < h["difference_low"] and h["difference_high"] < wide[2]
 
 
-def test_two_sided_p_matches_a_slow_count():
-    values = np.random.default_rng(3).normal(0.55, 0.1, 999)
-    below, above = sum(v <= 0.5 for v in values), sum(v >= 0.5 for v in values)
-    assert confirm._two_sided(values, 0.5) == pytest.approx(2 * (1 + min(below, above)) / 1000)
+def test_two_sided_p_at_its_extremes_and_in_between():
+    n = 999
+    assert confirm._two_sided(np.full(n, 0.9), 0.5) == pytest.approx(2 / (n + 1))  # every replicate above
+    assert confirm._two_sided(np.full(n, 0.1), 0.5) == pytest.approx(2 / (n + 1))  # every replicate below
+    assert confirm._two_sided(np.linspace(0, 1, n), 0.5) == 1.0  # centred: capped at 1
+    # 10% of the replicates at or below the null: p = 2 x (1 + 100) / 1000
+    values = np.concatenate([np.full(100, 0.4), np.full(899, 0.6)])
+    assert confirm._two_sided(values, 0.5) == pytest.approx(0.202)

@@ -4,7 +4,9 @@ setting, fresh seeds, compared with PPO-Clip per lag and per lag model.
 A row is one run: ``env``, ``arm`` (the method as the study names it, e.g. ``vaco_learner``),
 ``lag_model``, ``lag_depth``, ``seed``, ``diverged`` and its scores. Scores are normalised per task as
 stage 1 normalises them: ``max(0, (score - random) / (reference - random))`` (:func:`normalised`), so a
-collapsed run counts as the random policy and never outweighs the rest.
+collapsed run counts as the random policy and never outweighs the rest. A **diverged run scores the
+floor** (0): leaving it out would judge a method that often diverges on its survivors only; it is
+counted and reported (:func:`left_out`). A run with a missing score is left out and reported.
 
 The rules (their numbers live in :class:`Rules`, which the stage's protocol section fixes):
 
@@ -14,19 +16,23 @@ The rules (their numbers live in :class:`Rules`, which the stage's protocol sect
   - per method X: its retention (pooled mean normalised score at the highest B over B = 1, uniform lag)
     minus the reference's (:func:`retention_test`).
   A test's verdict (:func:`call`): ``equivalent`` when the 90% interval of the difference (pooled
-  normalised score, or retention) lies inside ``(-margin, margin)``; else ``better`` or ``worse`` (X
-  against the reference) when Holm rejects, by the point's side; else ``inconclusive``. A difference
-  smaller than the margin is what the protocol calls negligible, so a rejected test inside it is
-  ``equivalent``.
+  normalised score with ``margin``, or retention with ``retention_margin``) lies inside the margin; else
+  ``better`` or ``worse`` (X against the reference) when Holm rejects, by the point's side; else
+  ``inconclusive``. A difference smaller than the margin is what the protocol calls negligible, so a
+  rejected test inside it is ``equivalent``. For the head-to-heads, better/worse is read on P(X > Y)
+  (how often X's run beats the reference's) and equivalence on the mean normalised difference (how much
+  it changes the score): the two can disagree in sign only when a few runs dominate a mean, and the
+  row carries both.
 * **Per task** beside the pooled rows: the same P(X > reference) on one task, its interval's verdict,
   and whether the task sits at its floor (both methods' seed-mean normalised score below ``floor``:
   P(X > Y) then measures noise) or its ceiling (``rules.at_ceiling``).
 * **The lag's shape** (:func:`shape_dependence`): for each pair of methods at one B, the contrast
-  (pooled normalised X - Y) under each lag model and its change between them; the ranking depends on
-  the shape when some pair's change has an interval that excludes 0, and does not when every change
-  lies inside the margin.
-* **Tuning** (:func:`tuning_robust`): a verdict computed at several settings within the tuning's noise
-  stands only when all agree.
+  (pooled normalised X - Y) under each lag model and its change between them, Holm over the pairs.
+  A pair's change is negligible when its 90% interval lies inside the margin (as in the primary
+  family); otherwise, when Holm rejects it, the pair **flips** if its contrast is decided (interval
+  excludes 0) in opposite directions under the two models, else it **changes**. Overall: the **ranking
+  changes** when some pair flips; **contrasts change** when some pair changes; **no change beyond the
+  margin** when every pair is negligible; else **not resolved**.
 """
 
 from __future__ import annotations
@@ -46,7 +52,8 @@ class Rules:
     """The numbers of stage 2's rules (fixed by its protocol section before its runs)."""
 
     reference: str = "ppo_clip"  # the arm every other is compared with
-    margin: float = 0.1  # equivalence margin on the pooled normalised score and on retention
+    margin: float = 0.1  # equivalence margin on the pooled normalised score (and on a shape change)
+    retention_margin: float = 0.1  # equivalence margin on a difference of retentions
     alpha: float = 0.05  # Holm's family-wise level
     floor: float = 0.1  # a task is at its floor in a comparison when both seed-means are below this
     reps: int = 2000  # bootstrap replicates
@@ -55,7 +62,7 @@ class Rules:
     equivalence_confidence: float = 0.90  # two one-sided tests at 5%
 
     def __post_init__(self):
-        for name in ("margin", "floor"):
+        for name in ("margin", "retention_margin", "floor"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"Rules.{name} must be > 0; got {getattr(self, name)!r}")
         for name in ("alpha", "confidence", "equivalence_confidence"):
@@ -77,21 +84,23 @@ def _diverged(r: dict) -> bool:
 
 
 def cells(rows: list[dict], score: str, norm: dict) -> dict:
-    """``{(task, arm, lag_model, B): [normalised score per run, by seed]}``, diverged and missing runs left
-    out (counted by :func:`left_out`); ``norm``: ``{task: (random, reference)}``."""
+    """``{(task, arm, lag_model, B): [normalised score per run, by seed]}``: a diverged run at the floor
+    (0), a missing score left out (both counted by :func:`left_out`); ``norm``: ``{task: (random,
+    reference)}``."""
     out: dict = {}
     for r in sorted(rows, key=lambda r: int(r["seed"])):
-        if _diverged(r) or not np.isfinite(float(r[score])):
-            continue
         if r["env"] not in norm:
             raise ValueError(f"row env {r['env']!r}: no normalisation; known: {sorted(norm)}")
+        if not _diverged(r) and not np.isfinite(float(r[score])):
+            continue
         key = (r["env"], r["arm"], r["lag_model"], int(r["lag_depth"]))
-        out.setdefault(key, []).append(normalised(float(r[score]), *norm[r["env"]]))
+        out.setdefault(key, []).append(0.0 if _diverged(r) else normalised(float(r[score]), *norm[r["env"]]))
     return out
 
 
 def left_out(rows: list[dict], score: str) -> dict:
-    """``{(task, arm, lag_model, B): (diverged, missing)}`` for the cells with runs left out."""
+    """``{(task, arm, lag_model, B): (diverged, missing)}`` for the cells with a diverged run (scored at
+    the floor) or a missing score (left out)."""
     out: dict = {}
     for r in rows:
         d, m = _diverged(r), not _diverged(r) and not np.isfinite(float(r[score]))
@@ -103,7 +112,8 @@ def left_out(rows: list[dict], score: str) -> dict:
 
 
 def sample(table: dict, tasks: list[str], arm: str, lag_model: str, b: int) -> np.ndarray | None:
-    """``(runs, tasks)``: each task's first k runs, k the smallest count over the tasks; None if one has none."""
+    """``(runs, tasks)``: each task's first k runs by seed, k the smallest count over the tasks (only a
+    missing score makes counts differ); None if one has none."""
     cols = [table.get((t, arm, lag_model, b), []) for t in tasks]
     k = min((len(c) for c in cols), default=0)
     return np.array([c[:k] for c in cols]).T if k else None
@@ -199,7 +209,8 @@ def primary(rows: list[dict], score: str, norm: dict, arms: list[str], lag_cells
         t = tests[key]
         p_holm, rejected = adjusted[key]
         out.append({**row, **{k: v for k, v in t.items() if k != "at_floor"}, "p_holm": p_holm,
-                    "at_floor": " ".join(t["at_floor"]), "verdict": call(t, rejected, r.margin)})
+                    "at_floor": " ".join(t["at_floor"]),
+                    "verdict": call(t, rejected, r.retention_margin if test.startswith("retention") else r.margin)})
     return out
 
 
@@ -225,45 +236,46 @@ def per_task(rows: list[dict], score: str, norm: dict, arms: list[str], lag_cell
 def shape_dependence(rows: list[dict], score: str, norm: dict, arms: list[str], b: int,
                      models: tuple[str, str], r: Rules) -> dict:
     """Whether the ranking of methods at lag depth ``b`` depends on the lag's shape (``models``: e.g.
-    ('uniform', 'fixed')): per pair, the contrast X - Y under each model and its change (four independent
-    samples, pooled over the tasks all four share). ``depends`` when some change's interval excludes 0,
-    ``does not`` when every change lies inside (-margin, margin), else ``not resolved``; ``flips`` lists the
-    pairs whose contrast is decided (interval excludes 0) in opposite directions under the two models."""
+    ('uniform', 'fixed')): per pair, the contrast X - Y under each model (its interval) and its change
+    from the first model to the second (four independent samples pooled over the tasks all four share;
+    two-sided bootstrap p-value against 0, Holm over the pairs). ``overall`` (module docstring):
+    ``ranking changes``, ``contrasts change``, ``no change beyond the margin`` or ``not resolved``;
+    ``flips``: the pairs decided in opposite directions under the two models."""
     table = cells(rows, score, norm)
     m0, m1 = models
-    pairs, flips = [], []
+    pairs, tests = [], {}
     for x, y in itertools.combinations(arms, 2):
+        name = f"{x} - {y}"
         ts = shared_tasks(table, [(a, m, b) for a in (x, y) for m in models])
         if not ts:
-            pairs.append({"pair": f"{x} - {y}", "tasks": "", "verdict": "no data"})
+            pairs.append({"pair": name, "tasks": "", "verdict": "no data"})
             continue
         s = [sample(table, ts, a, m, b) for m in (m1, m0) for a in (x, y)]
         c = {m: rules.difference(*s[i:i + 2], r.reps, r.seed, r.confidence) for m, i in ((m1, 0), (m0, 2))}
-        stat = lambda a, bb, c_, d: rules.pooled_mean(a) - rules.pooled_mean(bb) - (rules.pooled_mean(c_) - rules.pooled_mean(d))
+        stat = lambda a, bb, c_, d: (rules.pooled_mean(a) - rules.pooled_mean(bb)
+                                     - (rules.pooled_mean(c_) - rules.pooled_mean(d)))
         values = rules._replicates(s, stat, r.reps, r.seed)
         lo, hi = rules._interval(values, r.confidence)
         elo, ehi = rules._interval(values, r.equivalence_confidence)
         sign = {m: 1 if c[m][1] > 0 else -1 if c[m][2] < 0 else 0 for m in models}
-        if sign[m0] * sign[m1] < 0:
-            flips.append(f"{x} - {y}")
-        pairs.append({"pair": f"{x} - {y}", "tasks": " ".join(ts), f"contrast_{m0}": c[m0][0], f"contrast_{m1}": c[m1][0],
-                      "change": float(stat(*s)), "low": lo, "high": hi,
-                      "verdict": "changes" if lo > 0 or hi < 0 else
-                      "within margin" if -r.margin < elo and ehi < r.margin else "inconclusive"})
+        tests[name] = _two_sided(values, 0.0)
+        pairs.append({"pair": name, "tasks": " ".join(ts), f"contrast_{m0}": c[m0][0], f"contrast_{m1}": c[m1][0],
+                      "change": float(stat(*s)), "low": lo, "high": hi, "p_value": tests[name],
+                      "flips": sign[m0] * sign[m1] < 0, "within_margin": bool(-r.margin < elo and ehi < r.margin)})
+    adjusted = rules.holm(tests, r.alpha) if tests else {}
+    for p in pairs:
+        if p["pair"] in adjusted:
+            p["p_holm"], rejected = adjusted[p["pair"]]
+            p["verdict"] = ("within margin" if p["within_margin"] else "flips" if p["flips"] and rejected else
+                            "changes" if rejected else "inconclusive")
     decided = [p for p in pairs if p["verdict"] != "no data"]
-    if any(p["verdict"] == "changes" for p in decided):
-        overall = "depends"
+    flips = [p["pair"] for p in decided if p["verdict"] == "flips"]
+    if flips:
+        overall = "ranking changes"
+    elif any(p["verdict"] == "changes" for p in decided):
+        overall = "contrasts change"
     elif decided and all(p["verdict"] == "within margin" for p in decided):
-        overall = "does not"
+        overall = "no change beyond the margin"
     else:
         overall = "not resolved"
     return {"lag_depth": b, "models": list(models), "overall": overall, "flips": flips, "pairs": pairs}
-
-
-def tuning_robust(verdicts: dict) -> str:
-    """``{setting: verdict}`` of one test at settings within the tuning's noise -> the verdict all give,
-    or ``depends on tuning``."""
-    if not verdicts:
-        raise ValueError("tuning_robust needs at least one setting's verdict")
-    seen = set(verdicts.values())
-    return seen.pop() if len(seen) == 1 else "depends on tuning"

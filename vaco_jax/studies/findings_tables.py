@@ -342,8 +342,7 @@ DEEP_LAG = os.path.join("results", "deep_lag")
 
 def steplag_summary(root: str) -> str | None:
     """FINDINGS.md's first-screen line on the step size x lag study: units and hours so far, each stage-1
-    surface's state (complete: its lag-robust setting and that choice's stability), stage 2's state."""
-    from vaco_jax.analysis import surfaces
+    surface's state and lag-robust setting as ``report`` wrote them (``choices.csv``), stage 2's state."""
     from vaco_jax.studies import locomotion as first
     from vaco_jax.studies import steplag
 
@@ -353,28 +352,24 @@ def steplag_summary(root: str) -> str | None:
     p, digest = first.load_protocol(os.path.join(res, "protocol.json"))
     manifest = first._manifest(res)
     hours = sum(float(m["seconds_this_session"]) for m in manifest) / 3600.0
-    reuse = steplag.reuse_state(p, res)
+    choices = os.path.join(res, steplag.CHOICES)
     parts = []
-    for key, s in p["stage1"]["surfaces"].items():
-        points, state = steplag.extensions_state(p, res, key, reuse)
-        have = [t for t in s["tasks"] if steplag.surface_rows(p, res, t, key, reuse)]
-        if state != "complete":
-            parts.append(f"{key} " + (f"on {', '.join(have)} of {len(s['tasks'])} task(s)" if have else "to run"))
-            continue
-        rows = [r for t in s["tasks"] for r in steplag.surface_rows(p, res, t, key, reuse)]
-        norm = steplag.normalisation(p, key)
-        stab = surfaces.stability(rows, p["stage1"]["score"], norm)
-        pending = (f", extension {', '.join(f'{v:g}' for v in points)} pending" if points else
-                   ", more seeds pending" if steplag.more_seeds_state(p, res, key, reuse) else "")
-        parts.append(f"{key} {s['knob']} = {stab['value']:g} (stability {stab['share']:.2f}{pending})")
+    for r in results.read_table(choices) if os.path.exists(choices) else []:
+        if r["state"] == "incomplete":
+            parts.append(f"{r['surface']} " + (f"on {r['tasks_in']}" if r["tasks_in"] else "to run"))
+        else:
+            pending = "" if r["state"] == "complete" else f", {r['state']}: {r['pending']}"
+            parts.append(f"{r['surface']} {r['knob']} = {num(r['value'], 'g')} (stability "
+                         f"{num(r['stability'], '.2f')}{pending})")
     stage2 = ("Stage 2 is fixed in the protocol" if "stage2" in p else
               "Stage 2 is not fixed yet (its section is written from stage 1's complete surfaces)")
     dev = os.path.join(res, "deviations.csv")
     devs = len(results.read_table(dev)) if os.path.exists(dev) else 0
     return (f"- **The step size × lag study** (`results/steplag/`, protocol sha256 `{digest[:8]}…`): "
-            f"{len(manifest)} units finished, {hours:.1f} h of runs of the {p['budget']['cap_hours']} h cap; "
-            f"reuse of the first study's runs: {reuse}. Stage 1 surfaces (lag-robust setting where complete): "
-            + "; ".join(parts) + f". {stage2}; {devs} deviation(s) recorded.")
+            f"{len(manifest)} units finished, {hours:.1f} h of runs of the {p['budget']['cap_hours']} h cap. "
+            + (f"Stage 1 surfaces (`choices.csv`: the lag-robust setting where complete): {'; '.join(parts)}. "
+               if parts else "Stage 1's rules have not been applied yet (`python experiments/steplag.py report`). ")
+            + f"{stage2}; {devs} deviation(s) recorded.")
 
 
 def deep_lag_summary(root: str) -> str | None:

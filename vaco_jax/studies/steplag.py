@@ -151,8 +151,9 @@ def reuse_state(p: dict, results_dir: str) -> str:
 
 # ----------------------------------------------------------------------------- units
 
-def surface_rows(p: dict, results_dir: str, task: str, key: str, reuse: str) -> list[dict]:
-    """Every committed row of a surface on one task (its units and, when reuse holds, the first study's)."""
+def surface_rows(p: dict, results_dir: str, task: str, key: str, reuse: str, base_only: bool = False) -> list[dict]:
+    """Every committed row of a surface on one task (its units and, when reuse holds, the first study's);
+    ``base_only``: the stage's own seeds only (not the stability rule's added ones)."""
     from vaco_jax.analysis import results
     knob = p["stage1"]["surfaces"][key]["knob"]
     rows = []
@@ -162,15 +163,23 @@ def surface_rows(p: dict, results_dir: str, task: str, key: str, reuse: str) -> 
             rows += [{**r, "value": float(r[knob])} for r in results.read_table(os.path.join(root, "scores.csv"))]
     if reuse == "holds":
         rows += list(reused_cells(p, task, key).values())
+    if base_only:
+        rows = [r for r in rows if int(r["seed"]) in set(p["stage1"]["seeds"])]
     return rows
 
 
+def _rows(p: dict, results_dir: str, key: str, reuse: str, base_only: bool = False) -> list[dict]:
+    return [r for t in p["stage1"]["surfaces"][key]["tasks"]
+            for r in surface_rows(p, results_dir, t, key, reuse, base_only)]
+
+
 def extensions_state(p: dict, results_dir: str, key: str, reuse: str) -> tuple[list, str]:
-    """The extension points the rules ask for once every task of the surface is complete."""
+    """The extension points the rules ask for once every task of the surface is complete (decided on the
+    stage's own seeds: the stability rule's added seeds decide only among the values within noise)."""
     from vaco_jax.analysis import surfaces
     s = p["stage1"]["surfaces"][key]
     norm = normalisation(p, key)
-    rows = [r for t in s["tasks"] for r in surface_rows(p, results_dir, t, key, reuse)]
+    rows = _rows(p, results_dir, key, reuse, base_only=True)
     expected = len(s["tasks"]) * len(s["lag_depths"]) * len(p["stage1"]["seeds"])
     values_run = sorted({r["value"] for r in rows})
     if not rows or any(sum(1 for r in rows if r["value"] == v) < expected for v in values_run) \
@@ -187,20 +196,38 @@ def extensions_state(p: dict, results_dir: str, key: str, reuse: str) -> tuple[l
 MORE_SEEDS = (3, 4, 5)  # the stability rule's added seeds (protocol: stage1.stability.more_seeds)
 
 
-def more_seeds_state(p: dict, results_dir: str, key: str, reuse: str) -> list[float]:
-    """The values that get the stability rule's added seeds: once the surface is complete on every task
-    with no extension pending, when the lag-robust setting's stability is below the threshold and the
-    added seeds have not run yet, every value picked in at least 5% of the resamples."""
+def more_seeds(p: dict, results_dir: str, key: str, reuse: str) -> tuple[list[float], list[str]]:
+    """(the values that get the stability rule's added seeds, the tasks still lacking them).
+
+    Decided on the stage's own seeds once the surface is complete with no extension pending: when the
+    lag-robust setting's stability is below the threshold, every value picked in at least 5% of the
+    resamples (at least two: the picks sum to 1) gets seeds 3, 4, 5 at every task and B of the surface."""
     from vaco_jax.analysis import surfaces
     points, state = extensions_state(p, results_dir, key, reuse)
     if state != "complete" or points:
-        return []
+        return [], []
+    stab = surfaces.stability(_rows(p, results_dir, key, reuse, base_only=True), p["stage1"]["score"],
+                              normalisation(p, key))
+    if stab["stable"]:
+        return [], []
     s = p["stage1"]["surfaces"][key]
-    rows = [r for t in s["tasks"] for r in surface_rows(p, results_dir, t, key, reuse)]
-    if any(int(r["seed"]) in MORE_SEEDS for r in rows):
-        return []  # added once; the rule and its stability are then computed once more
-    stab = surfaces.stability(rows, p["stage1"]["score"], normalisation(p, key))
-    return [] if stab["stable"] else list(stab["within_noise"])
+    have = {(r["env"], int(r["lag_depth"]), int(r["seed"]), r["value"]) for r in _rows(p, results_dir, key, reuse)}
+    lacking = [t for t in s["tasks"] if not all((t, int(b), seed, v) in have for b in s["lag_depths"]
+                                                for seed in MORE_SEEDS for v in stab["within_noise"])]
+    return list(stab["within_noise"]), lacking
+
+
+def contest_rows(p: dict, results_dir: str, key: str, reuse: str) -> tuple[list[dict], str]:
+    """The rows the lag-robust rule is applied to, and which contest they are: every value on the stage's
+    seeds, or, once the stability rule's added seeds are in on every task, the values within noise on
+    all their seeds (the rule and its stability computed once more, among them)."""
+    values, lacking = more_seeds(p, results_dir, key, reuse)
+    if values and not lacking:
+        return ([r for r in _rows(p, results_dir, key, reuse) if r["value"] in values],
+                f"values within noise {' '.join(f'{v:g}' for v in values)} on seeds "
+                f"{' '.join(map(str, list(p['stage1']['seeds']) + list(MORE_SEEDS)))}")
+    return _rows(p, results_dir, key, reuse, base_only=True), \
+        f"every value on seeds {' '.join(map(str, p['stage1']['seeds']))}"
 
 
 def all_units(p: dict, args: Args) -> tuple[list, str]:
@@ -233,7 +260,7 @@ def all_units(p: dict, args: Args) -> tuple[list, str]:
                     extend.append(_unit(p, f"extend/{t}/{key}/{v:g}", "surface", base_config(p, t, key),
                                         grid.grid(s["lag_depths"], s1["seeds"], **{s["knob"]: [v]}),
                                         os.path.join(t, key, f"extend={v:g}")))
-            noisy = more_seeds_state(p, args.results, key, reuse)
+            noisy, _ = more_seeds(p, args.results, key, reuse)
             for t in s["tasks"] if noisy else []:
                 extend.append(_unit(p, f"seeds/{t}/{key}", "surface", base_config(p, t, key),
                                     grid.grid(s["lag_depths"], MORE_SEEDS, **{s["knob"]: noisy}),
@@ -294,30 +321,35 @@ STABILITY_REPS = 2000  # the stability rule's resamples (protocol: stage1.stabil
 
 def stage1_rows(p: dict, results_dir: str) -> list[dict]:
     """One row per surface: its state and, where every task is in, stage 1's rules on its runs (the
-    lag-robust setting, its stability and picks, the per-lag optima, R per value, R restricted to
-    Hopper-v4 at B in 1, 32 for the entry rule, and the values excluded)."""
+    lag-robust setting, its stability and picks over the contest's rows, R per value on the stage's own
+    seeds and in the contest, the per-lag optima, R restricted to Hopper-v4 at B in 1, 32 for the entry
+    rule, and the values excluded)."""
     from vaco_jax.analysis import surfaces
     reuse = reuse_state(p, results_dir)
     s1 = p["stage1"]
     out = []
     for key, s in s1["surfaces"].items():
         points, state = extensions_state(p, results_dir, key, reuse)
-        rows = [r for t in s["tasks"] for r in surface_rows(p, results_dir, t, key, reuse)]
-        row = {"surface": key, "method": s["method"], "knob": s["knob"], "runs": len(rows),
-               "tasks_in": " ".join(t for t in s["tasks"] if any(r["env"] == t for r in rows))}
+        every = _rows(p, results_dir, key, reuse)
+        row = {"surface": key, "method": s["method"], "knob": s["knob"], "runs": len(every),
+               "tasks_in": " ".join(t for t in s["tasks"] if any(r["env"] == t for r in every))}
         if state != "complete":
             out.append({**row, "state": "incomplete"})
             continue
-        noisy = more_seeds_state(p, results_dir, key, reuse)
+        noisy, lacking = more_seeds(p, results_dir, key, reuse)
         norm = normalisation(p, key)
+        base = _rows(p, results_dir, key, reuse, base_only=True)
+        rows, contest = contest_rows(p, results_dir, key, reuse)
         choice = surfaces.robust_choice(rows, s1["score"], norm)
         stab = surfaces.stability(rows, s1["score"], norm, reps=STABILITY_REPS)
-        out.append({**row, "state": "extension pending" if points else "more seeds pending" if noisy else "complete",
-                    "value": choice["value"], "stability": stab["share"], "picks": _text(stab["picks"]),
-                    "per_lag": _text({f"B={b}": v for b, v in surfaces.per_lag_optima(rows, s1["score"], norm).items()}),
-                    "R": _text(choice["R"]), "R_H": hopper_r(rows, s1["score"], norm).get(choice["value"]),
+        out.append({**row, "state": "extension pending" if points else "more seeds pending" if lacking else "complete",
+                    "contest": contest, "value": choice["value"], "stability": stab["share"],
+                    "picks": _text(stab["picks"]), "R": _text(choice["R"]),
+                    "R_stage_seeds": _text(surfaces.robust_choice(base, s1["score"], norm)["R"]),
+                    "per_lag": _text({f"B={b}": v for b, v in surfaces.per_lag_optima(base, s1["score"], norm).items()}),
+                    "R_H": hopper_r(rows, s1["score"], norm).get(choice["value"]),
                     "excluded": "; ".join(f"{v:g}: {' '.join(x)}" for v, x in choice["excluded"].items()),
-                    "pending": " ".join(f"{v:g}" for v in points or noisy)})
+                    "pending": " ".join(f"{v:g}" for v in points) if points else " ".join(lacking) if lacking else ""})
     return out
 
 
@@ -346,7 +378,12 @@ def report(p: dict, results_dir: str, write: bool = True) -> str:
             nums = f"{r['point']:.3f} [{r['low']:.3f}, {r['high']:.3f}] p_holm {r['p_holm']:.4f}" if "point" in r else ""
             lines.append(f"  {r['test']:<24} {r['arm']:<14} {r['lag_model']:<8} B={r['lag_depth']:<3} {nums:<44} "
                          f"{r['verdict']}" + (f" (floor: {r['at_floor']})" if r.get("at_floor") else ""))
-        lines.append(f"  the ranking's dependence on the lag's shape at B={v['shape']['lag_depth']}: {v['shape']['overall']}")
+        lines.append(f"  the lag's shape at B={v['shape']['lag_depth']}: {v['shape']['overall']}"
+                     + (f" (flips: {', '.join(v['shape']['flips'])})" if v["shape"]["flips"] else ""))
+        for key, (diverged, missing) in v["left_out"].items():
+            lines.append(f"  {key}: {diverged} diverged (scored at the floor), {missing} missing (left out)")
+        if v["unscaled"]:
+            lines.append(f"  no scale (left out of every verdict): {', '.join(v['unscaled'])}")
         if write:
             results.write_table(os.path.join(results_dir, STAGE2_VERDICTS),
                                 [{"family": "primary", **r} for r in v["primary"]]

@@ -13,14 +13,19 @@ The section:
       "seeds": [200, ..., 209],
       "arms": {"ppo_clip": 0.2, "vaco": 0.2, ...},          # stage 1 surface -> its lag-robust value
       "cells": [{"tasks": [...], "lag_model": "uniform", "lag_depths": [1, 8, 32]}, ...],
-      "rules": {"score": "auc_eval_return", "margin": 0.1, "alpha": 0.05, "floor": 0.1, "reps": 2000,
-                "seed": 0, "confidence": 0.95, "equivalence_confidence": 0.9,
-                "retention_lags": [1, 32], "shape": {"lag_depth": 8, "models": ["uniform", "fixed"]}}
+      "rules": {"score": "auc_eval_return", "margin": 0.1, "retention_margin": 0.1, "alpha": 0.05,
+                "floor": 0.1, "reps": 2000, "seed": 0, "confidence": 0.95, "equivalence_confidence": 0.9,
+                "retention_lags": [1, 32], "shape": {"lag_depth": 8, "models": ["uniform", "fixed"]},
+                "normalisation": "...", "diverged": "..."}      # the two texts: DEFAULT_RULES's
     }
 
 Units ``stage2/<task>/<arm>/<lag model>`` (one compiled group each) write to
 ``results/steplag/stage2/<task>/<arm>/<lag model>/``. The normalisation is stage 2's own: per task, the
-uniform-random return measured beside its runs and the mean score of its PPO-Clip runs at B = 1.
+uniform-random return measured beside its runs and the mean score of its PPO-Clip runs at B = 1 (Ant-v4
+has no earlier reference; P(X > Y) does not depend on it, the differences and retentions do, a little,
+and their bootstrap takes the scale as fixed). The primary family is every (lag model, B) head-to-head
+of the section's cells and every method's retention difference, each pooled over the tasks that ran it
+(the row names them; the per-task rows sit beside).
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ from vaco_jax.core.config import ConfigError
 
 STAGE = "stage2"
 ENTRY = ("ppo_clip", "vaco", "vaco_learner")  # always in stage 2 (stage 1's entry rule)
+MAX_ARMS = 5  # the protocol's cap on stage 2's methods
+PEER_CHECK_HOURS = 0.7  # Ant-v4 PPO-Clip at CleanRL's settings before stage 2 (5 seeds, one env each)
 
 
 def check(p: dict) -> None:
@@ -41,13 +48,24 @@ def check(p: dict) -> None:
     from vaco_jax.envs import available_envs
 
     s2, surfaces = p[STAGE], p["stage1"]["surfaces"]
+    missing = [k for k in ("seeds", "arms", "cells", "rules") if k not in s2]
+    if missing:
+        raise ConfigError(f"protocol stage2: missing {', '.join(missing)}; the section has seeds, arms, cells, rules")
+    unknown = sorted(set(s2["rules"]) - set(DEFAULT_RULES))
+    if unknown:
+        raise ConfigError(f"protocol stage2.rules: {', '.join(unknown)} not valid; allowed values: "
+                          f"{', '.join(DEFAULT_RULES)}")
+    absent = [k for k in DEFAULT_RULES if k not in s2["rules"]]
+    if absent:
+        raise ConfigError(f"protocol stage2.rules: missing {', '.join(absent)} (every rule is written in the section)")
+    if not set(ENTRY) <= set(s2["arms"]) or len(s2["arms"]) > MAX_ARMS:
+        raise ConfigError(f"protocol stage2.arms: {', '.join(ENTRY)} and at most {MAX_ARMS} in all; got "
+                          f"{', '.join(s2['arms'])}")
     for key, value in s2["arms"].items():
         if key not in surfaces:
             raise ConfigError(f"protocol stage2.arms: {key!r} is not a stage 1 surface; allowed values: "
                               f"{', '.join(surfaces)}")
         check_knob(surfaces[key]["knob"], float(value))
-    if "ppo_clip" not in s2["arms"]:
-        raise ConfigError("protocol stage2.arms: needs 'ppo_clip', the reference of every comparison")
     if len(s2["seeds"]) < 10:
         raise ConfigError(f"protocol stage2.seeds: at least 10 (the protocol's floor); got {len(s2['seeds'])}")
     used = set(p["stage1"]["seeds"]) & set(s2["seeds"])
@@ -63,11 +81,18 @@ def check(p: dict) -> None:
             if not p["budget"]["rates_env_steps_per_s"].get(t):
                 raise ConfigError(f"protocol budget.rates_env_steps_per_s: no rate for {t!r}")
     confirm.Rules(**_rule_numbers(s2["rules"]))
+    ran = {(c["lag_model"], int(b)) for c in s2["cells"] for b in c["lag_depths"]}
+    rl = s2["rules"]
+    need = {("uniform", int(b)) for b in rl["retention_lags"]} | {(m, int(rl["shape"]["lag_depth"]))
+                                                                 for m in rl["shape"]["models"]}
+    if not need <= ran:
+        raise ConfigError(f"protocol stage2.rules: retention_lags and shape need cells "
+                          f"{sorted(need - ran)} that stage2.cells does not run")
 
 
 def _rule_numbers(rules: dict) -> dict:
-    return {k: rules[k] for k in ("margin", "alpha", "floor", "reps", "seed", "confidence",
-                                  "equivalence_confidence") if k in rules}
+    return {k: rules[k] for k in ("margin", "retention_margin", "alpha", "floor", "reps", "seed", "confidence",
+                                  "equivalence_confidence")}
 
 
 def units(p: dict, base_config, make_unit) -> list:
@@ -105,8 +130,8 @@ def rows(results_dir: str) -> list[dict]:
 
 def normalisation(all_rows: list[dict], results_dir: str, score: str) -> dict:
     """``{task: (random, reference)}``: the random return measured beside stage 2's runs and the mean
-    score of its PPO-Clip runs at B = 1 (uniform lag, diverged runs left out); tasks lacking either are
-    left out."""
+    score of its PPO-Clip runs at B = 1 (uniform lag, diverged runs left out); a task lacking either, or
+    whose reference does not exceed its random return, has no scale (:func:`unscaled` says why)."""
     import numpy as np
 
     from vaco_jax.analysis import results
@@ -116,9 +141,14 @@ def normalisation(all_rows: list[dict], results_dir: str, score: str) -> dict:
         ref = [float(r[score]) for r in all_rows if r["env"] == task and r["arm"] == "ppo_clip"
                and r["lag_model"] == "uniform" and int(r["lag_depth"]) == 1
                and r.get("diverged") not in (True, "True") and np.isfinite(float(r[score]))]
-        if ref and task in random:
+        if ref and task in random and float(np.mean(ref)) > float(random[task]):
             out[task] = (float(random[task]), float(np.mean(ref)))
     return out
+
+
+def unscaled(all_rows: list[dict], norm: dict) -> list[str]:
+    """The tasks with runs but no scale (left out of every verdict; the report names them)."""
+    return sorted({r["env"] for r in all_rows} - set(norm))
 
 
 def verdicts(p: dict, results_dir: str) -> dict:
@@ -127,9 +157,9 @@ def verdicts(p: dict, results_dir: str) -> dict:
     s2 = p[STAGE]
     rl = s2["rules"]
     r = confirm.Rules(**_rule_numbers(rl))
-    got = rows(results_dir)
-    norm = normalisation(got, results_dir, rl["score"])
-    got = [x for x in got if x["env"] in norm]
+    every = rows(results_dir)
+    norm = normalisation(every, results_dir, rl["score"])
+    got = [x for x in every if x["env"] in norm]
     arms = list(s2["arms"])
     lag_cells = list(dict.fromkeys((c["lag_model"], int(b)) for c in s2["cells"] for b in c["lag_depths"]))
     shape = rl["shape"]
@@ -139,6 +169,7 @@ def verdicts(p: dict, results_dir: str) -> dict:
         "shape": confirm.shape_dependence(got, rl["score"], norm, arms, int(shape["lag_depth"]),
                                           tuple(shape["models"]), r),
         "left_out": {"/".join(map(str, k)): v for k, v in confirm.left_out(got, rl["score"]).items()},
+        "unscaled": unscaled(every, norm),
     }
 
 
@@ -170,9 +201,10 @@ def outlines() -> list[list[dict]]:
         return ([{"tasks": full, "lag_model": "uniform", "lag_depths": [1, 8, 32]}]
                 + ([{"tasks": ends, "lag_model": "uniform", "lag_depths": [1, 32]}] if ends else []))
 
+    # the fixed lag at B = 8 runs only where the uniform lag also runs B = 8 (its partner in the shape rule)
     return [uniform(["Hopper-v4", "Walker2d-v4", "HalfCheetah-v4"], []) + [ant, fixed],
             uniform(["Hopper-v4", "Walker2d-v4"], ["HalfCheetah-v4"]) + [ant, fixed],
-            uniform(["Hopper-v4"], ["Walker2d-v4", "HalfCheetah-v4"]) + [ant, fixed]]
+            uniform(["Hopper-v4"], ["Walker2d-v4", "HalfCheetah-v4"]) + [ant, {**fixed, "tasks": ["Hopper-v4"]}]]
 
 
 def draft(p: dict, results_dir: str, choices: dict, cost) -> dict:
@@ -187,12 +219,15 @@ def draft(p: dict, results_dir: str, choices: dict, cost) -> dict:
     arms.update({k: choices[k]["value"] for k in others[:2]})
     manifest = first._manifest(results_dir)
     spent = sum(float(m["seconds_this_session"]) for m in manifest) / 3600.0
-    estimated = sum(float(m["estimated_minutes"]) for m in manifest) / 60.0
-    pace = spent / estimated if estimated else 1.0
-    left = float(p["budget"]["cap_hours"]) - spent
+    # the pace of units of many runs (a one-run unit's time is mostly its compilation)
+    many = [m for m in manifest if int(m["runs"]) > 1]
+    estimated = sum(float(m["estimated_minutes"]) for m in many) / 60.0
+    pace = sum(float(m["seconds_this_session"]) for m in many) / 3600.0 / estimated if estimated else 1.0
+    left = float(p["budget"]["cap_hours"]) - spent - PEER_CHECK_HOURS
     seeds = list(range(200, 210))
     steps = [(arms, cells) for cells in outlines()] + [(dict(list(arms.items())[:4]), outlines()[-1])]
-    out = {"seeds": seeds, "hours_left": round(left, 1), "pace": round(pace, 3), "rules": DEFAULT_RULES}
+    out = {"seeds": seeds, "hours_left": round(left, 1), "pace": round(pace, 3), "peer_check_hours": PEER_CHECK_HOURS,
+           "rules": DEFAULT_RULES}
     for a, cells in steps:
         hours = pace * len(a) * sum(cost(p, t, len(c["lag_depths"]) * len(seeds))
                                     for c in cells for t in c["tasks"]) / 60.0
@@ -202,6 +237,12 @@ def draft(p: dict, results_dir: str, choices: dict, cost) -> dict:
             "note": "does not fit what is left of the cap even trimmed"}
 
 
-DEFAULT_RULES = {"score": "auc_eval_return", "margin": 0.1, "alpha": 0.05, "floor": 0.1, "reps": 2000, "seed": 0,
-                 "confidence": 0.95, "equivalence_confidence": 0.9, "retention_lags": [1, 32],
-                 "shape": {"lag_depth": 8, "models": ["uniform", "fixed"]}}
+DEFAULT_RULES = {
+    "score": "auc_eval_return", "margin": 0.1, "retention_margin": 0.1, "alpha": 0.05, "floor": 0.1, "reps": 2000,
+    "seed": 0, "confidence": 0.95, "equivalence_confidence": 0.9, "retention_lags": [1, 32],
+    "shape": {"lag_depth": 8, "models": ["uniform", "fixed"]},
+    "normalisation": "per task, s = max(0, (score - random) / (reference - random)); random = the uniform-random "
+                     "return measured beside stage 2's runs, reference = the mean score of stage 2's PPO-Clip runs "
+                     "at B = 1 (uniform lag)",
+    "diverged": "a diverged run scores s = 0 (the floor) and is reported; a missing score is left out and reported",
+}
