@@ -186,6 +186,10 @@ def test_stage2_verdicts_from_committed_scores(tmp_path):
     assert calls[("retention X - reference", "uniform", 32)] == "better"
     assert calls[("P(X > reference)", "fixed", 8)] == "better"
     assert v["shape"]["lag_depth"] == 8 and v["left_out"] == {} and v["unscaled"] == []
+    assert all(np.isnan(r["setting_stability"]) for r in v["primary"])  # no choices.csv in this directory
+    results.write_table(os.path.join(res, "choices.csv"), [{"surface": "vaco", "stability": 0.85},
+                                                           {"surface": "ppo_clip", "state": "incomplete"}])
+    assert {r["setting_stability"] for r in S2.verdicts(q, res)["primary"]} == {0.85}
     # B = 1 PPO-Clip is within 2% of the best run (VACO's, also ~2000) in most runs: at its ceiling
     assert {r["tasks"]: r["at_ceiling"] for r in v["per_task"]} == {"Hopper-v4": True, "Walker2d-v4": True}
     text = steplag.report(q, res)

@@ -377,7 +377,8 @@ def report(p: dict, results_dir: str, write: bool = True) -> str:
         for r in v["primary"]:
             nums = f"{r['point']:.3f} [{r['low']:.3f}, {r['high']:.3f}] p_holm {r['p_holm']:.4f}" if "point" in r else ""
             lines.append(f"  {r['test']:<24} {r['arm']:<14} {r['lag_model']:<8} B={r['lag_depth']:<3} {nums:<44} "
-                         f"{r['verdict']}" + (f" (floor: {r['at_floor']})" if r.get("at_floor") else ""))
+                         f"{r['verdict']}" + (f" (floor: {r['at_floor']})" if r.get("at_floor") else "")
+                         + f"; setting stability {r['setting_stability']:.2f}")
         lines.append(f"  the lag's shape at B={v['shape']['lag_depth']}: {v['shape']['overall']}"
                      + (f" (flips: {', '.join(v['shape']['flips'])})" if v["shape"]["flips"] else ""))
         for key, (diverged, missing) in v["left_out"].items():

@@ -152,7 +152,8 @@ def unscaled(all_rows: list[dict], norm: dict) -> list[str]:
 
 
 def verdicts(p: dict, results_dir: str) -> dict:
-    """Every stage-2 rule on the committed scores: {'primary', 'per_task', 'shape', 'left_out'}."""
+    """Every stage-2 rule on the committed scores: {'primary' (each row with its method's stage-1 setting
+    stability), 'per_task', 'shape', 'left_out', 'unscaled'}."""
     from vaco_jax.analysis import confirm
     s2 = p[STAGE]
     rl = s2["rules"]
@@ -163,14 +164,28 @@ def verdicts(p: dict, results_dir: str) -> dict:
     arms = list(s2["arms"])
     lag_cells = list(dict.fromkeys((c["lag_model"], int(b)) for c in s2["cells"] for b in c["lag_depths"]))
     shape = rl["shape"]
+    primary = confirm.primary(got, rl["score"], norm, arms, lag_cells, tuple(rl["retention_lags"]), r)
+    # how firmly stage 1 chose each method's setting: a verdict on a setting picked in few of stage 1's
+    # resamples is a verdict on that setting, and the row says so
+    stability = setting_stability(results_dir)
+    for row in primary:
+        row["setting_stability"] = stability.get(row["arm"], float("nan"))
     return {
-        "primary": confirm.primary(got, rl["score"], norm, arms, lag_cells, tuple(rl["retention_lags"]), r),
+        "primary": primary,
         "per_task": confirm.per_task(got, rl["score"], norm, arms, lag_cells, r, ceiling(got, norm, rl["score"])),
         "shape": confirm.shape_dependence(got, rl["score"], norm, arms, int(shape["lag_depth"]),
                                           tuple(shape["models"]), r),
         "left_out": {"/".join(map(str, k)): v for k, v in confirm.left_out(got, rl["score"]).items()},
         "unscaled": unscaled(every, norm),
     }
+
+
+def setting_stability(results_dir: str) -> dict:
+    """``{surface: the share of stage 1's resamples that picked its setting}`` from ``choices.csv``."""
+    from vaco_jax.analysis import results
+    path = os.path.join(results_dir, "choices.csv")
+    return {r["surface"]: float(r["stability"]) for r in results.read_table(path)
+            if r.get("stability") not in (None, "")} if os.path.exists(path) else {}
 
 
 def ceiling(all_rows: list[dict], norm: dict, score: str) -> dict:
