@@ -89,6 +89,43 @@ def test_edge_extensions_at_each_edge_and_at_most_twice():
     assert S.edge_extensions(values, [None], {}) == []
 
 
+def test_a_cap_grid_log_spaced_in_log_c_extends_on_log_c_and_stays_above_1():
+    caps = [1.08, 1.26, 2.0, 8.0, 512.0]  # log C = 0.077 ... 6.24, ratio 3
+    low = S.edge_extensions(caps, [1.08], {}, in_log=True)
+    assert low == [pytest.approx(2 ** (1 / 27), rel=2e-3)] and low[0] > 1  # log C / 3, not 1.08 * 1.08 / 1.26 < 1
+    assert S.edge_extensions(caps, [512.0], {}, in_log=True) == [pytest.approx(2.0 ** 27, rel=2e-3)]
+    with pytest.raises(ValueError, match="above 1"):
+        S.edge_extensions([0.5, 2.0], [0.5], {}, in_log=True)
+
+
+def test_the_driver_extends_tis_and_mis_on_log_c(tmp_path):
+    """The TIS surface's optimum at the grid's low edge asks for C = 2^(1/27), never a cap below 1."""
+    import sys
+    sys.path.insert(0, os.path.dirname(__file__))
+    import test_steplag_stage2 as T
+    from vaco_jax.studies import steplag
+
+    p = T._protocol()
+    res = str(tmp_path / "results")
+    vals = p["stage1"]["surfaces"]["tis"]["values"]
+    T._write_surface(res, p, "tis", {vals[0]: 0.9, vals[1]: 0.5, vals[2]: 0.4, vals[3]: 0.3, vals[4]: 0.2}, spread=0.05)
+    points, state = steplag.extensions_state(p, res, "tis", "unknown")
+    assert state == "complete" and points == [pytest.approx(1.026, abs=1e-3)]
+    names = {u.name for u in steplag.all_units(p, T._args(tmp_path))[0]}
+    assert "extend/Hopper-v4/tis/1.026" in names
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_a_lag_where_every_value_scores_the_same_has_no_optimum_and_asks_no_extension(tied):
+    # at B = 1 a cap on pi_T / beta never acts (the ratio is 1): every value's runs are the same
+    at1 = {0.1: 0.7, 0.3: 0.7, 1.0: 0.7} if tied else {0.1: 0.71, 0.3: 0.7, 1.0: 0.7}
+    rows = [r for r in rows_for(at1, lags=(1,))] + rows_for({0.1: 0.2, 0.3: 0.6, 1.0: 0.3}, lags=(32,))
+    optima = S.per_lag_optima(rows, "auc", NORM)
+    assert optima == ({1: None, 32: 0.3} if tied else {1: 0.1, 32: 0.3})
+    assert S.edge_extensions([0.1, 0.3, 1.0], [S.robust_choice(rows, "auc", NORM)["value"], *optima.values()], {}) \
+        == ([] if tied else [pytest.approx(0.0333, rel=1e-2)])
+
+
 def test_stability_on_both_sides_of_the_threshold():
     clear = S.stability(rows_for({0.1: 0.3, 0.3: 0.9}, spread=0.05), "auc", NORM, reps=400)
     assert clear["value"] == 0.3 and clear["share"] == 1.0 and clear["stable"]

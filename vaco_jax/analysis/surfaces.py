@@ -7,7 +7,8 @@ plain dicts with ``env``, ``lag_depth``, ``seed``, ``value`` (the knob's value),
 * ``floored``: ``s = max(0, (score − random) / (reference − random))`` per run;
 * ``robust_choice``: ``R(v)`` = mean over the surface's (task, B) of the seed-mean of ``s``; the largest
   wins; a value with a diverged run or a missing score anywhere is never chosen; ties go to the smaller;
-* ``per_lag_optima``: per B, the value with the largest mean over tasks of the seed-mean of ``s``;
+* ``per_lag_optima``: per B, the value with the largest mean over tasks of the seed-mean of ``s`` (none
+  where every value scores the same: the knob does not act there);
 * ``edge_extensions``: optima at an edge of the values run ask for one point beyond it (at most two
   per edge);
 * ``stability``: the share of paired seed-bootstrap resamples whose argmax of ``R`` is the chosen value,
@@ -113,25 +114,35 @@ def robust_choice(rows: list[dict], score: str, norm: dict) -> dict:
 
 
 def per_lag_optima(rows: list[dict], score: str, norm: dict) -> dict:
-    """{B: the value with the largest mean over tasks of the seed-mean of s} (None: every value excluded)."""
+    """{B: the value with the largest mean over tasks of the seed-mean of s}; None when every value is
+    excluded, or when every allowed value scores exactly the same (the knob does not act at that B — TIS's
+    cap at B = 1, where π_T = β — so no value is an optimum, and no edge is one)."""
     out = {}
     for b in sorted({int(r["lag_depth"]) for r in rows}):
-        out[b] = robust_choice([r for r in rows if int(r["lag_depth"]) == b], score, norm)["value"]
+        c = robust_choice([r for r in rows if int(r["lag_depth"]) == b], score, norm)
+        allowed = [v for v in c["R"] if v not in c["excluded"]]
+        tied = len(allowed) > 1 and len({c["R"][v] for v in allowed}) == 1
+        out[b] = None if tied else c["value"]
     return out
 
 
-def edge_extensions(values_run: list[float], optima: list[float | None], extensions_done: dict) -> list[float]:
+def edge_extensions(values_run: list[float], optima: list[float | None], extensions_done: dict,
+                    in_log: bool = False) -> list[float]:
     """The points to add: for each edge of ``values_run`` holding one of ``optima``, the edge times its
     ratio to its neighbour, unless that edge has been extended ``MAX_EXTENSIONS_PER_EDGE`` times
-    (``extensions_done``: {'low': n, 'high': n})."""
+    (``extensions_done``: {'low': n, 'high': n}). ``in_log``: the grid is log-spaced in log v (a cap C
+    acting through log C, all values > 1), so the step is taken on log v: the point stays above 1."""
     vs = sorted(values_run)
     out = []
     if len(vs) < 2:
         return out
+    if in_log and vs[0] <= 1.0:
+        raise ValueError(f"in_log needs every value above 1; got {vs[0]!r}")
+    step = (lambda edge, nb: math.exp(math.log(edge) ** 2 / math.log(nb))) if in_log else (lambda edge, nb: edge * edge / nb)
     if vs[0] in optima and extensions_done.get("low", 0) < MAX_EXTENSIONS_PER_EDGE:
-        out.append(float(f"{vs[0] * vs[0] / vs[1]:.4g}"))
+        out.append(float(f"{step(vs[0], vs[1]):.4g}"))
     if vs[-1] in optima and extensions_done.get("high", 0) < MAX_EXTENSIONS_PER_EDGE:
-        out.append(float(f"{vs[-1] * vs[-1] / vs[-2]:.4g}"))
+        out.append(float(f"{step(vs[-1], vs[-2]):.4g}"))
     return out
 
 

@@ -190,9 +190,12 @@ def extensions_state(p: dict, results_dir: str, key: str, reuse: str) -> tuple[l
         surfaces.per_lag_optima(rows, score, norm).values())
     grid_values = sorted(map(float, s["values"]))
     done = {"low": sum(v < grid_values[0] for v in values_run), "high": sum(v > grid_values[-1] for v in values_run)}
-    return surfaces.edge_extensions(values_run, optima, done), "complete"
+    return surfaces.edge_extensions(values_run, optima, done, in_log=s["knob"] in LOG_LOG_KNOBS), "complete"
 
 
+# knobs whose grid is log-spaced in log v (protocol.md: TIS's and MIS's cap acts through log C), so an edge
+# extension steps on log v
+LOG_LOG_KNOBS = ("weight_cap",)
 MORE_SEEDS = (3, 4, 5)  # the stability rule's added seeds (protocol: stage1.stability.more_seeds)
 
 
@@ -346,7 +349,8 @@ def stage1_rows(p: dict, results_dir: str) -> list[dict]:
                     "contest": contest, "value": choice["value"], "stability": stab["share"],
                     "picks": _text(stab["picks"]), "R": _text(choice["R"]),
                     "R_stage_seeds": _text(surfaces.robust_choice(base, s1["score"], norm)["R"]),
-                    "per_lag": _text({f"B={b}": v for b, v in surfaces.per_lag_optima(base, s1["score"], norm).items()}),
+                    "per_lag": "; ".join(f"B={b}: " + ("every value equal" if v is None else f"{v:g}")
+                                         for b, v in surfaces.per_lag_optima(base, s1["score"], norm).items()),
                     "R_H": hopper_r(rows, s1["score"], norm).get(choice["value"]),
                     "excluded": "; ".join(f"{v:g}: {' '.join(x)}" for v, x in choice["excluded"].items()),
                     "pending": " ".join(f"{v:g}" for v in points) if points else " ".join(lacking) if lacking else ""})
