@@ -42,7 +42,8 @@ import itertools
 
 import numpy as np
 
-from vaco_jax.analysis import rules
+from vaco_jax.analysis import rules, surfaces
+from vaco_jax.analysis.tables import is_diverged
 
 VERDICTS = ("better", "worse", "equivalent", "inconclusive")
 
@@ -73,14 +74,8 @@ class Rules:
 
 
 def normalised(score: float, random: float, reference: float) -> float:
-    """Stage 1's random-floored normalisation of one run's score."""
-    if not reference > random:
-        raise ValueError(f"reference {reference!r} must exceed random {random!r}")
-    return max(0.0, (float(score) - random) / (reference - random))
-
-
-def _diverged(r: dict) -> bool:
-    return r.get("diverged") in (True, "True", "true", 1, "1")
+    """Stage 1's random-floored normalisation of one run's score (``surfaces.floored``)."""
+    return surfaces.floored(float(score), random, reference)
 
 
 def cells(rows: list[dict], score: str, norm: dict) -> dict:
@@ -91,10 +86,10 @@ def cells(rows: list[dict], score: str, norm: dict) -> dict:
     for r in sorted(rows, key=lambda r: int(r["seed"])):
         if r["env"] not in norm:
             raise ValueError(f"row env {r['env']!r}: no normalisation; known: {sorted(norm)}")
-        if not _diverged(r) and not np.isfinite(float(r[score])):
+        if not is_diverged(r) and not np.isfinite(float(r[score])):
             continue
         key = (r["env"], r["arm"], r["lag_model"], int(r["lag_depth"]))
-        out.setdefault(key, []).append(0.0 if _diverged(r) else normalised(float(r[score]), *norm[r["env"]]))
+        out.setdefault(key, []).append(0.0 if is_diverged(r) else normalised(float(r[score]), *norm[r["env"]]))
     return out
 
 
@@ -103,7 +98,7 @@ def left_out(rows: list[dict], score: str) -> dict:
     the floor) or a missing score (left out)."""
     out: dict = {}
     for r in rows:
-        d, m = _diverged(r), not _diverged(r) and not np.isfinite(float(r[score]))
+        d, m = is_diverged(r), not is_diverged(r) and not np.isfinite(float(r[score]))
         if d or m:
             key = (r["env"], r["arm"], r["lag_model"], int(r["lag_depth"]))
             a, b = out.get(key, (0, 0))

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import os
 
+from vaco_jax.analysis.tables import is_diverged
 from vaco_jax.core.config import ConfigError
 
 STAGE = "stage2"
@@ -140,7 +141,7 @@ def normalisation(all_rows: list[dict], results_dir: str, score: str) -> dict:
     for task in sorted({r["env"] for r in all_rows}):
         ref = [float(r[score]) for r in all_rows if r["env"] == task and r["arm"] == "ppo_clip"
                and r["lag_model"] == "uniform" and int(r["lag_depth"]) == 1
-               and r.get("diverged") not in (True, "True") and np.isfinite(float(r[score]))]
+               and not is_diverged(r) and np.isfinite(float(r[score]))]
         if ref and task in random and float(np.mean(ref)) > float(random[task]):
             out[task] = (float(random[task]), float(np.mean(ref)))
     return out
@@ -196,7 +197,7 @@ def ceiling(all_rows: list[dict], norm: dict, score: str) -> dict:
     from vaco_jax.analysis import rules
     out = {}
     for task, (random, _) in norm.items():
-        ok = [r for r in all_rows if r["env"] == task and r.get("diverged") not in (True, "True")
+        ok = [r for r in all_rows if r["env"] == task and not is_diverged(r)
               and np.isfinite(float(r[score]))]
         ref = [float(r[score]) for r in ok if r["arm"] == "ppo_clip" and r["lag_model"] == "uniform"
                and int(r["lag_depth"]) == 1]
