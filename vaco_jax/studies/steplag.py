@@ -168,69 +168,78 @@ def surface_rows(p: dict, results_dir: str, task: str, key: str, reuse: str, bas
     return rows
 
 
-def _rows(p: dict, results_dir: str, key: str, reuse: str, base_only: bool = False) -> list[dict]:
-    return [r for t in p["stage1"]["surfaces"][key]["tasks"]
-            for r in surface_rows(p, results_dir, t, key, reuse, base_only)]
+def surface_state(p: dict, results_dir: str, key: str, reuse: str) -> dict:
+    """Stage 1's rules on one surface's committed rows, computed once: ``every`` and ``base`` (the stage's
+    own seeds) rows, ``state`` ("incomplete" or "complete"), the extension ``points`` the edge rule asks
+    for, the stability on the stage's own seeds (``base_stability``, None until it applies), the values
+    that get the added seeds (``noisy``) and the tasks still lacking them (``lacking``), and the
+    ``contest`` rows the lag-robust rule is applied to with their description."""
+    from vaco_jax.analysis import surfaces
+    s = p["stage1"]["surfaces"][key]
+    score, norm = p["stage1"]["score"], normalisation(p, key)
+    every = [r for t in s["tasks"] for r in surface_rows(p, results_dir, t, key, reuse)]
+    own = set(p["stage1"]["seeds"])
+    base = [r for r in every if int(r["seed"]) in own]
+    out = {"every": every, "base": base, "state": "incomplete", "points": [], "base_stability": None,
+           "noisy": [], "lacking": [], "contest_rows": base,
+           "contest": f"every value on seeds {' '.join(map(str, p['stage1']['seeds']))}"}
+    # extensions: decided on the stage's own seeds once every task of the surface is complete (the
+    # stability rule's added seeds decide only among the values within noise)
+    expected = len(s["tasks"]) * len(s["lag_depths"]) * len(p["stage1"]["seeds"])
+    values_run = sorted({r["value"] for r in base})
+    if not base or any(sum(1 for r in base if r["value"] == v) < expected for v in values_run) \
+            or not set(map(float, s["values"])) <= set(values_run):
+        return out
+    optima = [surfaces.robust_choice(base, score, norm)["value"]] + list(surfaces.per_lag_optima(base, score, norm).values())
+    grid_values = sorted(map(float, s["values"]))
+    done = {"low": sum(v < grid_values[0] for v in values_run), "high": sum(v > grid_values[-1] for v in values_run)}
+    out["state"] = "complete"
+    out["points"] = surfaces.edge_extensions(values_run, optima, done, in_log=s["knob"] in LOG_LOG_KNOBS)
+    if out["points"]:
+        return out
+    # the stability rule: when the lag-robust setting's stability on the stage's own seeds is below the
+    # threshold, every value picked in at least 5% of the resamples (at least two: the picks sum to 1) gets
+    # seeds 3, 4, 5 at every task and B of the surface
+    stab = surfaces.stability(base, score, norm, reps=STABILITY_REPS)
+    out["base_stability"] = stab
+    if stab["stable"]:
+        return out
+    have = {(r["env"], int(r["lag_depth"]), int(r["seed"]), r["value"]) for r in every}
+    out["noisy"] = list(stab["within_noise"])
+    out["lacking"] = [t for t in s["tasks"] if not all((t, int(b), seed, v) in have for b in s["lag_depths"]
+                                                       for seed in MORE_SEEDS for v in stab["within_noise"])]
+    if not out["lacking"]:  # the added seeds are in on every task: the contest is among the values within noise
+        out["contest_rows"] = [r for r in every if r["value"] in out["noisy"]]
+        out["contest"] = (f"values within noise {' '.join(f'{v:g}' for v in out['noisy'])} on seeds "
+                          f"{' '.join(map(str, list(p['stage1']['seeds']) + list(MORE_SEEDS)))}")
+    return out
 
 
 def extensions_state(p: dict, results_dir: str, key: str, reuse: str) -> tuple[list, str]:
-    """The extension points the rules ask for once every task of the surface is complete (decided on the
-    stage's own seeds: the stability rule's added seeds decide only among the values within noise)."""
-    from vaco_jax.analysis import surfaces
-    s = p["stage1"]["surfaces"][key]
-    norm = normalisation(p, key)
-    rows = _rows(p, results_dir, key, reuse, base_only=True)
-    expected = len(s["tasks"]) * len(s["lag_depths"]) * len(p["stage1"]["seeds"])
-    values_run = sorted({r["value"] for r in rows})
-    if not rows or any(sum(1 for r in rows if r["value"] == v) < expected for v in values_run) \
-            or not set(map(float, s["values"])) <= set(values_run):
-        return [], "incomplete"
-    score = p["stage1"]["score"]
-    optima = [surfaces.robust_choice(rows, score, norm)["value"]] + list(
-        surfaces.per_lag_optima(rows, score, norm).values())
-    grid_values = sorted(map(float, s["values"]))
-    done = {"low": sum(v < grid_values[0] for v in values_run), "high": sum(v > grid_values[-1] for v in values_run)}
-    return surfaces.edge_extensions(values_run, optima, done, in_log=s["knob"] in LOG_LOG_KNOBS), "complete"
+    """(the extension points the edge rule asks for, "incomplete" or "complete")."""
+    st = surface_state(p, results_dir, key, reuse)
+    return st["points"], st["state"]
 
 
 # knobs whose grid is log-spaced in log v (protocol.md: TIS's and MIS's cap acts through log C), so an edge
 # extension steps on log v
 LOG_LOG_KNOBS = ("weight_cap",)
 MORE_SEEDS = (3, 4, 5)  # the stability rule's added seeds (protocol: stage1.stability.more_seeds)
+STABILITY_REPS = 2000  # the stability rule's resamples (protocol: stage1.stability.rule)
 
 
 def more_seeds(p: dict, results_dir: str, key: str, reuse: str) -> tuple[list[float], list[str]]:
-    """(the values that get the stability rule's added seeds, the tasks still lacking them).
-
-    Decided on the stage's own seeds once the surface is complete with no extension pending: when the
-    lag-robust setting's stability is below the threshold, every value picked in at least 5% of the
-    resamples (at least two: the picks sum to 1) gets seeds 3, 4, 5 at every task and B of the surface."""
-    from vaco_jax.analysis import surfaces
-    points, state = extensions_state(p, results_dir, key, reuse)
-    if state != "complete" or points:
-        return [], []
-    stab = surfaces.stability(_rows(p, results_dir, key, reuse, base_only=True), p["stage1"]["score"],
-                              normalisation(p, key))
-    if stab["stable"]:
-        return [], []
-    s = p["stage1"]["surfaces"][key]
-    have = {(r["env"], int(r["lag_depth"]), int(r["seed"]), r["value"]) for r in _rows(p, results_dir, key, reuse)}
-    lacking = [t for t in s["tasks"] if not all((t, int(b), seed, v) in have for b in s["lag_depths"]
-                                                for seed in MORE_SEEDS for v in stab["within_noise"])]
-    return list(stab["within_noise"]), lacking
+    """(the values that get the stability rule's added seeds, the tasks still lacking them)."""
+    st = surface_state(p, results_dir, key, reuse)
+    return st["noisy"], st["lacking"]
 
 
 def contest_rows(p: dict, results_dir: str, key: str, reuse: str) -> tuple[list[dict], str]:
     """The rows the lag-robust rule is applied to, and which contest they are: every value on the stage's
     seeds, or, once the stability rule's added seeds are in on every task, the values within noise on
     all their seeds (the rule and its stability computed once more, among them)."""
-    values, lacking = more_seeds(p, results_dir, key, reuse)
-    if values and not lacking:
-        return ([r for r in _rows(p, results_dir, key, reuse) if r["value"] in values],
-                f"values within noise {' '.join(f'{v:g}' for v in values)} on seeds "
-                f"{' '.join(map(str, list(p['stage1']['seeds']) + list(MORE_SEEDS)))}")
-    return _rows(p, results_dir, key, reuse, base_only=True), \
-        f"every value on seeds {' '.join(map(str, p['stage1']['seeds']))}"
+    st = surface_state(p, results_dir, key, reuse)
+    return st["contest_rows"], st["contest"]
 
 
 def all_units(p: dict, args: Args) -> tuple[list, str]:
@@ -257,13 +266,13 @@ def all_units(p: dict, args: Args) -> tuple[list, str]:
             fill = [grid.Cell(b, seed).with_knobs(**{s["knob"]: v}) for (b, seed, v) in sorted(reused)]
             units.append(_unit(p, f"fill/{task}/{key}", "surface", config, fill, os.path.join(task, key, "fill")))
         if task == s["tasks"][-1]:
-            points, _ = extensions_state(p, args.results, key, reuse)
+            st = surface_state(p, args.results, key, reuse)
+            points, noisy = st["points"], st["noisy"]
             for t in s["tasks"]:
                 for v in points:
                     extend.append(_unit(p, f"extend/{t}/{key}/{v:g}", "surface", base_config(p, t, key),
                                         grid.grid(s["lag_depths"], s1["seeds"], **{s["knob"]: [v]}),
                                         os.path.join(t, key, f"extend={v:g}")))
-            noisy, _ = more_seeds(p, args.results, key, reuse)
             for t in s["tasks"] if noisy else []:
                 extend.append(_unit(p, f"seeds/{t}/{key}", "surface", base_config(p, t, key),
                                     grid.grid(s["lag_depths"], MORE_SEEDS, **{s["knob"]: noisy}),
@@ -319,9 +328,6 @@ def _text(d: dict) -> str:
                      if v is not None)
 
 
-STABILITY_REPS = 2000  # the stability rule's resamples (protocol: stage1.stability.rule)
-
-
 def stage1_rows(p: dict, results_dir: str) -> list[dict]:
     """One row per surface: its state and, where every task is in, stage 1's rules on its runs (the
     lag-robust setting, its stability and picks over the contest's rows, R per value on the stage's own
@@ -332,21 +338,20 @@ def stage1_rows(p: dict, results_dir: str) -> list[dict]:
     s1 = p["stage1"]
     out = []
     for key, s in s1["surfaces"].items():
-        points, state = extensions_state(p, results_dir, key, reuse)
-        every = _rows(p, results_dir, key, reuse)
+        st = surface_state(p, results_dir, key, reuse)
+        every, base, rows = st["every"], st["base"], st["contest_rows"]
         row = {"surface": key, "method": s["method"], "knob": s["knob"], "runs": len(every),
                "tasks_in": " ".join(t for t in s["tasks"] if any(r["env"] == t for r in every))}
-        if state != "complete":
+        if st["state"] != "complete":
             out.append({**row, "state": "incomplete"})
             continue
-        noisy, lacking = more_seeds(p, results_dir, key, reuse)
         norm = normalisation(p, key)
-        base = _rows(p, results_dir, key, reuse, base_only=True)
-        rows, contest = contest_rows(p, results_dir, key, reuse)
         choice = surfaces.robust_choice(rows, s1["score"], norm)
-        stab = surfaces.stability(rows, s1["score"], norm, reps=STABILITY_REPS)
+        stab = st["base_stability"] if rows is base and st["base_stability"] is not None \
+            else surfaces.stability(rows, s1["score"], norm, reps=STABILITY_REPS)
+        points, lacking = st["points"], st["lacking"]
         out.append({**row, "state": "extension pending" if points else "more seeds pending" if lacking else "complete",
-                    "contest": contest, "value": choice["value"], "stability": stab["share"],
+                    "contest": st["contest"], "value": choice["value"], "stability": stab["share"],
                     "picks": _text(stab["picks"]), "R": _text(choice["R"]),
                     "R_stage_seeds": _text(surfaces.robust_choice(base, s1["score"], norm)["R"]),
                     "per_lag": "; ".join(f"B={b}: " + ("every value equal" if v is None else f"{v:g}")
