@@ -306,11 +306,11 @@ def draw_figures(p: dict, results_dir: str, figures_dir: str) -> list[str]:
     s1 = p["stage1"]
     paths = []
     for key, s in s1["surfaces"].items():
-        rows = [r for t in s["tasks"] for r in surface_rows(p, results_dir, t, key, reuse)]
+        st = surface_state(p, results_dir, key, reuse)
+        rows, state = st["every"], st["state"]
         if not rows:
             continue
         norm = normalisation(p, key)
-        state = extensions_state(p, results_dir, key, reuse)[1]
         chosen = surfaces.robust_choice(rows, s1["score"], norm)["value"] if state == "complete" else None
         label = method_label(s["method"]) + (" (TV to π_T)" if s.get("options", {}).get("tv_denominator") else "")
         fig = surfaces.draw_surface(rows, s1["score"], norm, s["knob"], f"{label}: AUC against {s['knob']}"
