@@ -207,3 +207,23 @@ def test_surface_curves_per_task_and_pooled_and_the_figure_draws(tmp_path):
     fig = S.draw_surface(rows, "auc", NORM, "clip_epsilon", "PPO-Clip", chosen=0.3)
     fig.savefig(tmp_path / "s.png")
     assert (tmp_path / "s.png").stat().st_size > 1000
+
+
+def test_the_first_screen_names_a_surface_with_no_run_as_to_run(tmp_path):
+    """``choices.csv`` leaves ``tasks_in`` empty for a surface with no run; read back it is NaN, and the
+    first screen must say "to run", not "on nan"."""
+    from vaco_jax.analysis import results
+    from vaco_jax.studies import findings_tables, steplag
+
+    res = tmp_path / "results" / "steplag"
+    res.mkdir(parents=True)
+    shutil.copy(os.path.join("results", "steplag", "protocol.json"), res / "protocol.json")
+    blank = {k: "" for k in ("contest", "value", "stability", "picks", "R", "R_stage_seeds", "per_lag", "R_H",
+                             "excluded", "pending")}
+    results.write_table(str(res / steplag.CHOICES), [
+        {"surface": "vcpo", "method": "vcpo", "knob": "learning_rate", "runs": 0, "tasks_in": "",
+         "state": "incomplete", **blank},
+        {"surface": "ppo_clip", "method": "ppo_clip", "knob": "clip_epsilon", "runs": 45, "tasks_in": "Hopper-v4",
+         "state": "incomplete", **blank}])
+    line = findings_tables.steplag_summary(str(tmp_path))
+    assert "vcpo to run" in line and "ppo_clip on Hopper-v4" in line and "nan" not in line

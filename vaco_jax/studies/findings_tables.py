@@ -355,8 +355,9 @@ def steplag_summary(root: str) -> str | None:
     choices = os.path.join(res, steplag.CHOICES)
     parts = []
     for r in results.read_table(choices) if os.path.exists(choices) else []:
-        if r["state"] == "incomplete":
-            parts.append(f"{r['surface']} " + (f"on {r['tasks_in']}" if r["tasks_in"] else "to run"))
+        if r["state"] == "incomplete":  # an empty cell reads as NaN: a surface with no run yet
+            tasks = r["tasks_in"] if isinstance(r["tasks_in"], str) else ""
+            parts.append(f"{r['surface']} " + (f"on {tasks}" if tasks else "to run"))
         else:
             pending = "" if r["state"] == "complete" else f", {r['state']}: {r['pending']}"
             parts.append(f"{r['surface']} {r['knob']} = {num(r['value'], 'g')} (stability "
