@@ -45,6 +45,11 @@ def num(x, spec: str) -> str:
     return format(x, spec).replace("-", "−") if math.isfinite(x) else "—"
 
 
+def text_cell(x) -> str:
+    """A text cell of a table read back by ``results.read_table``: an empty cell reads as NaN, here ""."""
+    return x if isinstance(x, str) else ""
+
+
 def table(header: list[str], rows: list[list[str]]) -> str:
     """A markdown table ("|" in a cell escaped, a newline folded)."""
     def cell(text) -> str:
@@ -225,7 +230,7 @@ def _stable(r: dict) -> str:
 
 
 def _tasks(r: dict) -> str:
-    return r["tasks"] if isinstance(r.get("tasks"), str) and r["tasks"] else "—"
+    return text_cell(r.get("tasks")) or "—"
 
 
 SCORE_LABEL = {"auc_eval_return": "AUC", "final_eval_return": "final return"}
@@ -355,8 +360,8 @@ def steplag_summary(root: str) -> str | None:
     choices = os.path.join(res, steplag.CHOICES)
     parts = []
     for r in results.read_table(choices) if os.path.exists(choices) else []:
-        if r["state"] == "incomplete":  # an empty cell reads as NaN: a surface with no run yet
-            tasks = r["tasks_in"] if isinstance(r["tasks_in"], str) else ""
+        if r["state"] == "incomplete":  # no task in: a surface with no run yet
+            tasks = text_cell(r["tasks_in"])
             parts.append(f"{r['surface']} " + (f"on {tasks}" if tasks else "to run"))
         else:
             pending = "" if r["state"] == "complete" else f", {r['state']}: {r['pending']}"
