@@ -242,12 +242,17 @@ def test_the_simulated_sweeps_run_at_the_real_runs_settings(tmp_path, monkeypatc
     monkeypatch.setattr(deep_lag.svr, "run_sweep", lambda spec, method, variants, seeds, **kw: calls.append(
         dict(kw, spec=spec, method=method, variants=variants, seeds=seeds)))
     deep_lag.main(deep_lag.Args("sim", preset="cpu", out=out, work=work, progress=False))
-    assert [(c["work"][len(work) + 1:], len(c["variants"]), len(c["seeds"])) for c in calls] == [
-        (os.path.join("sim", name, m, sweep), n, seeds)
-        for name, sweeps in (("lockstep", [("lockstep", 1, 40)]), ("age4", [("main", 2, 40), ("control", 1, 10)]),
-                             ("age16", [("main", 2, 40), ("control", 1, 10)]))
-        for m in ("ppo_clip", "vaco") for sweep, n, seeds in sweeps]
-    by = {(c["work"].split(os.sep)[-3], c["method"], c["work"].split(os.sep)[-1]): c for c in calls}
+    # programs of at most 40 cells: a main sweep (2 counterparts x 40 seeds) as two blocks of 20 seeds
+    assert [(c["work"][len(work) + 1:], len(c["variants"]), c["seeds"]) for c in calls] == [
+        (os.path.join("sim", name, m, sweep, f"seeds{seeds[0]}-{seeds[-1]}"), n, seeds)
+        for name, sweeps in (("lockstep", [("lockstep", 1, range(1000, 1040))]),
+                             ("age4", [("main", 2, range(1000, 1020)), ("main", 2, range(1020, 1040)),
+                                       ("control", 1, range(1000, 1010))]),
+                             ("age16", [("main", 2, range(1000, 1020)), ("main", 2, range(1020, 1040)),
+                                        ("control", 1, range(1000, 1010))]))
+        for m in ("ppo_clip", "vaco") for sweep, n, seeds in ((s, n, tuple(r)) for s, n, r in sweeps)]
+    assert all(c["dst"] == os.path.join(out, c["work"][len(work) + 1:]) for c in calls)
+    by = {(c["work"].split(os.sep)[-4], c["method"], c["work"].split(os.sep)[-2]): c for c in calls}
     assert by[("lockstep", "vaco", "lockstep")]["variants"] == [(1.0,)]
     assert (by[("lockstep", "vaco", "lockstep")]["num_envs"], by[("lockstep", "vaco", "lockstep")]["envs_per_actor"]) \
         == (16, 4)
@@ -297,13 +302,21 @@ def test_the_study_end_to_end_on_point_mass(tmp_path, capsys):
     assert len(first + deep_lag.main(args("real"))) == 3 * 2 * 2  # configurations x methods x seeds
     assert deep_lag.main(args("real")) == []  # finished runs are kept
     assert os.path.exists(os.path.join(out, "real", "age16", "vaco", "seed1", "age_histogram.csv"))
+    deep_lag.main(args("sim", minutes=1e-6))  # the first program always starts; the budget then stops
+    assert "--minutes 1e-06 reached" in capsys.readouterr().out
+    with pytest.raises(ConfigError, match="run the 'sim' stage first"):
+        deep_lag.main(args("report"))
     deep_lag.main(args("sim"))
+    # programs of at most 2 cells: a main sweep (2 counterparts) one program per seed, a 1-counterpart sweep one
     for c, sweeps in (("lockstep", ("lockstep",)), ("age4", ("main", "control")), ("age16", ("main", "control"))):
         for method in ("ppo_clip", "vaco"):
             for sweep in sweeps:
-                assert os.path.exists(os.path.join(out, "sim", c, method, sweep, "scores.csv"))
+                blocks = ("seeds1000-1000", "seeds1001-1001") if sweep == "main" else ("seeds1000-1001",)
+                assert sorted(os.listdir(os.path.join(out, "sim", c, method, sweep))) == list(blocks)
+                for block in blocks:
+                    assert os.path.exists(os.path.join(out, "sim", c, method, sweep, block, "scores.csv"))
     assert not any(f.endswith(".npz") for _, _, files in os.walk(os.path.join(out, "sim")) for f in files)
-    control = results.read_table(os.path.join(out, "sim", "age4", "vaco", "control", "scores.csv"))
+    control = results.read_table(os.path.join(out, "sim", "age4", "vaco", "control", "seeds1000-1001", "scores.csv"))
     assert sorted(r["seed"] for r in control) == [1000, 1001]
     got = deep_lag.main(args("report"))
     rows, wall = got["verdicts"], got["wall_clock"]
@@ -320,3 +333,34 @@ def test_the_study_end_to_end_on_point_mass(tmp_path, capsys):
     for name in ("verdicts.csv", "wall_clock.csv", "figures/deep_lag.png", "study_protocol.json"):
         assert os.path.exists(os.path.join(out, name))
     assert len(results.read_table(os.path.join(out, "verdicts.csv"))) == len(rows)
+
+
+def test_a_sweep_runs_as_programs_of_at_most_the_cells_allowed():
+    """Blocks of seeds in order, each at most ``cells`` cells (counterparts x seeds), at least one seed."""
+    assert deep_lag.seed_blocks(range(1000, 1040), 2, 40) == [tuple(range(1000, 1020)), tuple(range(1020, 1040))]
+    assert deep_lag.seed_blocks(range(1000, 1040), 1, 40) == [tuple(range(1000, 1040))]
+    assert deep_lag.seed_blocks(range(1000, 1010), 1, 40) == [tuple(range(1000, 1010))]
+    assert deep_lag.seed_blocks(range(5), 1, 2) == [(0, 1), (2, 3), (4,)]
+    assert deep_lag.seed_blocks(range(3), 3, 2) == [(0,), (1,), (2,)]  # one seed is more than the cells: alone
+    assert deep_lag.seed_blocks(range(7), 2, 5) == [(0, 1), (2, 3), (4, 5), (6,)]
+
+
+def test_the_first_screen_counts_the_simulated_programs_of_the_protocol(tmp_path):
+    from vaco_jax.analysis import results
+    from vaco_jax.studies import findings_tables
+
+    out = tmp_path / "results" / "deep_lag"
+    out.mkdir(parents=True)
+    study = deep_lag.STUDY["cpu"]
+    configs = [{"name": n, "family": f} for n, f in (("lockstep", "sync"), ("age4", "publish"), ("age16", "queue"))]
+    protocol = {"preset": "cpu", "task": "Hopper-v4", "methods": ["ppo_clip", "vaco"], "configurations": configs,
+                "study": {k: list(v) if isinstance(v, tuple) else v for k, v in study.items()}}
+    results.write_json(str(out / "study_protocol.json"), protocol)
+    for part in ("lockstep/vaco/lockstep/seeds1000-1039", "age4/vaco/main/seeds1000-1019",
+                 "age4/vaco/main/seeds1020-1039"):
+        (out / "sim" / part).mkdir(parents=True)
+        (out / "sim" / part / "scores.csv").write_text("seed\n1000\n")
+    (out / "sim" / "age16/vaco/main/seeds1000-1019").mkdir(parents=True)  # started, not finished
+    line = findings_tables.deep_lag_summary(str(tmp_path))
+    # per method: lockstep 1 program, age4 and age16 2 (main) + 1 (control) each
+    assert "simulated programs finished: 3 of 14; no verdict yet" in line

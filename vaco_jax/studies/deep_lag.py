@@ -46,7 +46,8 @@ deep configuration and method, the ``ages`` lag model fed the pooled histogram o
 (``histogram``), a uniform lag of the nearest mean (``uniform``), both on ``sim_seeds``, and the
 histogram moved ``control_shift`` versions older (``control``, a negative control) on
 ``control_seeds``; for ``lockstep`` the synchronous lag (depth 1) on ``sim_seeds``. The simulator's run
-directories go to ``WORK``, their small tables to ``OUT/sim/<configuration>/<method>/<sweep>/``.
+directories go to ``WORK``, their small tables to ``OUT/sim/<configuration>/<method>/<sweep>/seeds<a>-<b>/``:
+a sweep runs as programs of at most ``PROGRAM_CELLS`` cells over blocks of its seeds (seeds a ... b).
 ``report`` compares, per deep configuration and simulated variant, (1) the contrast C = (mean AUC of
 VACO - mean AUC of PPO-Clip) / the real lockstep PPO-Clip mean AUC and (2) each method's retention
 R = mean(deep) / mean(lockstep) (real lockstep in the real R, simulated lockstep in the simulated one)
@@ -382,9 +383,36 @@ def study_protocol(preset: str, spec: dict, study: dict, configs: list[dict]) ->
 
 SWEEP_OF = {"lockstep": "lockstep", "control": "control"}  # a variant's sweep (sweeps_of); the others: "main"
 
+# The most cells one simulated program runs. A sweep with more (a main sweep: 2 counterparts x 40 seeds, ~2 h
+# here at ~85 s a cell) runs as programs over blocks of its seeds, each of which fits a group of runs; the
+# cells, their seeds and their numbers are the protocol's, only how they are grouped into programs is not.
+PROGRAM_CELLS = {"cpu": 40, "tiny": 2}
+
 
 def _sim_dir(out: str, c: dict, method: str, sweep: str) -> str:
     return os.path.join(out, "sim", c["name"], method, sweep)
+
+
+def seed_blocks(seeds, variants: int, cells: int) -> list[tuple[int, ...]]:
+    """A sweep's seeds in the blocks its programs run: each block at most ``cells`` cells (``variants`` x
+    its seeds; at least one seed), in order."""
+    seeds, per = tuple(seeds), max(1, cells // variants)
+    return [seeds[i:i + per] for i in range(0, len(seeds), per)]
+
+
+def sweep_shapes(study: dict, family: str) -> list[tuple[str, int, tuple[int, ...]]]:
+    """(sweep, counterparts, seeds) of one configuration's sweeps as the protocol has them, before its real
+    histograms exist (``sweeps_of`` gives the weights; a main sweep whose histogram and uniform counterparts
+    coincide runs one)."""
+    if family == "sync":
+        return [("lockstep", 1, tuple(study["sim_seeds"]))]
+    return [("main", 2, tuple(study["sim_seeds"])), ("control", 1, tuple(study["control_seeds"]))]
+
+
+def program_dirs(out: str, c: dict, method: str, sweep: str, variants: int, seeds, cells: int) -> list[tuple]:
+    """(directory, seeds) of each program of one sweep: ``<sweep>/seeds<first>-<last>/`` under ``OUT/sim``."""
+    return [(os.path.join(_sim_dir(out, c, method, sweep), f"seeds{b[0]}-{b[-1]}"), b)
+            for b in seed_blocks(seeds, variants, cells)]
 
 
 def _sweep_spec(spec: dict, study: dict) -> dict:
@@ -436,27 +464,30 @@ def study_real(args: Args, spec: dict, study: dict, configs: list[dict]) -> list
 
 
 def study_sim(args: Args, spec: dict, study: dict, configs: list[dict]) -> None:
-    """Every simulated sweep not yet finished (its ``scores.csv`` in ``OUT`` marks it), while ``--minutes``
-    allows: one lag sweep per (configuration, method, sweep), as many envs per simulated actor as a real
-    actor steps and one real update's envs; the policy buffer is the study's, raised to hold the oldest
-    age a sweep's weights draw (the control of a deep histogram: up to ``control_shift`` more)."""
+    """Every simulated program not yet finished (its ``scores.csv`` in ``OUT`` marks it), while ``--minutes``
+    allows: one lag sweep per (configuration, method, sweep), run as programs of at most ``PROGRAM_CELLS``
+    cells over blocks of its seeds, as many envs per simulated actor as a real actor steps and one real
+    update's envs; the policy buffer is the study's, raised to hold the oldest age a sweep's weights draw
+    (the control of a deep histogram: up to ``control_shift`` more)."""
     todo = [(c, method, sweep) for c in configs for method in spec["methods"]  # every histogram read first
             for sweep in sweeps_of(args.out, study, c, method)]
     budget = svr._Budget(args.minutes)
     for c, method, (name, variants, seeds) in todo:
-        dst = _sim_dir(args.out, c, method, name)
-        if os.path.exists(os.path.join(dst, "scores.csv")):
-            continue
-        cells = len(variants) * len(seeds)
-        if not budget.fits(cells):
-            print(f"sim: --minutes {args.minutes:g} reached; rerun to go on")
-            return
-        started = time.monotonic()
-        svr.run_sweep(_sweep_spec(spec, study), method, variants, seeds, envs_per_actor=c["envs_per_actor"],
-                      num_envs=c["update_envs"], buffer_capacity=max(study["buffer_capacity"], *map(len, variants)),
-                      knobs=spec["knobs"].get(method, {}), work=os.path.join(args.work, "sim", c["name"], method, name),
-                      dst=dst, progress=args.progress)
-        budget.record(time.monotonic() - started, cells)
+        for dst, block in program_dirs(args.out, c, method, name, len(variants), seeds, PROGRAM_CELLS[args.preset]):
+            if os.path.exists(os.path.join(dst, "scores.csv")):
+                continue
+            cells = len(variants) * len(block)
+            if not budget.fits(cells):
+                print(f"sim: --minutes {args.minutes:g} reached; rerun to go on")
+                return
+            started = time.monotonic()
+            svr.run_sweep(_sweep_spec(spec, study), method, variants, block, envs_per_actor=c["envs_per_actor"],
+                          num_envs=c["update_envs"],
+                          buffer_capacity=max(study["buffer_capacity"], *map(len, variants)),
+                          knobs=spec["knobs"].get(method, {}),
+                          work=os.path.join(args.work, "sim", c["name"], method, name, os.path.basename(dst)),
+                          dst=dst, progress=args.progress)
+            budget.record(time.monotonic() - started, cells)
 
 
 def bootstrap_ci(arms, statistic, reps: int, confidence: float, seed: int = 0) -> tuple[float, float, float]:
@@ -543,10 +574,10 @@ def _score_values(rows: list[dict]) -> np.ndarray:
     return x[np.isfinite(x)]
 
 
-def study_scores(out: str, spec: dict, study: dict, configs: list[dict]):
+def study_scores(out: str, spec: dict, study: dict, configs: list[dict], cells: int):
     """(real, sim, diverged, realised): the scores ``quantity_rows`` reads, the count of diverged runs per
     (configuration, method[, variant]), and the simulated samples by realised age per (configuration,
-    method, variant)."""
+    method, variant), the programs of each sweep (at most ``cells`` cells each) pooled."""
     from vaco_jax.analysis import results
 
     real, sim, diverged, realised = {}, {}, {}, {}
@@ -560,17 +591,21 @@ def study_scores(out: str, spec: dict, study: dict, configs: list[dict]):
             real[(c["name"], method)] = _score_values(runs)
             diverged[(c["name"], method)] = sum(bool(r["diverged"]) for r in runs)
             weights = variants_of(out, study, c, method)
-            for name, variants, _ in sweeps_of(out, study, c, method):
-                _finished(os.path.join(_sim_dir(out, c, method, name), "scores.csv"), "sim")
+            programs = {}
+            for name, variants, seeds in sweeps_of(out, study, c, method):
+                programs[name] = [where for where, _ in program_dirs(out, c, method, name, len(variants), seeds, cells)]
+                for where in programs[name]:
+                    _finished(os.path.join(where, "scores.csv"), "sim")
             for v, w in weights.items():
-                where = _sim_dir(out, c, method, SWEEP_OF.get(v, "main"))
-                mine = [r for r in results.read_table(os.path.join(where, "scores.csv"))
-                        if tuple(float(x) for x in svr._weights_of(r)) == tuple(float(x) for x in w)]
+                mine, drawn = [], []
+                for where in programs[SWEEP_OF.get(v, "main")]:
+                    mine += [r for r in results.read_table(os.path.join(where, "scores.csv"))
+                             if tuple(float(x) for x in svr._weights_of(r)) == tuple(float(x) for x in w)]
+                    drawn.append(svr.realised_in(os.path.join(where, svr.REALISED), {v: w}).get(v))
                 sim[(c["name"], method, v)] = _score_values(mine)
                 diverged[(c["name"], method, v)] = sum(bool(r["diverged"]) for r in mine)
-                drawn = svr.realised_in(os.path.join(where, svr.REALISED), {v: w})
-                if v in drawn:
-                    realised[(c["name"], method, v)] = drawn[v]
+                if _pooled(drawn) is not None:
+                    realised[(c["name"], method, v)] = _pooled(drawn)
     return real, sim, diverged, realised
 
 
@@ -641,7 +676,7 @@ def _table(rows: list[dict]) -> list[dict]:
 def study_report(args: Args, spec: dict, study: dict, configs: list[dict]) -> dict:
     from vaco_jax.analysis import figures, results
 
-    real, sim, diverged, realised = study_scores(args.out, spec, study, configs)
+    real, sim, diverged, realised = study_scores(args.out, spec, study, configs, PROGRAM_CELLS[args.preset])
     deep = [c for c in configs if c["family"] != "sync"]
     rows = quantity_rows(real, sim, [c["name"] for c in deep], VARIANTS, study)
     layout = {c["name"]: c["configuration"] for c in configs}
@@ -718,12 +753,12 @@ def study_plan_lines(args: Args, spec: dict) -> list[str]:
     for c in configs:
         left = sum(not os.path.exists(os.path.join(svr._real_dir(args.out, c, m, s), "score.json"))
                    for m in spec["methods"] for s in study["real_seeds"])
-        names = ("lockstep",) if c["family"] == "sync" else ("main", "control")
-        sweeps = sum(not os.path.exists(os.path.join(_sim_dir(args.out, c, m, n), "scores.csv"))
-                     for m in spec["methods"] for n in names)
+        programs = sum(not os.path.exists(os.path.join(where, "scores.csv"))
+                       for m in spec["methods"] for name, n, seeds in sweep_shapes(study, c["family"])
+                       for where, _ in program_dirs(args.out, c, m, name, n, seeds, PROGRAM_CELLS[args.preset]))
         knobs = ", ".join(f"{k} {v}" for k, v in _layout(c["configuration"])[2].items())
         lines.append(f"  {c['name']:<8} = {c['configuration']:<10} {knobs}, {c['envs_per_actor']} envs per actor: "
-                     f"{left} real run(s) and {sweeps} simulated sweep(s) to go")
+                     f"{left} real run(s) and {programs} simulated program(s) to go")
     return lines
 
 

@@ -380,7 +380,7 @@ def steplag_summary(root: str) -> str | None:
 
 def deep_lag_summary(root: str) -> str | None:
     """FINDINGS.md's first-screen line on the deep-lag study: real runs per configuration and their
-    realised mean age, simulated sweeps finished, and the verdicts once its report has run."""
+    realised mean age, simulated programs finished, and the verdicts once its report has run."""
     out = os.path.join(root, DEEP_LAG)
     if not os.path.exists(os.path.join(out, "study_protocol.json")):
         return None
@@ -392,7 +392,12 @@ def deep_lag_summary(root: str) -> str | None:
         ages = [r["mean_age"] for r in runs if r.get("mean_age") is not None]
         parts.append(f"{config} {len(runs)} (mean age {num(np.mean(ages) if ages else math.nan, '.2f')})")
     want = len(spec["methods"]) * len(spec["study"]["real_seeds"])
-    sweeps = len(glob.glob(os.path.join(out, "sim", "*", "*", "*", "scores.csv")))
+    from vaco_jax.studies import deep_lag
+
+    cells = deep_lag.PROGRAM_CELLS[spec["preset"]]
+    programs = sum(len(deep_lag.seed_blocks(seeds, n, cells)) * len(spec["methods"])
+                   for c in spec["configurations"] for _, n, seeds in deep_lag.sweep_shapes(spec["study"], c["family"]))
+    done = len(glob.glob(os.path.join(out, "sim", "*", "*", "*", "seeds*", "scores.csv")))
     verdicts = os.path.join(out, "verdicts.csv")
     if os.path.exists(verdicts):
         rows = results.read_table(verdicts)
@@ -402,4 +407,4 @@ def deep_lag_summary(root: str) -> str | None:
         state = "no verdict yet (the simulated sweeps follow the real runs)"
     return (f"- **The deep-lag study** (`results/deep_lag/`, {spec['task']}, "
             f"{', '.join(spec['methods'])}): real runs per configuration (of {want}): " + "; ".join(parts)
-            + f"; {sweeps} simulated sweep(s) finished; {state}.")
+            + f"; simulated programs finished: {done} of {programs}; {state}.")
