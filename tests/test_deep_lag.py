@@ -363,4 +363,11 @@ def test_the_first_screen_counts_the_simulated_programs_of_the_protocol(tmp_path
     (out / "sim" / "age16/vaco/main/seeds1000-1019").mkdir(parents=True)  # started, not finished
     line = findings_tables.deep_lag_summary(str(tmp_path))
     # per method: lockstep 1 program, age4 and age16 2 (main) + 1 (control) each
-    assert "simulated programs finished: 3 of 14; no verdict yet" in line
+    assert "simulated programs finished: 3 of 14; no verdict yet (the simulated sweeps follow the real" in line
+    for c in configs:  # every real run in: the report is what is left
+        for m in protocol["methods"]:
+            for seed in study["real_seeds"]:
+                (out / "real" / c["name"] / m / f"seed{seed}").mkdir(parents=True)
+                results.write_json(str(out / "real" / c["name"] / m / f"seed{seed}" / "score.json"), {"mean_age": 1.0})
+    line = findings_tables.deep_lag_summary(str(tmp_path))
+    assert "age4 40 (mean age 1.00)" in line and "report` runs once every simulated program has finished" in line

@@ -385,14 +385,16 @@ def deep_lag_summary(root: str) -> str | None:
     if not os.path.exists(os.path.join(out, "study_protocol.json")):
         return None
     spec = results.read_json(os.path.join(out, "study_protocol.json"))
-    parts = []
+    from vaco_jax.studies import deep_lag
+
+    parts, counts = [], []
     for config in sorted(os.listdir(os.path.join(out, "real"))) if os.path.isdir(os.path.join(out, "real")) else []:
         runs = [results.read_json(path) for path in
                 sorted(glob.glob(os.path.join(out, "real", config, "*", "seed*", "score.json")))]
         ages = [r["mean_age"] for r in runs if r.get("mean_age") is not None]
         parts.append(f"{config} {len(runs)} (mean age {num(np.mean(ages) if ages else math.nan, '.2f')})")
+        counts.append(len(runs))
     want = len(spec["methods"]) * len(spec["study"]["real_seeds"])
-    from vaco_jax.studies import deep_lag
 
     cells = deep_lag.PROGRAM_CELLS[spec["preset"]]
     programs = sum(len(deep_lag.seed_blocks(seeds, n, cells)) * len(spec["methods"])
@@ -404,7 +406,9 @@ def deep_lag_summary(root: str) -> str | None:
         calls = [r["verdict"] for r in rows]
         state = "verdicts: " + ", ".join(f"{calls.count(v)} {v}" for v in dict.fromkeys(calls))
     else:
-        state = "no verdict yet (the simulated sweeps follow the real runs)"
+        real_done = len(counts) == len(spec["configurations"]) and all(n == want for n in counts)
+        state = ("no verdict yet (`python experiments/deep_lag.py report` runs once every simulated program has "
+                 "finished)" if real_done else "no verdict yet (the simulated sweeps follow the real runs)")
     return (f"- **The deep-lag study** (`results/deep_lag/`, {spec['task']}, "
             f"{', '.join(spec['methods'])}): real runs per configuration (of {want}): " + "; ".join(parts)
             + f"; simulated programs finished: {done} of {programs}; {state}.")
