@@ -604,8 +604,9 @@ def study_scores(out: str, spec: dict, study: dict, configs: list[dict], cells: 
                     drawn.append(svr.realised_in(os.path.join(where, svr.REALISED), {v: w}).get(v))
                 sim[(c["name"], method, v)] = _score_values(mine)
                 diverged[(c["name"], method, v)] = sum(bool(r["diverged"]) for r in mine)
-                if _pooled(drawn) is not None:
-                    realised[(c["name"], method, v)] = _pooled(drawn)
+                pooled = _pooled(drawn)
+                if pooled is not None:
+                    realised[(c["name"], method, v)] = pooled
     return real, sim, diverged, realised
 
 
