@@ -415,6 +415,13 @@ def program_dirs(out: str, c: dict, method: str, sweep: str, variants: int, seed
             for b in seed_blocks(seeds, variants, cells)]
 
 
+def programs_of(out: str, study: dict, configs, methods, cells: int) -> list[str]:
+    """Every simulated program's directory of ``configs`` x ``methods``, finished or not (a finished one
+    holds ``scores.csv``): what ``plan`` and FINDINGS count."""
+    return [where for c in configs for m in methods for name, n, seeds in sweep_shapes(study, c["family"])
+            for where, _ in program_dirs(out, c, m, name, n, seeds, cells)]
+
+
 def _sweep_spec(spec: dict, study: dict) -> dict:
     """The numbers ``sim_vs_real.run_sweep`` reads: the study's, the preset's task and sizes."""
     return {"task": spec["task"], "sizes": spec["sizes"],
@@ -755,8 +762,7 @@ def study_plan_lines(args: Args, spec: dict) -> list[str]:
         left = sum(not os.path.exists(os.path.join(svr._real_dir(args.out, c, m, s), "score.json"))
                    for m in spec["methods"] for s in study["real_seeds"])
         programs = sum(not os.path.exists(os.path.join(where, "scores.csv"))
-                       for m in spec["methods"] for name, n, seeds in sweep_shapes(study, c["family"])
-                       for where, _ in program_dirs(args.out, c, m, name, n, seeds, PROGRAM_CELLS[args.preset]))
+                       for where in programs_of(args.out, study, [c], spec["methods"], PROGRAM_CELLS[args.preset]))
         knobs = ", ".join(f"{k} {v}" for k, v in _layout(c["configuration"])[2].items())
         lines.append(f"  {c['name']:<8} = {c['configuration']:<10} {knobs}, {c['envs_per_actor']} envs per actor: "
                      f"{left} real run(s) and {programs} simulated program(s) to go")

@@ -396,10 +396,9 @@ def deep_lag_summary(root: str) -> str | None:
         counts.append(len(runs))
     want = len(spec["methods"]) * len(spec["study"]["real_seeds"])
 
-    cells = deep_lag.PROGRAM_CELLS[spec["preset"]]
-    programs = sum(len(deep_lag.seed_blocks(seeds, n, cells)) * len(spec["methods"])
-                   for c in spec["configurations"] for _, n, seeds in deep_lag.sweep_shapes(spec["study"], c["family"]))
-    done = len(glob.glob(os.path.join(out, "sim", "*", "*", "*", "seeds*", "scores.csv")))
+    programs = deep_lag.programs_of(out, spec["study"], spec["configurations"], spec["methods"],
+                                    deep_lag.PROGRAM_CELLS[spec["preset"]])
+    done = sum(os.path.exists(os.path.join(where, "scores.csv")) for where in programs)
     verdicts = os.path.join(out, "verdicts.csv")
     if os.path.exists(verdicts):
         rows = results.read_table(verdicts)
@@ -411,4 +410,4 @@ def deep_lag_summary(root: str) -> str | None:
                  "finished)" if real_done else "no verdict yet (the simulated sweeps follow the real runs)")
     return (f"- **The deep-lag study** (`results/deep_lag/`, {spec['task']}, "
             f"{', '.join(spec['methods'])}): real runs per configuration (of {want}): " + "; ".join(parts)
-            + f"; simulated programs finished: {done} of {programs}; {state}.")
+            + f"; simulated programs finished: {done} of {len(programs)}; {state}.")
