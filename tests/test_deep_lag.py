@@ -277,7 +277,9 @@ def test_the_study_end_to_end_on_point_mass(tmp_path, capsys):
 
     from vaco_jax.analysis import results
 
-    out, work = str(tmp_path / "out"), str(tmp_path / "work")
+    from vaco_jax.studies import findings_tables
+
+    out, work = str(tmp_path / "results" / "deep_lag"), str(tmp_path / "work")
     def args(stage, **kw):
         return deep_lag.Args(stage, preset="tiny", out=out, work=work, progress=False, **kw)
 
@@ -306,6 +308,7 @@ def test_the_study_end_to_end_on_point_mass(tmp_path, capsys):
     assert "--minutes 1e-06 reached" in capsys.readouterr().out
     with pytest.raises(ConfigError, match="run the 'sim' stage first"):
         deep_lag.main(args("report"))
+    assert findings_tables.deep_lag_table(str(tmp_path)).startswith("No verdict yet")
     deep_lag.main(args("sim"))
     # programs of at most 2 cells: a main sweep (2 counterparts) one program per seed, a 1-counterpart sweep one
     for c, sweeps in (("lockstep", ("lockstep",)), ("age4", ("main", "control")), ("age16", ("main", "control"))):
@@ -330,9 +333,23 @@ def test_the_study_end_to_end_on_point_mass(tmp_path, capsys):
                                                                      ("lockstep", "vaco")]
     assert len(wall) == 9 and all(w["runs"] in (2, 4) and w["env_steps_per_second"] > 0 for w in wall)
     assert all((w["seconds_to_threshold"] is None) == (2 * w["reached"] <= w["runs"]) for w in wall)
-    for name in ("verdicts.csv", "wall_clock.csv", "figures/deep_lag.png", "study_protocol.json"):
+    for name in ("arms.csv", "verdicts.csv", "wall_clock.csv", "figures/deep_lag.png", "study_protocol.json"):
         assert os.path.exists(os.path.join(out, name))
     assert len(results.read_table(os.path.join(out, "verdicts.csv"))) == len(rows)
+    # every arm behind the verdicts: real and simulated lockstep, then real + 3 counterparts per deep configuration
+    arms = {(a["configuration"], a["method"], a["variant"]): a for a in got["arms"]}
+    assert len(arms) == 2 * (2 + 2 * 4) and all(a["runs"] == 2 and a["diverged"] == 0 for a in arms.values())
+    for c in ("age4", "age16"):
+        for m in ("ppo_clip", "vaco"):
+            hist = next(r for r in rows if r["quantity"] == "retention" and r["configuration"] == c
+                        and r["method"] == m and r["variant"] == "histogram")
+            assert arms[(c, m, "real")]["auc_mean"] / arms[("lockstep", m, "real")]["auc_mean"] == pytest.approx(hist["real"])
+            assert arms[(c, m, "histogram")]["auc_mean"] / arms[("lockstep", m, "lockstep")]["auc_mean"] == \
+                pytest.approx(hist["sim"])
+            assert arms[(c, m, "real")]["mean_age"] > 1 and arms[(c, m, "control")]["mean_age"] > arms[(c, m, "histogram")]["mean_age"]
+    block = findings_tables.deep_lag_table(str(tmp_path))
+    assert block.count("| contrast |") == 6 and block.count("| retention |") == 12
+    assert "| age16 (publish8) | VACO | control | 2 |" in block and "| age4 (queue2x4) | both | 4 |" in block
 
 
 def test_a_sweep_runs_as_programs_of_at_most_the_cells_allowed():

@@ -55,7 +55,8 @@ between the real runs and the simulated ones: the simulator *predicts* when the 
 simulated - real (every arm's seeds resampled independently) lies inside +-``margin``, *differs* when
 it lies wholly outside, else *inconclusive*. It also gives each real configuration's wall clock
 (median env steps/s, seconds to the first evaluation at or above ``return_threshold``, start load),
-and writes ``verdicts.csv``, ``wall_clock.csv`` and ``figures/deep_lag.png``. The score is the AUC of
+and writes ``arms.csv`` (every arm's runs, diverged runs, realised mean age and AUC), ``verdicts.csv``,
+``wall_clock.csv`` and ``figures/deep_lag.png``. The score is the AUC of
 the evaluation curve at the simulator's evaluation points (``sim_vs_real.real_score``).
 """
 
@@ -676,6 +677,29 @@ def _diverged_in(row: dict, diverged: dict) -> int:
     return sum(diverged[k] for k in keys)
 
 
+def arm_rows(real: dict, sim: dict, diverged: dict, realised: dict, ages: dict, configs: list[dict],
+             methods) -> list[dict]:
+    """One row per arm behind the verdicts: per configuration and method the real runs (``variant`` real),
+    then each simulated counterpart (``lockstep`` at the lockstep configuration); the runs, how many of
+    them diverged (left out of the mean), the realised mean age of the consumed samples (``ages[(c, m)]``
+    for the real runs' histogram, ``realised`` for the simulator's draws) and the mean and standard
+    deviation of the area under the evaluation curve."""
+    rows = []
+    for c in configs:
+        name = c["name"]
+        for m in methods:
+            variants = ["lockstep"] if c["family"] == "sync" else list(VARIANTS)
+            for v, scores, bad, counts in ([("real", real[(name, m)], diverged[(name, m)], ages[(name, m)])]
+                                           + [(v, sim[(name, m, v)], diverged[(name, m, v)],
+                                               realised.get((name, m, v))) for v in variants]):
+                x = np.asarray(scores, float)
+                rows.append({"configuration": name, "layout": c["configuration"], "method": m, "variant": v,
+                             "runs": int(x.size + bad), "diverged": int(bad), "mean_age": _mean_age(counts),
+                             "auc_mean": float(x.mean()) if x.size else float("nan"),
+                             "auc_sd": float(x.std(ddof=1)) if x.size > 1 else float("nan")})
+    return rows
+
+
 def _table(rows: list[dict]) -> list[dict]:
     """``None`` as an empty cell (it reads back as NaN)."""
     return [{k: float("nan") if v is None else v for k, v in r.items()} for r in rows]
@@ -705,6 +729,10 @@ def study_report(args: Args, spec: dict, study: dict, configs: list[dict]) -> di
                                                           for m in methods])),
                  diverged=_diverged_in(r, diverged))
     wall = wall_clock_rows(args.out, spec, study, configs)
+    ages = {(c["name"], m): real_histogram(args.out, c, (m,), study["real_seeds"]) for c in configs
+            for m in spec["methods"]}
+    arms = arm_rows(real, sim, diverged, realised, ages, configs, spec["methods"])
+    results.write_table(os.path.join(args.out, "arms.csv"), _table(arms))
     results.write_table(os.path.join(args.out, "verdicts.csv"), _table(rows))
     results.write_table(os.path.join(args.out, "wall_clock.csv"), _table(wall))
     paths = figures.plot_deep_lag(args.out, rows, histograms, study["margin"])
@@ -728,9 +756,9 @@ def study_report(args: Args, spec: dict, study: dict, configs: list[dict]) -> di
         print(f"  {w['configuration']:<9} {w['layout']:<10} {w['method']:<9} {w['env_steps_per_second']:>8.0f} env "
               f"steps/s, threshold {reach} ({w['reached']}/{w['runs']} reached), start load {load}, mean age "
               f"{w['mean_age']:.2f}")
-    print("tables:", os.path.join(args.out, "verdicts.csv"), os.path.join(args.out, "wall_clock.csv"))
+    print("tables:", *(os.path.join(args.out, f) for f in ("arms.csv", "verdicts.csv", "wall_clock.csv")))
     print("figure:", *paths, sep="\n  ")
-    return {"verdicts": rows, "wall_clock": wall, "figures": paths}
+    return {"verdicts": rows, "wall_clock": wall, "arms": arms, "figures": paths}
 
 
 def plan_text(args: Args, spec: dict) -> str:

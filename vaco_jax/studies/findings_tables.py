@@ -1,7 +1,7 @@
-"""FINDINGS.md's tables of the locomotion and sim-vs-real studies, read from ``results/`` alone.
+"""FINDINGS.md's tables of the locomotion, sim-vs-real and deep-lag studies, read from ``results/`` alone.
 
-``rebuild_docs.BLOCKS`` names them (blocks ``locomotion_units``, ``locomotion_verdicts`` and
-``sim_vs_real``, and two lines of the first screen's ``summary``), so every number
+``rebuild_docs.BLOCKS`` names them (blocks ``locomotion_units``, ``locomotion_verdicts``,
+``sim_vs_real`` and ``deep_lag``, and two lines of the first screen's ``summary``), so every number
 those sections of FINDINGS.md quote is recomputed from the committed per-run records by
 ``python experiments/rebuild_docs.py`` and checked by its ``--check``:
 
@@ -17,6 +17,8 @@ those sections of FINDINGS.md quote is recomputed from the committed per-run rec
   realised mean age, speed (also as a multiple of the lockstep configuration's) and scores; once
   ``verdicts.csv`` exists (``experiments/sim_vs_real.py report``), each simulated counterpart's
   scaled difference from the real runs with its interval and the protocol's verdict.
+- ``deep_lag_table``: the deep-lag study's arms, verdicts and wall clock as
+  ``experiments/deep_lag.py report`` wrote them (``arms.csv``, ``verdicts.csv``, ``wall_clock.csv``).
 """
 
 from __future__ import annotations
@@ -411,3 +413,62 @@ def deep_lag_summary(root: str) -> str | None:
     return (f"- **The deep-lag study** (`results/deep_lag/`, {spec['task']}, "
             f"{', '.join(spec['methods'])}): real runs per configuration (of {want}): " + "; ".join(parts)
             + f"; simulated programs finished: {done} of {len(programs)}; {state}.")
+
+
+def deep_lag_table(root: str) -> str:
+    """The deep-lag study once its report has run: every arm's runs, realised mean age and AUC
+    (``arms.csv``), the verdicts on the contrast and the retentions (``verdicts.csv``) and the real
+    configurations' wall clock (``wall_clock.csv``)."""
+    from vaco_jax.analysis import plotting
+
+    out = os.path.join(root, DEEP_LAG)
+    names = ("arms.csv", "verdicts.csv", "wall_clock.csv")
+    if not all(os.path.exists(os.path.join(out, n)) for n in names):
+        return ("No verdict yet: `python experiments/deep_lag.py report` runs once every real run and simulated "
+                "program has finished.\n")
+    arms, verdicts, wall = (results.read_table(os.path.join(out, n)) for n in names)
+
+    def where(r):
+        return r["configuration"] if r["layout"] == r["configuration"] else f"{r['configuration']} ({r['layout']})"
+
+    def method(m):
+        return " − ".join(plotting.method_label(x.strip()) for x in str(m).split(" - "))
+
+    rows = [[where(r), method(r["method"]), r["variant"],
+             str(int(r["runs"])) + (f" ({int(r['diverged'])} diverged)" if int(r["diverged"]) else ""),
+             num(r["mean_age"], ".2f"), f"{num(r['auc_mean'], ',.0f')} ± {num(r['auc_sd'], ',.0f')}"]
+            for r in arms]
+    text = ["Every arm (`results/deep_lag/arms.csv`): per configuration and method, the real runs and each "
+            "simulated counterpart — `histogram` (the real runs' pooled ages), `uniform` (the same mean age), "
+            "`control` (the histogram 8 versions older), `lockstep` (synchronous) — with the runs (diverged ones "
+            "left out of the mean), the realised mean age of the consumed samples and the area under the "
+            "evaluation curve (mean ± sd over seeds).", "",
+            table(["configuration", "method", "arm", "runs", "mean age", "AUC"], rows), ""]
+    margin = num(verdicts[0]["margin"], "g") if verdicts else "—"
+    rows = [[r["quantity"], where(r), method(r["method"]), r["variant"],
+             f"{num(r['real_mean_age'], '.2f')} / {num(r['sim_realised_mean_age'], '.2f')}",
+             num(r["real"], ".3f"), num(r["sim"], ".3f"), num(r["difference"], ".3f"),
+             f"[{num(r['low'], '.3f')}, {num(r['high'], '.3f')}]", f"**{r['verdict']}**"] for r in verdicts]
+    text += [f"The verdicts (`results/deep_lag/verdicts.csv`): the contrast C = (VACO − PPO-Clip) / the real "
+             f"lockstep PPO-Clip mean and each method's retention R = deep / lockstep, real and simulated, "
+             f"simulated − real with its 90% bootstrap interval; *predicts* inside ±{margin}, *differs* wholly "
+             f"outside, else *inconclusive*.", "",
+             table(["quantity", "configuration", "method", "counterpart", "mean age real / sim", "real", "sim",
+                    "sim − real", "90% CI", "verdict"], rows), ""]
+    controls = [r for r in verdicts if r["variant"] == "control"]
+    if controls and any(r["verdict"] != "differs" for r in controls):
+        text += [f"The negative control is not called *differs* in "
+                 f"{sum(r['verdict'] != 'differs' for r in controls)} of {len(controls)} rows: there the rule "
+                 f"cannot tell a wrong histogram from a right one.", ""]
+    rows = [[where(r), method(r["method"]) if r["method"] != "all" else "both", str(int(r["runs"])),
+             num(r["mean_age"], ".2f"), num(r["env_steps_per_second"], ",.0f"),
+             "never (median)" if not math.isfinite(float(r["seconds_to_threshold"])) else
+             num(r["seconds_to_threshold"], ",.0f"), f"{int(r['reached'])} / {int(r['runs'])}",
+             num(r["load_start"], ".2f")] for r in wall]
+    threshold = num(wall[0]["threshold"], ",.0f") if wall else "—"
+    text += [f"Wall clock of the real runs (`results/deep_lag/wall_clock.csv`; medians over seeds): env steps per "
+             f"second, seconds to the first evaluation with return ≥ {threshold} (*never* when half the runs or "
+             f"more never reach it), the runs that reach it, and the load average as each run started.", "",
+             table(["configuration", "method", "runs", "mean age", "env steps/s", "s to threshold", "reached",
+                    "start load"], rows)]
+    return "\n".join(text)

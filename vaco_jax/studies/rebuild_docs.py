@@ -230,6 +230,7 @@ BLOCKS: dict[str, Callable[[Build], str]] = {
     "locomotion_verdicts": lambda b: findings_tables.locomotion_verdicts_table(b.root),
     "locomotion_diagnostics": lambda b: findings_tables.locomotion_diagnostics_table(b.root),
     "sim_vs_real": lambda b: findings_tables.sim_vs_real_table(b.root),
+    "deep_lag": lambda b: findings_tables.deep_lag_table(b.root),
 }
 
 
