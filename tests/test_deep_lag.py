@@ -2,6 +2,7 @@
 settings are checked before anything runs, and a tiny pilot writes its tables."""
 
 import os
+import re
 
 import pytest
 
@@ -350,6 +351,10 @@ def test_the_study_end_to_end_on_point_mass(tmp_path, capsys):
     block = findings_tables.deep_lag_table(str(tmp_path))
     assert block.count("| contrast |") == 6 and block.count("| retention |") == 12
     assert "| age16 (publish8) | VACO | control | 2 |" in block and "| age4 (queue2x4) | both | 4 |" in block
+    line = findings_tables.deep_lag_summary(str(tmp_path))
+    counts = {v: sum(r["verdict"] == "predicts" for r in rows if r["variant"] == v) for v in deep_lag.VARIANTS}
+    assert "verdicts over the 6 rows per counterpart" in line and re.search(r"finished: (\d+) of \1;", line)
+    assert all(f"{v}: {counts[v]} predicts," in line for v in deep_lag.VARIANTS)
 
 
 def test_a_sweep_runs_as_programs_of_at_most_the_cells_allowed():

@@ -404,8 +404,12 @@ def deep_lag_summary(root: str) -> str | None:
     verdicts = os.path.join(out, "verdicts.csv")
     if os.path.exists(verdicts):
         rows = results.read_table(verdicts)
-        calls = [r["verdict"] for r in rows]
-        state = "verdicts: " + ", ".join(f"{calls.count(v)} {v}" for v in dict.fromkeys(calls))
+        calls = {v: [r["verdict"] for r in rows if r["variant"] == v] for v in dict.fromkeys(r["variant"] for r in rows)}
+        state = (f"verdicts over the {len(rows) // max(len(calls), 1)} rows per counterpart (the contrast and the "
+                 "retentions at each deep configuration) — "
+                 + "; ".join(f"{v}: " + ", ".join(f"{c.count(k)} {k}" for k in ("predicts", "differs", "inconclusive"))
+                             for v, c in calls.items())
+                 + " (the control must be called *differs*)")
     else:
         real_done = len(counts) == len(spec["configurations"]) and all(n == want for n in counts)
         state = ("no verdict yet (`python experiments/deep_lag.py report` runs once every simulated program has "
@@ -443,7 +447,7 @@ def deep_lag_table(root: str) -> str:
             "`control` (the histogram 8 versions older), `lockstep` (synchronous) — with the runs (diverged ones "
             "left out of the mean), the realised mean age of the consumed samples and the area under the "
             "evaluation curve (mean ± sd over seeds).", "",
-            table(["configuration", "method", "arm", "runs", "mean age", "AUC"], rows), ""]
+            table(["configuration", "method", "arm", "runs", "mean age", "AUC"], rows).rstrip("\n"), ""]
     margin = num(verdicts[0]["margin"], "g") if verdicts else "—"
     rows = [[r["quantity"], where(r), method(r["method"]), r["variant"],
              f"{num(r['real_mean_age'], '.2f')} / {num(r['sim_realised_mean_age'], '.2f')}",
@@ -454,7 +458,7 @@ def deep_lag_table(root: str) -> str:
              f"simulated − real with its 90% bootstrap interval; *predicts* inside ±{margin}, *differs* wholly "
              f"outside, else *inconclusive*.", "",
              table(["quantity", "configuration", "method", "counterpart", "mean age real / sim", "real", "sim",
-                    "sim − real", "90% CI", "verdict"], rows), ""]
+                    "sim − real", "90% CI", "verdict"], rows).rstrip("\n"), ""]
     controls = [r for r in verdicts if r["variant"] == "control"]
     if controls and any(r["verdict"] != "differs" for r in controls):
         text += [f"The negative control is not called *differs* in "
