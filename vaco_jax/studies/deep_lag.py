@@ -712,9 +712,12 @@ def study_report(args: Args, spec: dict, study: dict, configs: list[dict]) -> di
     deep = [c for c in configs if c["family"] != "sync"]
     rows = quantity_rows(real, sim, [c["name"] for c in deep], VARIANTS, study)
     layout = {c["name"]: c["configuration"] for c in configs}
+    # the real runs' consumed samples by age, per configuration and method: read once, pooled as needed
+    ages = {(c["name"], m): real_histogram(args.out, c, (m,), study["real_seeds"]) for c in configs
+            for m in spec["methods"]}
     histograms = {}
     for c in deep:
-        hist = real_histogram(args.out, c, spec["methods"], study["real_seeds"])
+        hist = tuple(_pooled([ages[(c["name"], m)] for m in spec["methods"]]))
         drawn = {v: _pooled([realised.get((c["name"], m, v)) for m in spec["methods"]]) for v in VARIANTS}
         histograms[c["name"]] = {"real runs (pooled)": hist,
                                  **{f"simulated: {v}": h for v, h in drawn.items() if h is not None}}
@@ -723,14 +726,12 @@ def study_report(args: Args, spec: dict, study: dict, configs: list[dict]) -> di
         c = next(x for x in deep if x["name"] == r["configuration"])
         weights = [variants_of(args.out, study, c, m)[r["variant"]] for m in methods]
         r.update(layout=layout[r["configuration"]],
-                 real_mean_age=_mean_age(real_histogram(args.out, c, methods, study["real_seeds"])),
+                 real_mean_age=_mean_age(_pooled([ages[(r["configuration"], m)] for m in methods])),
                  sim_mean_age=float(np.mean([_mean_age(w) for w in weights])),
                  sim_realised_mean_age=_mean_age(_pooled([realised.get((r["configuration"], m, r["variant"]))
                                                           for m in methods])),
                  diverged=_diverged_in(r, diverged))
     wall = wall_clock_rows(args.out, spec, study, configs)
-    ages = {(c["name"], m): real_histogram(args.out, c, (m,), study["real_seeds"]) for c in configs
-            for m in spec["methods"]}
     arms = arm_rows(real, sim, diverged, realised, ages, configs, spec["methods"])
     results.write_table(os.path.join(args.out, "arms.csv"), _table(arms))
     results.write_table(os.path.join(args.out, "verdicts.csv"), _table(rows))
