@@ -160,21 +160,36 @@ def test_the_draft_takes_the_entry_rule_and_trims_to_the_budget(tmp_path):
     assert S2.draft(p, str(tmp_path), choices, steplag._cost)["estimated_hours"] is None
 
 
-def test_stage2_verdicts_from_committed_scores(tmp_path):
-    q = _with_stage2(_protocol(), arms={"ppo_clip": 0.2, "vaco": 0.2})
-    res = str(tmp_path / "results")
+def _stage2_scores(res, diverge=None):
+    """Synthetic stage-2 runs of PPO-Clip and VACO (VACO loses less under lag) on the section of
+    ``_with_stage2``; ``diverge``: (task, arm, model, B, seed) of a run marked diverged."""
     rng = np.random.default_rng(1)
     for task in ("Hopper-v4", "Walker2d-v4"):
         for arm, at in (("ppo_clip", {1: 2000, 8: 1500, 32: 1000}), ("vaco", {1: 2000, 8: 1900, 32: 1800})):
             for model, lags in (("uniform", (1, 8, 32)), ("fixed", (8,))):
                 if model == "fixed" and task != "Hopper-v4":
                     continue
-                rows = [{"env": task, "method": arm, "lag_depth": b, "seed": s, "diverged": False,
+                rows = [{"env": task, "method": arm, "lag_depth": b, "seed": s,
+                         "diverged": (task, arm, model, b, s) == diverge,
                          "auc_eval_return": at[b] + 30 * rng.normal()} for b in lags for s in range(200, 210)]
                 d = os.path.join(res, "stage2", task, arm, model)
                 os.makedirs(d)
                 results.write_table(os.path.join(d, "scores.csv"), rows)
     results.write_json(os.path.join(res, "stage2", "random_scores.json"), {"Hopper-v4": 20.0, "Walker2d-v4": 5.0})
+
+
+def _finish(res, names):
+    """Manifest lines saying these units finished (what the driver writes when a unit's runs are in)."""
+    path = os.path.join(res, "manifest.csv")
+    old = results.read_table(path) if os.path.exists(path) else []
+    results.write_table(path, old + [{"unit": n, "runs": 30, "protocol_sha256": "x", "finished": "2026-12-06 12:00 UTC",
+                                      "seconds_this_session": 100.0, "estimated_minutes": 2.0} for n in names])
+
+
+def test_stage2_verdicts_from_committed_scores(tmp_path):
+    q = _with_stage2(_protocol(), arms={"ppo_clip": 0.2, "vaco": 0.2})
+    res = str(tmp_path / "results")
+    _stage2_scores(res)
     got = S2.rows(res)
     assert {(r["arm"], r["lag_model"]) for r in got} == {(a, m) for a in ("ppo_clip", "vaco") for m in ("uniform", "fixed")}
     norm = S2.normalisation(got, res, "auc_eval_return")
@@ -192,8 +207,66 @@ def test_stage2_verdicts_from_committed_scores(tmp_path):
     assert {r["setting_stability"] for r in S2.verdicts(q, res)["primary"]} == {0.85}
     # B = 1 PPO-Clip is within 2% of the best run (VACO's, also ~2000) in most runs: at its ceiling
     assert {r["tasks"]: r["at_ceiling"] for r in v["per_task"]} == {"Hopper-v4": True, "Walker2d-v4": True}
+    _finish(res, S2.unit_names(q))
     text = steplag.report(q, res)
     assert "stage 2 (primary" in text and "better" in text
+
+
+def test_no_interim_verdict_before_the_last_unit(tmp_path):
+    q = _with_stage2(_protocol(), arms={"ppo_clip": 0.2, "vaco": 0.2})
+    res = str(tmp_path / "results")
+    _stage2_scores(res)
+    names = S2.unit_names(q)
+    assert names == ["stage2/Hopper-v4/ppo_clip/uniform", "stage2/Hopper-v4/vaco/uniform",
+                     "stage2/Walker2d-v4/ppo_clip/uniform", "stage2/Walker2d-v4/vaco/uniform",
+                     "stage2/Hopper-v4/ppo_clip/fixed", "stage2/Hopper-v4/vaco/fixed"]
+    assert names == [u.name for u in S2.units(q, steplag.base_config, steplag._unit)]
+    _finish(res, names[:-1])  # every unit but one: the scores are all there, the manifest says one is not
+    assert S2.progress(q, res) == (names[:-1], names) and not S2.complete(q, res)
+    text = steplag.report(q, res)
+    assert "stage 2: 5 of 6 units finished" in text and "stage 2 (primary" not in text
+    assert not os.path.exists(os.path.join(res, steplag.STAGE2_VERDICTS))
+    assert not os.path.exists(os.path.join(res, steplag.STAGE2_SHAPE))
+    _finish(res, names[-1:])
+    assert S2.complete(q, res)
+    assert "stage 2 (primary" in steplag.report(q, res)
+    shape = results.read_table(os.path.join(res, steplag.STAGE2_SHAPE))
+    assert [r["pair"] for r in shape] == ["ppo_clip - vaco"] and shape[0]["lag_depth"] == 8
+    assert shape[0]["overall"] == S2.verdicts(q, res)["shape"]["overall"]
+
+
+def test_the_stage2_findings_block_grows_with_the_units_then_shows_the_verdicts(tmp_path):
+    import json
+
+    from vaco_jax.studies import findings_tables
+    q = _with_stage2(_protocol(), arms={"ppo_clip": 0.2, "vaco": 0.2})
+    res = tmp_path / "results" / "steplag"
+    os.makedirs(res)
+    no_section = findings_tables.steplag_stage2_table  # before the section exists
+    with open(res / "protocol.json", "w") as f:
+        json.dump(_protocol(), f)
+    assert no_section(str(tmp_path)).startswith("Stage 2 is not fixed yet")
+    with open(res / "protocol.json", "w") as f:
+        json.dump(q, f)
+    _stage2_scores(str(res), diverge=("Hopper-v4", "vaco", "uniform", 32, 203))
+    names = S2.unit_names(q)
+    _finish(str(res), names[:2])
+    text = findings_tables.steplag_stage2_table(str(tmp_path))
+    assert "2 of 6 units finished" in text and "No verdict yet" in text
+    rows = [line for line in text.splitlines() if line.startswith("| Hopper-v4")]
+    assert len(rows) == 2 and "PPO-Clip, clip_epsilon = 0.2" in rows[0] and "VACO, tv_budget = 0.2" in rows[1]
+    # the diverged run is counted and left out of its cell's mean
+    kept = [float(r["auc_eval_return"]) for r in results.read_table(str(res / "stage2/Hopper-v4/vaco/uniform/scores.csv"))
+            if int(r["lag_depth"]) == 32 and not r["diverged"]]
+    assert f"{np.mean(kept):,.0f} ± {np.std(kept, ddof=1):,.0f} (9; 1 diverged)" in rows[1]
+    assert "Stage 2 is fixed in the protocol" in findings_tables.steplag_summary(str(tmp_path))
+    assert "2 of its 6 units finished, no verdict before the last" in findings_tables.steplag_summary(str(tmp_path))
+    _finish(str(res), names[2:])
+    steplag.report(q, str(res))
+    text = findings_tables.steplag_stage2_table(str(tmp_path))
+    assert "6 of 6 units finished" in text and "No verdict yet" not in text
+    assert "| P(X > PPO-Clip) | VACO, tv_budget = 0.2 | uniform | 32 |" in text and "**better**" in text
+    assert "The lag's shape at B = 8" in text and "| VACO − PPO-Clip |" not in text and "| PPO-Clip − VACO |" in text
 
 
 @pytest.mark.slow
@@ -207,9 +280,14 @@ def test_the_committed_rules_recompute_from_the_per_run_scores(tmp_path):
     results.write_table(str(tmp_path / "choices.csv"), steplag.stage1_rows(p, res))
     with open(committed) as f, open(tmp_path / "choices.csv") as g:
         assert f.read() == g.read()
-    if "stage2" in p:
+    if "stage2" in p and S2.complete(p, res):
         v = S2.verdicts(p, res)
         results.write_table(str(tmp_path / "v.csv"), [{"family": "primary", **r} for r in v["primary"]]
                             + [{"family": "per task", **r} for r in v["per_task"]])
         with open(os.path.join(res, steplag.STAGE2_VERDICTS)) as f, open(tmp_path / "v.csv") as g:
             assert f.read() == g.read()
+        results.write_table(str(tmp_path / "shape.csv"), S2.shape_rows(v["shape"]))
+        with open(os.path.join(res, steplag.STAGE2_SHAPE)) as f, open(tmp_path / "shape.csv") as g:
+            assert f.read() == g.read()
+    else:  # no interim verdict is committed
+        assert not os.path.exists(os.path.join(res, steplag.STAGE2_VERDICTS))

@@ -369,8 +369,14 @@ def steplag_summary(root: str) -> str | None:
             pending = "" if r["state"] == "complete" else f", {r['state']}: {r['pending']}"
             parts.append(f"{r['surface']} {r['knob']} = {num(r['value'], 'g')} (stability "
                          f"{num(r['stability'], '.2f')}{pending})")
-    stage2 = ("Stage 2 is fixed in the protocol" if "stage2" in p else
-              "Stage 2 is not fixed yet (its section is written from stage 1's complete surfaces)")
+    if "stage2" in p:
+        from vaco_jax.studies import steplag_stage2
+        done, names = steplag_stage2.progress(p, res)
+        stage2 = (f"Stage 2 is fixed in the protocol ({', '.join(_arm_label(p, a) for a in p['stage2']['arms'])}): "
+                  f"{len(done)} of its {len(names)} units finished"
+                  + ("" if len(done) == len(names) else ", no verdict before the last"))
+    else:
+        stage2 = "Stage 2 is not fixed yet (its section is written from stage 1's complete surfaces)"
     dev = os.path.join(res, "deviations.csv")
     devs = len(results.read_table(dev)) if os.path.exists(dev) else 0
     return (f"- **The step size × lag study** (`results/steplag/`, protocol sha256 `{digest[:8]}…`): "
@@ -476,3 +482,91 @@ def deep_lag_table(root: str) -> str:
              table(["configuration", "method", "runs", "mean age", "env steps/s", "s to threshold", "reached",
                     "start load"], rows)]
     return "\n".join(text)
+
+
+def _arm_label(p: dict, arm: str) -> str:
+    """A stage-2 arm (a stage-1 surface's key) as a reader knows it, with its fixed setting."""
+    from vaco_jax.analysis import plotting
+    s = p["stage1"]["surfaces"][arm]
+    label = plotting.method_label(s["method"]) + (" (TV to π_T)" if s.get("options", {}).get("tv_denominator") else "")
+    return f"{label}, {s['knob']} = {float(p['stage2']['arms'][arm]):g}"
+
+
+def steplag_stage2_table(root: str) -> str:
+    """Stage 2 of the step size x lag study: every finished unit's runs per lag depth (mean ± sd of the
+    AUC over seeds, diverged runs counted and left out of the mean), then, once ``report`` has computed
+    them (only when every unit has finished), the primary family, the per-task rows and the lag-shape
+    rule as it wrote them (``stage2_verdicts.csv``, ``stage2_shape.csv``)."""
+    from vaco_jax.analysis.tables import is_diverged
+    from vaco_jax.studies import locomotion as first
+    from vaco_jax.studies import steplag, steplag_stage2
+
+    res = os.path.join(root, STEPLAG)
+    p = first.load_protocol(os.path.join(res, "protocol.json"))[0]
+    if "stage2" not in p:
+        return ("Stage 2 is not fixed yet: `python experiments/steplag.py report` prints its section once stage 1 "
+                "is complete, and the section is committed into the protocol before stage 2's first run.\n")
+    done, names = steplag_stage2.progress(p, res)
+    score = p["stage2"]["rules"]["score"]
+    depths = sorted({int(b) for c in p["stage2"]["cells"] for b in c["lag_depths"]})
+    rows = []
+    for name in done:
+        _, task, arm, lag_model = name.split("/")
+        path = os.path.join(res, name, "scores.csv")
+        runs = results.read_table(path) if os.path.exists(path) else []
+        cells = []
+        for b in depths:
+            at = [r for r in runs if int(r["lag_depth"]) == b]
+            ok = [float(r[score]) for r in at if not is_diverged(r) and math.isfinite(float(r[score]))]
+            bad = len(at) - len(ok)
+            cells.append("" if not at else
+                         f"{num(np.mean(ok) if ok else math.nan, ',.0f')} ± {num(np.std(ok, ddof=1) if len(ok) > 1 else math.nan, ',.0f')}"
+                         f" ({len(ok)}" + (f"; {bad} diverged" if bad else "") + ")")
+        rows.append([task, _arm_label(p, arm), lag_model] + cells)
+    seeds = p["stage2"]["seeds"]
+    text = [f"Stage 2 (`results/steplag/stage2/`): {len(done)} of {len(names)} units finished. Per unit and lag "
+            f"depth, the AUC's mean ± sd over seeds {seeds[0]}–{seeds[-1]} (runs counted; a diverged run is "
+            "counted, left out of the mean and scored at the floor by the rules).", "",
+            table(["task", "method at its lag-robust setting", "lag model"] + [f"B = {b}" for b in depths],
+                  rows).rstrip("\n"), ""]
+    verdicts = os.path.join(res, steplag.STAGE2_VERDICTS)
+    if not os.path.exists(verdicts):
+        text.append("No verdict yet: `python experiments/steplag.py report` computes them once every stage-2 unit "
+                    "has finished (no interim verdict).")
+        return "\n".join(text) + "\n"
+    v = results.read_table(verdicts)
+
+    def interval(r):
+        return f"{num(r.get('point'), '.3f')} [{num(r.get('low'), '.3f')}, {num(r.get('high'), '.3f')}]"
+
+    prim = [[r["test"].replace("reference", "PPO-Clip"), _arm_label(p, r["arm"]), r["lag_model"], str(int(r["lag_depth"])),
+             text_cell(r["tasks"]), interval(r), num(r.get("p_holm"), ".4f"), f"**{r['verdict']}**",
+             text_cell(r.get("at_floor")) or "—", num(r.get("setting_stability"), ".2f")]
+            for r in v if r["family"] == "primary"]
+    text += ["The primary family (`results/steplag/stage2_verdicts.csv`, Holm over the family): per lag model and "
+             "B, P(X > PPO-Clip) pooled over the tasks both ran, and each method's retention (B = 32 over B = 1) "
+             "minus PPO-Clip's, with its interval, Holm's p-value, the verdict, the tasks at their floor and how "
+             "firmly stage 1 chose the method's setting (its stability).", "",
+             table(["test", "method", "lag model", "B", "tasks", "point [interval]", "p (Holm)", "verdict",
+                    "at floor", "setting stability"], prim).rstrip("\n"), ""]
+    per = [[r["tasks"], _arm_label(p, r["arm"]), r["lag_model"], str(int(r["lag_depth"])), interval(r), r["verdict"],
+            "floor" if text_cell(r.get("at_floor")) else "ceiling" if str(r.get("at_ceiling")) == "True" else ""]
+           for r in v if r["family"] == "per task"]
+    text += ["Per task beside the pooled rows (exploratory: the interval's verdict against ½, no Holm), with the "
+             "tasks at their floor or ceiling.", "",
+             table(["task", "method", "lag model", "B", "P(X > PPO-Clip) [interval]", "verdict", "floor / ceiling"],
+                   per).rstrip("\n"), ""]
+    shape_path = os.path.join(res, steplag.STAGE2_SHAPE)
+    if os.path.exists(shape_path):
+        shape = results.read_table(shape_path)
+        if shape:
+            m0, m1 = str(shape[0]["models"]).split()
+            rows = [[" − ".join(_arm_label(p, k).split(",")[0] for k in r["pair"].split(" - ")), num(r.get(f"contrast_{m0}"), ".3f"), num(r.get(f"contrast_{m1}"), ".3f"),
+                     f"{num(r.get('change'), '.3f')} [{num(r.get('low'), '.3f')}, {num(r.get('high'), '.3f')}]",
+                     num(r.get("p_holm"), ".4f"), r["verdict"]] for r in shape]
+            text += [f"The lag's shape at B = {int(shape[0]['lag_depth'])} (`results/steplag/stage2_shape.csv`): per "
+                     f"pair of methods, the contrast (pooled normalised score) under each lag model and its change, "
+                     f"Holm over the pairs; overall: **{shape[0]['overall']}**.", "",
+                     table(["pair", f"contrast, {m0}", f"contrast, {m1}", f"change ({m1} − {m0}) [interval]",
+                            "p (Holm)", "verdict"], rows).rstrip("\n")]
+    return "\n".join(text).rstrip("\n") + "\n"

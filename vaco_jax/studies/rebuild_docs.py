@@ -231,6 +231,7 @@ BLOCKS: dict[str, Callable[[Build], str]] = {
     "locomotion_diagnostics": lambda b: findings_tables.locomotion_diagnostics_table(b.root),
     "sim_vs_real": lambda b: findings_tables.sim_vs_real_table(b.root),
     "deep_lag": lambda b: findings_tables.deep_lag_table(b.root),
+    "steplag_stage2": lambda b: findings_tables.steplag_stage2_table(b.root),
 }
 
 

@@ -321,6 +321,7 @@ def draw_figures(p: dict, results_dir: str, figures_dir: str) -> list[str]:
 
 CHOICES = "choices.csv"  # stage 1's rules per surface, written by ``report`` (a test recomputes it)
 STAGE2_VERDICTS = "stage2_verdicts.csv"  # stage 2's primary and per-task rows, written by ``report``
+STAGE2_SHAPE = "stage2_shape.csv"  # stage 2's lag-shape rule, a row per pair of methods, written by ``report``
 
 
 def _text(d: dict) -> str:
@@ -380,7 +381,11 @@ def report(p: dict, results_dir: str, write: bool = True) -> str:
                      + (f"; excluded {r['excluded']}" if r["excluded"] else ""))
     if write:
         results.write_table(os.path.join(results_dir, CHOICES), rows)
-    if "stage2" in p:
+    if "stage2" in p and not steplag_stage2.complete(p, results_dir):
+        done, names = steplag_stage2.progress(p, results_dir)
+        lines.append(f"stage 2: {len(done)} of {len(names)} units finished; its verdicts are computed once every "
+                     "unit has finished (no interim verdict)")
+    elif "stage2" in p:
         v = steplag_stage2.verdicts(p, results_dir)
         lines.append("stage 2 (primary, Holm over the family):")
         for r in v["primary"]:
@@ -398,6 +403,7 @@ def report(p: dict, results_dir: str, write: bool = True) -> str:
             results.write_table(os.path.join(results_dir, STAGE2_VERDICTS),
                                 [{"family": "primary", **r} for r in v["primary"]]
                                 + [{"family": "per task", **r} for r in v["per_task"]])
+            results.write_table(os.path.join(results_dir, STAGE2_SHAPE), steplag_stage2.shape_rows(v["shape"]))
     elif all(r["state"] == "complete" and r["value"] is not None and r["R_H"] is not None for r in rows):
         choices = {r["surface"]: {"value": r["value"], "R_H": r["R_H"]} for r in rows}
         lines.append("stage 1 is complete; the stage2 section its rules give (commit it into the protocol before "

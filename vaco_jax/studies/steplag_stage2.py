@@ -114,6 +114,27 @@ def units(p: dict, base_config, make_unit) -> list:
     return out
 
 
+def unit_names(p: dict) -> list[str]:
+    """Stage 2's unit names in :func:`units`' order (no configuration built)."""
+    s2 = p[STAGE]
+    return [f"{STAGE}/{task}/{arm}/{c['lag_model']}" for c in s2["cells"] for task in c["tasks"] for arm in s2["arms"]]
+
+
+def progress(p: dict, results_dir: str) -> tuple[list[str], list[str]]:
+    """(stage 2's units the manifest lists as finished, every stage-2 unit), in the section's order."""
+    from vaco_jax.studies import locomotion as first
+    done = {m["unit"] for m in first._manifest(results_dir)}
+    names = unit_names(p)
+    return [n for n in names if n in done], names
+
+
+def complete(p: dict, results_dir: str) -> bool:
+    """Every stage-2 unit has finished: only then are its verdicts computed (no interim verdict: the
+    family, Holm's correction and the normalisation are the whole section's)."""
+    done, names = progress(p, results_dir)
+    return len(done) == len(names)
+
+
 # ----------------------------------------------------------------------------- report
 
 def rows(results_dir: str) -> list[dict]:
@@ -179,6 +200,13 @@ def verdicts(p: dict, results_dir: str) -> dict:
         "left_out": {"/".join(map(str, k)): v for k, v in confirm.left_out(got, rl["score"]).items()},
         "unscaled": unscaled(every, norm),
     }
+
+
+def shape_rows(shape: dict) -> list[dict]:
+    """The lag-shape rule as a table: a row per pair of methods, with the B, the two lag models and the
+    overall call on every row."""
+    return [{"lag_depth": shape["lag_depth"], "models": " ".join(shape["models"]), "overall": shape["overall"], **pair}
+            for pair in shape["pairs"]]
 
 
 def setting_stability(results_dir: str) -> dict:
