@@ -266,6 +266,8 @@ def test_the_stage2_findings_block_grows_with_the_units_then_shows_the_verdicts(
     text = findings_tables.steplag_stage2_table(str(tmp_path))
     assert "6 of 6 units finished" in text and "No verdict yet" not in text
     assert "| P(X > PPO-Clip) | VACO, tv_budget = 0.2 | uniform | 32 |" in text and "**better**" in text
+    paths = steplag.draw_figures(q, str(res), str(tmp_path / "figures"))
+    assert str(tmp_path / "figures" / "stage2.png") in paths and os.path.getsize(tmp_path / "figures" / "stage2.png") > 0
     assert "The lag's shape at B = 8" in text and "| VACO − PPO-Clip |" not in text and "| PPO-Clip − VACO |" in text
 
 

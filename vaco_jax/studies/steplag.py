@@ -299,7 +299,8 @@ def plan_text(units: list, reuse: str, args: Args) -> str:
 # ----------------------------------------------------------------------------- report
 
 def draw_figures(p: dict, results_dir: str, figures_dir: str) -> list[str]:
-    """The surface figure of every surface with rows (complete or not: the title says which)."""
+    """The surface figure of every surface with rows (complete or not: the title says which), and stage
+    2's once a task has its scale."""
     from vaco_jax.analysis import surfaces
     from vaco_jax.analysis.plotting import method_label, save_figure
     reuse = reuse_state(p, results_dir)
@@ -316,6 +317,13 @@ def draw_figures(p: dict, results_dir: str, figures_dir: str) -> list[str]:
         fig = surfaces.draw_surface(rows, s1["score"], norm, s["knob"], f"{label}: AUC against {s['knob']}"
                                     + ("" if state == "complete" else " (incomplete)"), chosen)
         paths += save_figure(fig, results_dir, f"surface_{key}", figures_dir)
+    if "stage2" in p:
+        from vaco_jax.studies import steplag_stage2
+        done, names = steplag_stage2.progress(p, results_dir)
+        fig = steplag_stage2.draw(p, results_dir, "" if len(done) == len(names) else
+                                  f" ({len(done)} of {len(names)} units)")
+        if fig is not None:
+            paths += save_figure(fig, results_dir, "stage2", figures_dir)
     return paths
 
 

@@ -233,6 +233,60 @@ def ceiling(all_rows: list[dict], norm: dict, score: str) -> dict:
     return out
 
 
+def draw(p: dict, results_dir: str, title_note: str = ""):
+    """Stage 2's figure (None before any task has a scale): per task and pooled, each method's
+    normalised AUC (PPO-Clip at B = 1 is 1, the random policy 0) against the lag depth under the uniform
+    lag (mean over the runs, ±2 standard errors; a diverged run at the floor, as the rules score it), the
+    fixed lag model's cells as open markers."""
+    import numpy as np
+
+    from vaco_jax.analysis import confirm
+    from vaco_jax.analysis.plotting import (dodge_factors, figure_title, line_handle, method_style, panel_figure,
+                                            place_legend)
+    from vaco_jax.studies.findings_tables import _arm_label
+
+    every = rows(results_dir)
+    norm = normalisation(every, results_dir, p[STAGE]["rules"]["score"])
+    got = [r for r in every if r["env"] in norm]
+    if not got:
+        return None
+    table = confirm.cells(got, p[STAGE]["rules"]["score"], norm)
+    tasks = sorted(norm)
+    panels = tasks + (["pooled"] if len(tasks) > 1 else [])
+    arms = [a for a in p[STAGE]["arms"] if any(k[1] == a for k in table)]
+    depths = sorted({k[3] for k in table})
+    shift = dict(zip(arms, dodge_factors(depths, len(arms))))
+    fig, axes = panel_figure(len(panels), ncols=3, panel_height=2.4, sharey=True)
+    for ax, panel in zip(axes.ravel(), panels):
+        for i, arm in enumerate(arms):
+            colour, marker = method_style(p["stage1"]["surfaces"][arm]["method"], i)
+            colour = colour if arm != "vaco_learner" else "#8c564b"  # VACO's own colour is VACO's (TV to β)
+            for model, fill in (("uniform", colour), ("fixed", "none")):
+                pts = []
+                for b in depths:
+                    runs = [v for t in (tasks if panel == "pooled" else [panel]) for v in table.get((t, arm, model, b), [])]
+                    if runs:
+                        se = np.std(runs, ddof=1) / np.sqrt(len(runs)) if len(runs) > 1 else 0.0
+                        pts.append((b * shift[arm], np.mean(runs), 2 * se))
+                if pts:
+                    x, m, e = (np.array(c) for c in zip(*pts))
+                    ax.errorbar(x, m, yerr=e, color=colour, marker=marker, mfc=fill, ms=5, capsize=2, lw=1,
+                                ls="-" if model == "uniform" else "none",
+                                label=_arm_label(p, arm) if model == "uniform" else None)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(depths, [str(b) for b in depths])
+        ax.set_title(panel, fontsize=9)
+        ax.set_xlabel("lag depth B")
+        ax.grid(alpha=0.3)
+    for row in axes:
+        row[0].set_ylabel("normalised AUC")
+    place_legend(fig, axes, extra=[line_handle("open marker: fixed lag (every sample B − 1 old)", marker="o",
+                                                mfc="none", ls="none", color="0.3"),
+                                   line_handle("bars: ±2 standard errors over seeds", ls="-")])
+    figure_title(fig, "Stage 2: each method at its lag-robust setting against the lag" + title_note)
+    return fig
+
+
 # ----------------------------------------------------------------------------- the draft of the section
 
 def outlines() -> list[list[dict]]:
