@@ -243,6 +243,7 @@ def test_the_stage2_findings_block_grows_with_the_units_then_shows_the_verdicts(
     res = tmp_path / "results" / "steplag"
     os.makedirs(res)
     no_section = findings_tables.steplag_stage2_table  # before the section exists
+    assert no_section(str(tmp_path)).startswith("No step size × lag study")
     with open(res / "protocol.json", "w") as f:
         json.dump({k: v for k, v in _protocol().items() if k != "stage2"}, f)
     assert no_section(str(tmp_path)).startswith("Stage 2 is not fixed yet")

@@ -502,6 +502,8 @@ def steplag_stage2_table(root: str) -> str:
     from vaco_jax.studies import steplag, steplag_stage2
 
     res = os.path.join(root, STEPLAG)
+    if not os.path.exists(os.path.join(res, "protocol.json")):
+        return "No step size × lag study in this tree (`results/steplag/protocol.json`).\n"
     p = first.load_protocol(os.path.join(res, "protocol.json"))[0]
     if "stage2" not in p:
         return ("Stage 2 is not fixed yet: `python experiments/steplag.py report` prints its section once stage 1 "
