@@ -372,7 +372,8 @@ def steplag_summary(root: str) -> str | None:
     if "stage2" in p:
         from vaco_jax.studies import steplag_stage2
         done, names = steplag_stage2.progress(p, res)
-        stage2 = (f"Stage 2 is fixed in the protocol ({', '.join(_arm_label(p, a) for a in p['stage2']['arms'])}): "
+        arms = ", ".join(steplag_stage2.arm_label(p, a) for a in p["stage2"]["arms"])
+        stage2 = (f"Stage 2 is fixed in the protocol ({arms}): "
                   f"{len(done)} of its {len(names)} units finished"
                   + ("" if len(done) == len(names) else ", no verdict before the last"))
     else:
@@ -484,14 +485,6 @@ def deep_lag_table(root: str) -> str:
     return "\n".join(text)
 
 
-def _arm_label(p: dict, arm: str) -> str:
-    """A stage-2 arm (a stage-1 surface's key) as a reader knows it, with its fixed setting."""
-    from vaco_jax.analysis import plotting
-    s = p["stage1"]["surfaces"][arm]
-    label = plotting.method_label(s["method"]) + (" (TV to π_T)" if s.get("options", {}).get("tv_denominator") else "")
-    return f"{label}, {s['knob']} = {float(p['stage2']['arms'][arm]):g}"
-
-
 def steplag_stage2_table(root: str) -> str:
     """Stage 2 of the step size x lag study: every finished unit's runs per lag depth (mean ± sd of the
     AUC over seeds, diverged runs counted and left out of the mean), then, once ``report`` has computed
@@ -501,6 +494,7 @@ def steplag_stage2_table(root: str) -> str:
     from vaco_jax.studies import locomotion as first
     from vaco_jax.studies import steplag, steplag_stage2
 
+    label = steplag_stage2.arm_label
     res = os.path.join(root, STEPLAG)
     if not os.path.exists(os.path.join(res, "protocol.json")):
         return "No step size × lag study in this tree (`results/steplag/protocol.json`).\n"
@@ -521,10 +515,10 @@ def steplag_stage2_table(root: str) -> str:
             at = [r for r in runs if int(r["lag_depth"]) == b]
             ok = [float(r[score]) for r in at if not is_diverged(r) and math.isfinite(float(r[score]))]
             bad = len(at) - len(ok)
-            cells.append("" if not at else
-                         f"{num(np.mean(ok) if ok else math.nan, ',.0f')} ± {num(np.std(ok, ddof=1) if len(ok) > 1 else math.nan, ',.0f')}"
-                         f" ({len(ok)}" + (f"; {bad} diverged" if bad else "") + ")")
-        rows.append([task, _arm_label(p, arm), lag_model] + cells)
+            mean, sd = np.mean(ok) if ok else math.nan, np.std(ok, ddof=1) if len(ok) > 1 else math.nan
+            cells.append("" if not at else f"{num(mean, ',.0f')} ± {num(sd, ',.0f')} ({len(ok)}"
+                         + (f"; {bad} diverged" if bad else "") + ")")
+        rows.append([task, label(p, arm), lag_model] + cells)
     seeds = p["stage2"]["seeds"]
     text = [f"Stage 2 (`results/steplag/stage2/`): {len(done)} of {len(names)} units finished. Per unit and lag "
             f"depth, the AUC's mean ± sd over seeds {seeds[0]}–{seeds[-1]} (runs counted; a diverged run is "
@@ -541,8 +535,8 @@ def steplag_stage2_table(root: str) -> str:
     def interval(r):
         return f"{num(r.get('point'), '.3f')} [{num(r.get('low'), '.3f')}, {num(r.get('high'), '.3f')}]"
 
-    prim = [[r["test"].replace("reference", "PPO-Clip"), _arm_label(p, r["arm"]), r["lag_model"], str(int(r["lag_depth"])),
-             text_cell(r["tasks"]), interval(r), num(r.get("p_holm"), ".4f"), f"**{r['verdict']}**",
+    prim = [[r["test"].replace("reference", "PPO-Clip"), label(p, r["arm"]), r["lag_model"],
+             str(int(r["lag_depth"])), text_cell(r["tasks"]), interval(r), num(r.get("p_holm"), ".4f"), f"**{r['verdict']}**",
              text_cell(r.get("at_floor")) or "—", num(r.get("setting_stability"), ".2f")]
             for r in v if r["family"] == "primary"]
     text += ["The primary family (`results/steplag/stage2_verdicts.csv`, Holm over the family): per lag model and "
@@ -551,7 +545,8 @@ def steplag_stage2_table(root: str) -> str:
              "firmly stage 1 chose the method's setting (its stability).", "",
              table(["test", "method", "lag model", "B", "tasks", "point [interval]", "p (Holm)", "verdict",
                     "at floor", "setting stability"], prim).rstrip("\n"), ""]
-    per = [[r["tasks"], _arm_label(p, r["arm"]), r["lag_model"], str(int(r["lag_depth"])), interval(r), r["verdict"],
+    per = [[r["tasks"], label(p, r["arm"]), r["lag_model"], str(int(r["lag_depth"])), interval(r),
+            r["verdict"],
             "floor" if text_cell(r.get("at_floor")) else "ceiling" if str(r.get("at_ceiling")) == "True" else ""]
            for r in v if r["family"] == "per task"]
     text += ["Per task beside the pooled rows (exploratory: the interval's verdict against ½, no Holm), with the "
@@ -563,7 +558,8 @@ def steplag_stage2_table(root: str) -> str:
         shape = results.read_table(shape_path)
         if shape:
             m0, m1 = str(shape[0]["models"]).split()
-            rows = [[" − ".join(_arm_label(p, k).split(",")[0] for k in r["pair"].split(" - ")), num(r.get(f"contrast_{m0}"), ".3f"), num(r.get(f"contrast_{m1}"), ".3f"),
+            rows = [[" − ".join(label(p, k).split(",")[0] for k in r["pair"].split(" - ")),
+                     num(r.get(f"contrast_{m0}"), ".3f"), num(r.get(f"contrast_{m1}"), ".3f"),
                      f"{num(r.get('change'), '.3f')} [{num(r.get('low'), '.3f')}, {num(r.get('high'), '.3f')}]",
                      num(r.get("p_holm"), ".4f"), r["verdict"]] for r in shape]
             text += [f"The lag's shape at B = {int(shape[0]['lag_depth'])} (`results/steplag/stage2_shape.csv`): per "

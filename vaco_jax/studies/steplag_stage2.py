@@ -233,6 +233,14 @@ def ceiling(all_rows: list[dict], norm: dict, score: str) -> dict:
     return out
 
 
+def arm_label(p: dict, arm: str) -> str:
+    """A stage-2 arm (a stage-1 surface's key) as a reader knows it, with its fixed setting."""
+    from vaco_jax.analysis import plotting
+    s = p["stage1"]["surfaces"][arm]
+    label = plotting.method_label(s["method"]) + (" (TV to π_T)" if s.get("options", {}).get("tv_denominator") else "")
+    return f"{label}, {s['knob']} = {float(p[STAGE]['arms'][arm]):g}"
+
+
 def draw(p: dict, results_dir: str, title_note: str = ""):
     """Stage 2's figure (None before any task has a scale): per task and pooled, each method's
     normalised AUC (PPO-Clip at B = 1 is 1, the random policy 0) against the lag depth under the uniform
@@ -243,8 +251,6 @@ def draw(p: dict, results_dir: str, title_note: str = ""):
     from vaco_jax.analysis import confirm
     from vaco_jax.analysis.plotting import (dodge_factors, figure_title, line_handle, method_style, panel_figure,
                                             place_legend)
-    from vaco_jax.studies.findings_tables import _arm_label
-
     every = rows(results_dir)
     norm = normalisation(every, results_dir, p[STAGE]["rules"]["score"])
     got = [r for r in every if r["env"] in norm]
@@ -272,7 +278,7 @@ def draw(p: dict, results_dir: str, title_note: str = ""):
                     x, m, e = (np.array(c) for c in zip(*pts))
                     ax.errorbar(x, m, yerr=e, color=colour, marker=marker, mfc=fill, ms=5, capsize=2, lw=1,
                                 ls="-" if model == "uniform" else "none",
-                                label=_arm_label(p, arm) if model == "uniform" else None)
+                                label=arm_label(p, arm) if model == "uniform" else None)
         ax.set_xscale("log", base=2)
         ax.set_xticks(depths, [str(b) for b in depths])
         ax.set_title(panel, fontsize=9)
