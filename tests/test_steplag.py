@@ -227,3 +227,35 @@ def test_the_first_screen_names_a_surface_with_no_run_as_to_run(tmp_path):
          "state": "incomplete", **blank}])
     line = findings_tables.steplag_summary(str(tmp_path))
     assert "vcpo to run" in line and "ppo_clip on Hopper-v4" in line and "nan" not in line
+
+
+def test_an_extension_in_on_one_task_only_still_plans_its_other_tasks(tmp_path):
+    """A session can end between an extension's units: the extension value then has runs on one task and
+    none on the other, and the plan must keep the missing unit (not call the surface incomplete and plan
+    nothing), list the finished one as done, and decide the next extension only once both are in."""
+    import sys
+    sys.path.insert(0, os.path.dirname(__file__))
+    import test_steplag_stage2 as T
+    from vaco_jax.studies import steplag
+
+    p = T._protocol()
+    res = str(tmp_path / "results")
+    vals = p["stage1"]["surfaces"]["spo"]["values"]
+    grid = {vals[0]: 0.1, vals[1]: 0.2, vals[2]: 0.3, vals[3]: 0.5, vals[4]: 0.8}  # best at the upper edge
+    for task in ("Hopper-v4", "Walker2d-v4"):
+        T._write_surface(res, p, "spo", grid, task=task, spread=0.02)
+    points, state = steplag.extensions_state(p, res, "spo", "unknown")
+    assert state == "complete" and points == [pytest.approx(5.4)]
+    T._write_surface(res, p, "spo", {5.4: 0.9}, task="Hopper-v4", sub="extend=5.4")
+    points, state = steplag.extensions_state(p, res, "spo", "unknown")
+    assert state == "complete" and points == [pytest.approx(5.4)]  # Walker2d-v4's unit is still to run
+    names = [u.name for u in steplag.all_units(p, T._args(tmp_path))[0]]
+    assert "extend/Hopper-v4/spo/5.4" in names and "extend/Walker2d-v4/spo/5.4" in names
+    assert not any("16.2" in n for n in names)  # nothing beyond it is decided on one task
+    assert next(r for r in steplag.stage1_rows(p, res) if r["surface"] == "spo")["state"] == "extension pending"
+    T._write_surface(res, p, "spo", {5.4: 0.9}, task="Walker2d-v4", sub="extend=5.4")
+    points, state = steplag.extensions_state(p, res, "spo", "unknown")
+    assert state == "complete" and points == [pytest.approx(16.2)]  # still best at the edge: one more
+    names = [u.name for u in steplag.all_units(p, T._args(tmp_path))[0]]
+    assert {"extend/Hopper-v4/spo/5.4", "extend/Walker2d-v4/spo/5.4", "extend/Hopper-v4/spo/16.2",
+            "extend/Walker2d-v4/spo/16.2"} <= set(names)  # the finished extension units stay in the plan

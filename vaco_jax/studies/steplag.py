@@ -180,18 +180,22 @@ def surface_state(p: dict, results_dir: str, key: str, reuse: str) -> dict:
     every = [r for t in s["tasks"] for r in surface_rows(p, results_dir, t, key, reuse)]
     own = set(p["stage1"]["seeds"])
     base = [r for r in every if int(r["seed"]) in own]
-    out = {"every": every, "base": base, "state": "incomplete", "points": [], "base_stability": None,
+    out = {"every": every, "base": base, "state": "incomplete", "points": [], "extended": [], "base_stability": None,
            "noisy": [], "lacking": [], "contest_rows": base,
            "contest": f"every value on seeds {' '.join(map(str, p['stage1']['seeds']))}"}
     # extensions: decided on the stage's own seeds once every task of the surface is complete (the
     # stability rule's added seeds decide only among the values within noise)
     expected = len(s["tasks"]) * len(s["lag_depths"]) * len(p["stage1"]["seeds"])
     values_run = sorted({r["value"] for r in base})
-    if not base or any(sum(1 for r in base if r["value"] == v) < expected for v in values_run) \
-            or not set(map(float, s["values"])) <= set(values_run):
+    grid_values = sorted(map(float, s["values"]))
+    out["extended"] = [v for v in values_run if v < grid_values[0] or v > grid_values[-1]]
+    short = [v for v in values_run if sum(1 for r in base if r["value"] == v) < expected]
+    if not base or not set(grid_values) <= set(values_run) or set(short) - set(out["extended"]):
+        return out
+    if short:  # an extension is in on some tasks, not all: its other units run before anything is decided
+        out["state"], out["points"] = "complete", short
         return out
     optima = [surfaces.robust_choice(base, score, norm)["value"]] + list(surfaces.per_lag_optima(base, score, norm).values())
-    grid_values = sorted(map(float, s["values"]))
     done = {"low": sum(v < grid_values[0] for v in values_run), "high": sum(v > grid_values[-1] for v in values_run)}
     out["state"] = "complete"
     out["points"] = surfaces.edge_extensions(values_run, optima, done, in_log=s["knob"] in LOG_LOG_KNOBS)
@@ -267,9 +271,10 @@ def all_units(p: dict, args: Args) -> tuple[list, str]:
             units.append(_unit(p, f"fill/{task}/{key}", "surface", config, fill, os.path.join(task, key, "fill")))
         if task == s["tasks"][-1]:
             st = surface_state(p, args.results, key, reuse)
-            points, noisy = st["points"], st["noisy"]
-            for t in s["tasks"]:
-                for v in points:
+            # every extension run so far (finished units show as done) and those the edge rule asks for
+            points, noisy = sorted(set(st["extended"]) | set(st["points"])), st["noisy"]
+            for v in points:
+                for t in s["tasks"]:
                     extend.append(_unit(p, f"extend/{t}/{key}/{v:g}", "surface", base_config(p, t, key),
                                         grid.grid(s["lag_depths"], s1["seeds"], **{s["knob"]: [v]}),
                                         os.path.join(t, key, f"extend={v:g}")))
