@@ -251,6 +251,7 @@ def test_the_stage2_findings_block_grows_with_the_units_then_shows_the_verdicts(
         json.dump(q, f)
     _stage2_scores(str(res), diverge=("Hopper-v4", "vaco", "uniform", 32, 203))
     names = S2.unit_names(q)
+    assert "none of its 6 units has finished yet" in findings_tables.steplag_stage2_table(str(tmp_path))
     _finish(str(res), names[:2])
     text = findings_tables.steplag_stage2_table(str(tmp_path))
     assert "2 of 6 units finished" in text and "No verdict yet" in text

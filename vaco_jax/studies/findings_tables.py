@@ -520,6 +520,9 @@ def steplag_stage2_table(root: str) -> str:
                          + (f"; {bad} diverged" if bad else "") + ")")
         rows.append([task, label(p, arm), lag_model] + cells)
     seeds = p["stage2"]["seeds"]
+    if not done:
+        return (f"Stage 2 (`results/steplag/stage2/`): none of its {len(names)} units has finished yet "
+                "(`python experiments/steplag.py plan` lists them; `run --minutes M` runs the next).\n")
     text = [f"Stage 2 (`results/steplag/stage2/`): {len(done)} of {len(names)} units finished. Per unit and lag "
             f"depth, the AUC's mean ± sd over seeds {seeds[0]}–{seeds[-1]} (runs counted; a diverged run is "
             "counted, left out of the mean and scored at the floor by the rules).", "",
