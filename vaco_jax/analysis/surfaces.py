@@ -194,6 +194,14 @@ def surface_curves(rows: list[dict], score: str, norm: dict) -> dict:
     return out
 
 
+def surface_label(surface: dict) -> str:
+    """A surface's method as a reader knows it (a protocol's ``stage1.surfaces`` entry): VACO with its
+    budget on the learner's own move is named apart from VACO."""
+    from vaco_jax.analysis.plotting import method_label
+    return method_label(surface["method"]) + (" (TV to π_T)" if surface.get("options", {}).get("tv_denominator")
+                                              else "")
+
+
 def draw_surface(rows: list[dict], score: str, norm: dict, knob: str, title: str, chosen: float | None = None):
     """The stage-1 figure of one surface: score against the knob (log axis), one curve per lag depth with
     the seeds' min-max as a band, a panel per task and one pooled; the lag-robust setting marked."""

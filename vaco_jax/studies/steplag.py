@@ -307,7 +307,7 @@ def draw_figures(p: dict, results_dir: str, figures_dir: str) -> list[str]:
     """The surface figure of every surface with rows (complete or not: the title says which), and stage
     2's once a task has its scale."""
     from vaco_jax.analysis import surfaces
-    from vaco_jax.analysis.plotting import method_label, save_figure
+    from vaco_jax.analysis.plotting import save_figure
     reuse = reuse_state(p, results_dir)
     s1 = p["stage1"]
     paths = []
@@ -318,8 +318,7 @@ def draw_figures(p: dict, results_dir: str, figures_dir: str) -> list[str]:
             continue
         norm = normalisation(p, key)
         chosen = surfaces.robust_choice(rows, s1["score"], norm)["value"] if state == "complete" else None
-        label = method_label(s["method"]) + (" (TV to π_T)" if s.get("options", {}).get("tv_denominator") else "")
-        fig = surfaces.draw_surface(rows, s1["score"], norm, s["knob"], f"{label}: AUC against {s['knob']}"
+        fig = surfaces.draw_surface(rows, s1["score"], norm, s["knob"], f"{surfaces.surface_label(s)}: AUC against {s['knob']}"
                                     + ("" if state == "complete" else " (incomplete)"), chosen)
         paths += save_figure(fig, results_dir, f"surface_{key}", figures_dir)
     if "stage2" in p:

@@ -235,10 +235,9 @@ def ceiling(all_rows: list[dict], norm: dict, score: str) -> dict:
 
 def arm_label(p: dict, arm: str) -> str:
     """A stage-2 arm (a stage-1 surface's key) as a reader knows it, with its fixed setting."""
-    from vaco_jax.analysis import plotting
+    from vaco_jax.analysis.surfaces import surface_label
     s = p["stage1"]["surfaces"][arm]
-    label = plotting.method_label(s["method"]) + (" (TV to π_T)" if s.get("options", {}).get("tv_denominator") else "")
-    return f"{label}, {s['knob']} = {float(p[STAGE]['arms'][arm]):g}"
+    return f"{surface_label(s)}, {s['knob']} = {float(p[STAGE]['arms'][arm]):g}"
 
 
 def draw(p: dict, results_dir: str, title_note: str = ""):
