@@ -393,8 +393,8 @@ def report(p: dict, results_dir: str, write: bool = True) -> str:
                      + (f"; excluded {r['excluded']}" if r["excluded"] else ""))
     if write:
         results.write_table(os.path.join(results_dir, CHOICES), rows)
-    if "stage2" in p and not steplag_stage2.complete(p, results_dir):
-        done, names = steplag_stage2.progress(p, results_dir)
+    done, names = steplag_stage2.progress(p, results_dir) if "stage2" in p else ([], [])
+    if "stage2" in p and len(done) < len(names):
         lines.append(f"stage 2: {len(done)} of {len(names)} units finished; its verdicts are computed once every "
                      "unit has finished (no interim verdict)")
     elif "stage2" in p:

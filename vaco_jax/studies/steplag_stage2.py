@@ -96,28 +96,34 @@ def _rule_numbers(rules: dict) -> dict:
                                   "equivalence_confidence")}
 
 
+def _entries(p: dict):
+    """(name, task, arm, cell entry) for each stage-2 unit, in the section's order: per cell entry, per
+    task, per arm. The one place a unit's name is made."""
+    s2 = p[STAGE]
+    for c in s2["cells"]:
+        for task in c["tasks"]:
+            for arm in s2["arms"]:
+                yield f"{STAGE}/{task}/{arm}/{c['lag_model']}", task, arm, c
+
+
 def units(p: dict, base_config, make_unit) -> list:
-    """Stage 2's units in the section's order: per cell entry, per task, per arm (``base_config(p, task,
-    surface)`` and ``make_unit(p, name, stage, config, cells, subdir)`` are the study driver's)."""
+    """Stage 2's units in the section's order (``base_config(p, task, surface)`` and ``make_unit(p, name,
+    stage, config, cells, subdir)`` are the study driver's)."""
     from vaco_jax.driver import grid
 
     s2, surfaces = p[STAGE], p["stage1"]["surfaces"]
     out = []
-    for c in s2["cells"]:
-        for task in c["tasks"]:
-            for arm, value in s2["arms"].items():
-                config = base_config(p, task, arm).replace(
-                    lag_model=c["lag_model"], **{surfaces[arm]["knob"]: float(value)})
-                name = f"{STAGE}/{task}/{arm}/{c['lag_model']}"
-                out.append(make_unit(p, name, STAGE, config, grid.grid(c["lag_depths"], s2["seeds"]),
-                                     os.path.join(task, arm, c["lag_model"])))
+    for name, task, arm, c in _entries(p):
+        config = base_config(p, task, arm).replace(
+            lag_model=c["lag_model"], **{surfaces[arm]["knob"]: float(s2["arms"][arm])})
+        out.append(make_unit(p, name, STAGE, config, grid.grid(c["lag_depths"], s2["seeds"]),
+                             os.path.join(task, arm, c["lag_model"])))
     return out
 
 
 def unit_names(p: dict) -> list[str]:
     """Stage 2's unit names in :func:`units`' order (no configuration built)."""
-    s2 = p[STAGE]
-    return [f"{STAGE}/{task}/{arm}/{c['lag_model']}" for c in s2["cells"] for task in c["tasks"] for arm in s2["arms"]]
+    return [name for name, *_ in _entries(p)]
 
 
 def progress(p: dict, results_dir: str) -> tuple[list[str], list[str]]:
