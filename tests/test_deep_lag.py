@@ -7,7 +7,7 @@ import re
 import pytest
 
 from vaco_jax.core.config import ConfigError
-from vaco_jax.studies import deep_lag
+from vaco_jax.studies import deep_lag, deep_lag_report
 
 
 def _row(name, family, age, method="ppo_clip"):
@@ -54,17 +54,17 @@ def test_the_equivalence_power_matches_a_simulation():
     rng = np.random.default_rng(0)
     for se, margin in [(0.05, 0.15), (0.06, 0.15), (0.1, 0.15)]:
         d = rng.normal(0.0, se, 200_000)
-        inside = np.mean((d - deep_lag.Z90 * se > -margin) & (d + deep_lag.Z90 * se < margin))
-        assert deep_lag.equivalence_power(se, margin) == pytest.approx(inside, abs=0.005)
-    assert deep_lag.equivalence_power(0.1, 0.1) == 0.0  # the interval is wider than the margin
+        inside = np.mean((d - deep_lag_report.Z90 * se > -margin) & (d + deep_lag_report.Z90 * se < margin))
+        assert deep_lag_report.equivalence_power(se, margin) == pytest.approx(inside, abs=0.005)
+    assert deep_lag_report.equivalence_power(0.1, 0.1) == 0.0  # the interval is wider than the margin
 
 
 def test_the_prediction_errors_shrink_with_seeds_and_the_contrast_uses_both_methods():
     sd = {(m, a): (1000.0, 100.0) for m in ("ppo_clip", "vaco") for a in ("lockstep", "age4", "age16")}
-    ses = deep_lag.prediction_ses(sd, 10, 10)
+    ses = deep_lag_report.prediction_ses(sd, 10, 10)
     assert ses["contrast age4"] == pytest.approx((2 * 0.1 ** 2 * 0.2) ** 0.5)
     assert ses["retention vaco age4"] == pytest.approx((2 * 0.1 ** 2 * 0.2) ** 0.5)  # R = 1, both cv 0.1
-    assert deep_lag.prediction_ses(sd, 40, 40)["contrast age4"] == pytest.approx(ses["contrast age4"] / 2)
+    assert deep_lag_report.prediction_ses(sd, 40, 40)["contrast age4"] == pytest.approx(ses["contrast age4"] / 2)
 
 
 # ----------------------------------------------------------------------------------- the study
@@ -119,8 +119,8 @@ def test_the_contrast_retention_and_verdicts_match_a_slow_reference():
            ("age4", "ppo_clip", "uniform"): draw(800, 600, 3), ("age4", "vaco", "uniform"): draw(950, 600, 3),
            ("age4", "ppo_clip", "control"): draw(800, 60, 5), ("age4", "vaco", "control"): draw(400, 60, 5)}
     study = dict(deep_lag.STUDY["cpu"], bootstrap_reps=300)
-    rows = deep_lag.quantity_rows({k: np.array(v) for k, v in real.items()}, {k: np.array(v) for k, v in sim.items()},
-                                  ["age4"], deep_lag.VARIANTS, study)
+    rows = deep_lag_report.quantity_rows({k: np.array(v) for k, v in real.items()},
+                                         {k: np.array(v) for k, v in sim.items()}, ["age4"], deep_lag.VARIANTS, study)
     assert [(r["quantity"], r["method"], r["variant"]) for r in rows] == [
         ("contrast", "vaco - ppo_clip", v) for v in deep_lag.VARIANTS] + [
         ("retention", m, v) for v in deep_lag.VARIANTS for m in ("ppo_clip", "vaco")]
@@ -158,13 +158,14 @@ def test_the_contrast_retention_and_verdicts_match_a_slow_reference():
 
 
 def test_the_verdict_rule_at_its_edges():
-    assert deep_lag.verdict(-0.15, 0.15, 0.15) == "predicts"
-    assert deep_lag.verdict(0.16, 0.3, 0.15) == "differs" and deep_lag.verdict(-0.4, -0.151, 0.15) == "differs"
-    assert deep_lag.verdict(-0.1, 0.2, 0.15) == "inconclusive"
-    assert deep_lag.verdict(float("nan"), float("nan"), 0.15) == "inconclusive"  # an empty arm: no interval
+    assert deep_lag_report.verdict(-0.15, 0.15, 0.15) == "predicts"
+    assert deep_lag_report.verdict(0.16, 0.3, 0.15) == "differs"
+    assert deep_lag_report.verdict(-0.4, -0.151, 0.15) == "differs"
+    assert deep_lag_report.verdict(-0.1, 0.2, 0.15) == "inconclusive"
+    assert deep_lag_report.verdict(float("nan"), float("nan"), 0.15) == "inconclusive"  # an empty arm: no interval
     import math
 
-    assert all(math.isnan(x) for x in deep_lag.bootstrap_ci([[1.0, 2.0], []], lambda a, b: a - b, 10, 0.9))
+    assert all(math.isnan(x) for x in deep_lag_report.bootstrap_ci([[1.0, 2.0], []], lambda a, b: a - b, 10, 0.9))
 
 
 def test_the_study_is_refused_without_two_chosen_configurations(tmp_path):

@@ -16,7 +16,8 @@ from conftest import study_module, tiny_config
 from vaco_jax.analysis import results
 from vaco_jax.core.config import ConfigError
 from vaco_jax.driver import grid, provenance, render
-from vaco_jax.driver.cli import check_rerun, parse_args
+from vaco_jax.driver.cli import parse_args
+from vaco_jax.driver.config_file import check_rerun
 from vaco_jax.driver.train import run, run_name, train_args_class, train_config
 
 SMALL = dict(num_evals=2, eval_episodes=1, total_env_steps=8 * 16 * 4)

@@ -1,7 +1,8 @@
 """The package's layout holds: imports only go downward (studies -> driver -> core -> envs -> errors; driver
 and studies -> analysis; everything -> the jax-free registry of names, ``vaco_jax/names.py``), analysis
 imports nothing from core, no module imports another that imports it back (function-level imports
-included), and nothing in the package imports ``benchmarks/``."""
+included), nothing in the package imports ``benchmarks/``, no module is over 700 lines and docs/architecture.md
+names every module."""
 
 import ast
 import os
@@ -182,3 +183,21 @@ def test_the_public_names_resolve():
 
     for name in vaco_jax.__all__:
         assert getattr(vaco_jax, name) is not None, name
+
+
+MAX_LINES = 700  # a module that needs more is two (docs/architecture.md)
+
+
+def test_no_module_is_longer_than_the_limit():
+    long = {name: n for name, path in _modules() if (n := sum(1 for _ in open(path))) > MAX_LINES}
+    assert not long, f"over {MAX_LINES} lines (split by what each part computes): {long}"
+
+
+def test_the_architecture_page_names_every_module():
+    """docs/architecture.md is where a newcomer finds a module: a new one is listed there, by file or module name."""
+    with open(os.path.join(ROOT, "docs", "architecture.md")) as f:
+        page = f.read()
+    missing = [name for name, path in _modules()
+               if not path.endswith(("__init__.py", "__main__.py"))
+               and f"`{name.rsplit('.', 1)[-1]}.py`" not in page and f"`{name.rsplit('.', 1)[-1]}`" not in page]
+    assert not missing, f"not in docs/architecture.md: {missing}"

@@ -176,7 +176,7 @@ def run_study(run_dir: str, groups: Sequence[Group], args, spec: dict, prepare=N
     check_max_cells(max_cells)
     # --wandb, --capture-video: what they need, checked before anything is written
     check_tracking([g.config for g in groups], [len(g.cells) for g in groups], *options_from_args(args))
-    from vaco_jax.driver.cli import check_rerun
+    from vaco_jax.driver.config_file import check_rerun
 
     check_rerun(args, groups)  # a group's own config.json: this plan is that group
     preflight(run_dir, groups)

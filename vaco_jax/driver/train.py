@@ -196,7 +196,8 @@ def main(args=None) -> int:
     and a rerun of the same command resumes from it. Exit code 0, 2 for bad input, 3 for a damaged
     result file or checkpoint, 4 when the run diverged (non-finite parameters).
     """
-    from vaco_jax.driver.cli import check_rerun, parse_args
+    from vaco_jax.driver.cli import parse_args
+    from vaco_jax.driver.config_file import check_rerun
 
     args = args or parse_args(train_args_class())
     parsed = args  # carries a --config record (check_rerun), which dataclasses.replace drops
@@ -257,7 +258,7 @@ def main_sweep(args, parsed, config: Config) -> int:
     """``vaco-train --sweep``: the swept cells of one configuration as one group (a group per static
     value) in ``OUT/<name>/``, run like a study's groups; a line per cell at the end. Exit code 4 when
     any cell diverged."""
-    from vaco_jax.driver.cli import check_rerun
+    from vaco_jax.driver.config_file import check_rerun
     from vaco_jax.driver.memory import memory_plan
     from vaco_jax.driver.study import preflight
 
