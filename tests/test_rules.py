@@ -64,6 +64,31 @@ def test_stratified_bootstrap_equals_a_slow_per_task_loop():
     np.testing.assert_allclose(fast, slow, rtol=1e-12)
 
 
+def test_poi_replicates_equal_the_pairwise_comparison_of_the_resampled_runs_bit_for_bit():
+    """P(A > X) per replicate from the draw counts against the resampled runs compared pair by pair (the
+    same drawn indices), with ties (scores on a coarse grid), unequal run counts and one run: every
+    replicate is the same float, so p-values that count replicates at exactly ½ cannot move."""
+    rng = np.random.default_rng(3)
+    for case in range(40):
+        m, n, tasks = (int(v) for v in rng.integers(1, 9, size=3))
+        a, x = rng.integers(0, 6, size=(m, tasks)) / 4.0, rng.integers(0, 6, size=(n, tasks)) / 4.0
+        reps, seed = int(rng.integers(1, 200)), int(rng.integers(0, 1000))
+        draw = np.random.default_rng(seed)
+        ia, ix = draw.integers(0, m, size=(reps, m, tasks)), draw.integers(0, n, size=(reps, n, tasks))
+        slow = []
+        for r in range(reps):
+            per_task = []
+            for t in range(tasks):
+                ra, rx = a[ia[r, :, t], t], x[ix[r, :, t], t]
+                gt = sum(int(u > v) for u in ra for v in rx) / (m * n)
+                eq = sum(int(u == v) for u in ra for v in rx) / (m * n)
+                per_task.append(gt + 0.5 * eq)
+            slow.append(np.mean(per_task))
+        fast = rules.poi_replicates(a, x, reps, seed)
+        assert fast.tolist() == slow, case
+        assert fast.tolist() == rules._replicates([a, x], rules._poi, reps, seed).tolist(), case
+
+
 def test_head_to_head_and_its_p_value():
     better = rules.head_to_head(_runs([1.2, 1.1]), _runs([0.8, 0.9], seed=1))
     worse = rules.head_to_head(_runs([0.8, 0.9]), _runs([1.2, 1.1], seed=1))

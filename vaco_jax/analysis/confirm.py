@@ -130,7 +130,7 @@ def head_to_head_test(x: np.ndarray, y: np.ndarray, r: Rules, seed: int | None =
     """P(X > Y) pooled over tasks with its interval and a two-sided p-value against ½, and the pooled
     normalised-score difference X - Y with its 90% interval (for the equivalence call)."""
     s = r.seed if seed is None else seed
-    values = rules._replicates([x, y], rules._poi, r.reps, s)
+    values = rules.poi_replicates(x, y, r.reps, s)
     lo, hi = rules._interval(values, r.confidence)
     d, dlo, dhi = rules.difference(x, y, r.reps, s, r.equivalence_confidence)
     return {"point": float(rules._poi(x, y)), "low": lo, "high": hi, "p_value": _two_sided(values, 0.5),

@@ -131,11 +131,32 @@ def _poi(x, y):
     return np.mean(gt + 0.5 * eq, axis=-1)
 
 
+def _draw_counts(rng: np.random.Generator, runs: int, tasks: int, reps: int) -> np.ndarray:
+    """[reps, tasks, runs]: how often each run is drawn by :func:`_resample_index` (the same draw)."""
+    idx = _resample_index(rng, runs, tasks, reps)
+    flat = (np.arange(reps)[:, None, None] * tasks + np.arange(tasks)) * runs + idx
+    return np.bincount(flat.ravel(), minlength=reps * tasks * runs).reshape(reps, tasks, runs).astype(np.float64)
+
+
+def poi_replicates(x, y, reps: int, seed) -> np.ndarray:
+    """``_replicates([x, y], _poi, reps, seed)``, the same values bit for bit, from the draw counts: a
+    resample's pair counts are ``counts_x · [x_i > y_j] · counts_y`` (integers, exact in float64), so the
+    ``[reps, runs, runs, tasks]`` comparison of every resampled pair is never formed."""
+    rng = np.random.default_rng(seed)
+    (m, tasks), n = x.shape, y.shape[0]
+    cx, cy = _draw_counts(rng, m, tasks, reps), _draw_counts(rng, n, tasks, reps)
+    def pairs(relation: np.ndarray) -> np.ndarray:  # [m, n, tasks] -> [reps, tasks]
+        return np.sum((cx[..., None, :] @ np.moveaxis(relation, -1, 0).astype(np.float64))[..., 0, :] * cy, axis=-1)
+
+    gt, eq = pairs(x[:, None] > y[None]), pairs(x[:, None] == y[None])
+    return np.mean(gt / (m * n) + 0.5 * (eq / (m * n)), axis=-1)
+
+
 def head_to_head(a, x, reps: int = REPS, seed=SEED, confidence: float = CONFIDENCE) -> dict:
     """P(A > X) at one lag depth with its interval and a one-sided bootstrap p-value for "P(A > X) > ½"
     (the share of replicates at or below ½, plus one, over the replicates plus one)."""
     a, x = _scores(a, "a"), _scores(x, "x")
-    values = _replicates([a, x], _poi, reps, seed)
+    values = poi_replicates(a, x, reps, seed)
     lo, hi = _interval(values, confidence)
     p = (1.0 + np.sum(values <= 0.5)) / (len(values) + 1.0)
     return {"point": float(_poi(a, x)), "low": lo, "high": hi, "p_value": float(p)}
