@@ -57,6 +57,7 @@ def tiny():
 SLOW_TESTS = {
     "test_checkpoint.py": {"test_resume_is_bit_for_bit_single_cell", "test_resume_is_bit_for_bit_vmapped_grid"},
     "test_config_files.py": {"test_an_unknown_key_or_a_bad_file_is_one_line_and_exit_2"},
+    "test_corrections.py": {"test_each_new_step_knob_is_a_traced_sweep_axis_of_one_program"},
     "test_docs_rebuilt.py": {
         "test_check_names_a_changed_study_figure_and_table",
         "test_committed_docs_are_what_the_committed_results_give",
@@ -67,6 +68,7 @@ SLOW_TESTS = {
         "test_termination_and_truncation_with_auto_reset"
     },
     "test_gym_tasks.py": {
+        "test_a_c_engine_run_reports_its_unstable_steps_per_phase",
         "test_mjx_loads_and_steps_the_same_definition",
         "test_training_resumed_from_a_checkpoint_equals_uninterrupted"
     },
@@ -89,7 +91,10 @@ SLOW_TESTS = {
         "test_a_resumed_group_continues_its_staleness_file_and_event_files",
         "test_a_study_with_tensorboard_writes_each_cells_rows_and_histograms"
     },
-    "test_locomotion_study.py": {"test_the_study_end_to_end_on_point_mass"},
+    "test_locomotion_study.py": {
+        "test_the_report_draws_the_study_figures_pooled_and_per_task",
+        "test_the_study_end_to_end_on_point_mass"
+    },
     "test_methods.py": {
         "test_bfloat16_actors_create_a_measured_mismatch_that_snapshot_recovery_sees",
         "test_decoupled_sources_reduce_to_ppo_clip_without_lag",
@@ -138,7 +143,15 @@ SLOW_TESTS = {
 
 
 def pytest_collection_modifyitems(config, items):
+    modules = {}
     for item in items:
         name = getattr(item, "originalname", None) or item.name
-        if name in SLOW_TESTS.get(os.path.basename(str(item.fspath)), ()):
+        file = os.path.basename(str(item.fspath))
+        modules.setdefault(file, getattr(item, "module", None))
+        if name in SLOW_TESTS.get(file, ()):
             item.add_marker(pytest.mark.slow)
+    # a renamed or removed test left in SLOW_TESTS would silently move nothing out of the fast tier
+    stale = sorted(f"{file}::{name}" for file, module in modules.items() if module is not None
+                   for name in SLOW_TESTS.get(file, ()) if not hasattr(module, name))
+    if stale:
+        raise pytest.UsageError(f"tests/conftest.py SLOW_TESTS names no test of that file: {', '.join(stale)}")
