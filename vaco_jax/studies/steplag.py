@@ -3,7 +3,7 @@
 
     python experiments/steplag.py plan                 # every unit, its cost, what is done; runs nothing
     python experiments/steplag.py run --minutes 80     # the next unfinished units that fit in 80 minutes
-    python experiments/steplag.py report               # stage 1's rules on the committed scores, per surface
+    python experiments/steplag.py report               # stage 1's rules; stage 2's verdicts once its last unit is in
 
 Stage 1 is cut into **units**, one compiled group each, in the protocol's order:
 
@@ -46,9 +46,10 @@ CHECK = {"task": "Hopper-v4", "surface": "ppo_clip", "lag_depth": 8, "seed": 0, 
 
 @dataclasses.dataclass
 class Args:
-    """The step size x lag study: plan it, run its next units, or apply stage 1's rules."""
+    """The step size x lag study: plan it, run its next units, or apply its rules to the committed scores."""
 
-    # plan: print units, costs and status; run: run units; report: stage 1's rules on the committed scores
+    # plan: print units, costs and status; run: run units; report: stage 1's rules on the committed scores,
+    # then stage 2's verdicts once every stage-2 unit has finished (none before)
     stage: Positional[Literal["plan", "run", "report"]]
     minutes: float | None = None  # run: the next unfinished units whose summed estimated cost fits in this
     units: tuple[str, ...] = ()  # run: these units (names as `plan` prints them) instead of --minutes
