@@ -79,3 +79,29 @@ def test_the_main_jobs_numbers_and_figure_are_its_committed_runs():
     assert f"]({DEMO_FIGURE})" in readme and os.path.exists(os.path.join(ROOT, DEMO_FIGURE))
     run = results.read_json(os.path.join(ROOT, DEMO, "run.json"))
     assert "Hopper-v4/ppo_clip" in str(run) and "Hopper-v4/vaco" in str(run)
+
+
+def test_the_first_screen_quotes_stage_2_as_committed():
+    """The README's "What was found" speaks of the step size x lag study's confirmatory stage as
+    results/steplag has it: before `report` has computed the verdicts (only once the last unit is in) it
+    says they are not in; after, every interval it quotes is a primary row of stage2_verdicts.csv
+    (point [low, high], two decimals)."""
+    from vaco_jax.analysis import results
+    from vaco_jax.studies import steplag
+
+    text = open(os.path.join(ROOT, "README.md")).read()
+    section = text.split("## What was found\n", 1)[1].split("\n## ", 1)[0]
+    bullets = [b for b in re.split(r"\n- ", section) if "fresh seeds" in b]
+    assert len(bullets) == 1, "the first screen has one bullet on stage 2 (the one naming its fresh seeds)"
+    bullet = " ".join(bullets[0].replace("−", "-").split())
+    path = os.path.join(ROOT, steplag.RESULTS, steplag.STAGE2_VERDICTS)
+    pending = "verdicts are computed only once its last unit is in"
+    if not os.path.exists(path):
+        assert pending in bullet
+        return
+    assert pending not in bullet
+    rows = [r for r in results.read_table(path) if r["family"] == "primary" and "point" in r]
+    committed = {tuple(f"{float(r[k]):.2f}" for k in ("point", "low", "high")) for r in rows}
+    quoted = re.findall(r"(-?\d+\.\d\d) \[(-?\d+\.\d\d), (-?\d+\.\d\d)\]", bullet)
+    assert quoted, "the stage-2 bullet quotes its verdicts' intervals"
+    assert not set(quoted) - committed, f"not in {steplag.STAGE2_VERDICTS}: {set(quoted) - committed}"
