@@ -268,6 +268,15 @@ def test_the_stage2_findings_block_grows_with_the_units_then_shows_the_verdicts(
     text = findings_tables.steplag_stage2_table(str(tmp_path))
     assert "6 of 6 units finished" in text and "No verdict yet" not in text
     assert "| P(X > PPO-Clip) | VACO, tv_budget = 0.2 | uniform | 32 |" in text and "**better**" in text
+    # the equivalence call's own difference and 90% interval stand beside each verdict
+    v = [r for r in results.read_table(str(res / steplag.STAGE2_VERDICTS)) if r["family"] == "primary"]
+    r = v[0]
+    d = f"{r['difference']:+.3f} [{r['difference_low']:+.3f}, {r['difference_high']:+.3f}]".replace("-", "−")
+    assert "difference [90% interval]" in text and d in text
+    summary = findings_tables.steplag_summary(str(tmp_path))
+    assert "6 of its 6 units finished; its primary family (`stage2_verdicts.csv`, " in summary
+    counts = {k: [x["verdict"] for x in v].count(k) for k in ("better", "equivalent", "worse", "inconclusive")}
+    assert ", ".join(f"{n} {k}" for k, n in counts.items() if n) in summary and "the lag's shape" in summary
     paths = steplag.draw_figures(q, str(res), str(tmp_path / "figures"))
     assert str(tmp_path / "figures" / "stage2.png") in paths and os.path.getsize(tmp_path / "figures" / "stage2.png") > 0
     assert "The lag's shape at B = 8" in text and "| VACO − PPO-Clip |" not in text and "| PPO-Clip − VACO |" in text

@@ -376,6 +376,15 @@ def steplag_summary(root: str) -> str | None:
         stage2 = (f"Stage 2 is fixed in the protocol ({arms}): "
                   f"{len(done)} of its {len(names)} units finished"
                   + ("" if len(done) == len(names) else ", no verdict before the last"))
+        verdicts = os.path.join(res, steplag.STAGE2_VERDICTS)
+        if len(done) == len(names) and os.path.exists(verdicts):
+            prim = [r["verdict"] for r in results.read_table(verdicts) if r["family"] == "primary"]
+            counts = ", ".join(f"{prim.count(v)} {v}" for v in ("better", "equivalent", "worse", "inconclusive")
+                               if prim.count(v))
+            stage2 += f"; its primary family (`stage2_verdicts.csv`, {len(prim)} tests against PPO-Clip): {counts}"
+            shape = os.path.join(res, steplag.STAGE2_SHAPE)
+            if os.path.exists(shape) and results.read_table(shape):
+                stage2 += f"; the lag's shape (`stage2_shape.csv`): {results.read_table(shape)[0]['overall']}"
     else:
         stage2 = "Stage 2 is not fixed yet (its section is written from stage 1's complete surfaces)"
     dev = os.path.join(res, "deviations.csv")
@@ -538,16 +547,22 @@ def steplag_stage2_table(root: str) -> str:
     def interval(r):
         return f"{num(r.get('point'), '.3f')} [{num(r.get('low'), '.3f')}, {num(r.get('high'), '.3f')}]"
 
+    def difference(r):
+        return (f"{num(r.get('difference'), '+.3f')} [{num(r.get('difference_low'), '+.3f')}, "
+                f"{num(r.get('difference_high'), '+.3f')}]")
+
     prim = [[r["test"].replace("reference", "PPO-Clip"), label(p, r["arm"]), r["lag_model"],
-             str(int(r["lag_depth"])), text_cell(r["tasks"]), interval(r), num(r.get("p_holm"), ".4f"), f"**{r['verdict']}**",
-             text_cell(r.get("at_floor")) or "—", num(r.get("setting_stability"), ".2f")]
+             str(int(r["lag_depth"])), text_cell(r["tasks"]), interval(r), difference(r), num(r.get("p_holm"), ".4f"),
+             f"**{r['verdict']}**", text_cell(r.get("at_floor")) or "—", num(r.get("setting_stability"), ".2f")]
             for r in v if r["family"] == "primary"]
     text += ["The primary family (`results/steplag/stage2_verdicts.csv`, Holm over the family): per lag model and "
              "B, P(X > PPO-Clip) pooled over the tasks both ran, and each method's retention (B = 32 over B = 1) "
-             "minus PPO-Clip's, with its interval, Holm's p-value, the verdict, the tasks at their floor and how "
-             "firmly stage 1 chose the method's setting (its stability).", "",
-             table(["test", "method", "lag model", "B", "tasks", "point [interval]", "p (Holm)", "verdict",
-                    "at floor", "setting stability"], prim).rstrip("\n"), ""]
+             "minus PPO-Clip's, with its 95% interval, the difference the equivalence call reads (the mean "
+             "normalised score minus PPO-Clip's for a head-to-head, the retention difference for a retention) with "
+             "its 90% interval (equivalent when it lies inside ±0.1), Holm's p-value, the verdict, the tasks at "
+             "their floor and how firmly stage 1 chose the method's setting (its stability).", "",
+             table(["test", "method", "lag model", "B", "tasks", "point [95% interval]", "difference [90% interval]",
+                    "p (Holm)", "verdict", "at floor", "setting stability"], prim).rstrip("\n"), ""]
     per = [[r["tasks"], label(p, r["arm"]), r["lag_model"], str(int(r["lag_depth"])), interval(r),
             r["verdict"],
             "floor" if text_cell(r.get("at_floor")) else "ceiling" if str(r.get("at_ceiling")) == "True" else ""]
