@@ -547,6 +547,9 @@ def steplag_stage2_table(root: str) -> str:
     def interval(r):
         return f"{num(r.get('point'), '.3f')} [{num(r.get('low'), '.3f')}, {num(r.get('high'), '.3f')}]"
 
+    rules_ = p["stage2"]["rules"]
+    ci, eci = float(rules_["confidence"]), float(rules_["equivalence_confidence"])
+
     def difference(r):
         return (f"{num(r.get('difference'), '+.3f')} [{num(r.get('difference_low'), '+.3f')}, "
                 f"{num(r.get('difference_high'), '+.3f')}]")
@@ -557,12 +560,14 @@ def steplag_stage2_table(root: str) -> str:
             for r in v if r["family"] == "primary"]
     text += ["The primary family (`results/steplag/stage2_verdicts.csv`, Holm over the family): per lag model and "
              "B, P(X > PPO-Clip) pooled over the tasks both ran, and each method's retention (B = 32 over B = 1) "
-             "minus PPO-Clip's, with its 95% interval, the difference the equivalence call reads (the mean "
+             f"minus PPO-Clip's, with its {ci:.0%} interval, the difference the equivalence call reads (the mean "
              "normalised score minus PPO-Clip's for a head-to-head, the retention difference for a retention) with "
-             "its 90% interval (equivalent when it lies inside ±0.1), Holm's p-value, the verdict, the tasks at "
-             "their floor and how firmly stage 1 chose the method's setting (its stability).", "",
-             table(["test", "method", "lag model", "B", "tasks", "point [95% interval]", "difference [90% interval]",
-                    "p (Holm)", "verdict", "at floor", "setting stability"], prim).rstrip("\n"), ""]
+             f"its {eci:.0%} interval (equivalent when it lies inside ±{num(rules_['margin'], 'g')}; a retention inside "
+             f"±{num(rules_['retention_margin'], 'g')}), Holm's p-value, the verdict, the tasks at their floor and how "
+             "firmly stage 1 chose the method's setting (its stability).", "",
+             table(["test", "method", "lag model", "B", "tasks", f"point [{ci:.0%} interval]",
+                    f"difference [{eci:.0%} interval]", "p (Holm)", "verdict", "at floor", "setting stability"],
+                   prim).rstrip("\n"), ""]
     per = [[r["tasks"], label(p, r["arm"]), r["lag_model"], str(int(r["lag_depth"])), interval(r),
             r["verdict"],
             "floor" if text_cell(r.get("at_floor")) else "ceiling" if str(r.get("at_ceiling")) == "True" else ""]
