@@ -275,7 +275,8 @@ def test_the_stage2_findings_block_grows_with_the_units_then_shows_the_verdicts(
     assert "difference [90% interval]" in text and d in text
     summary = findings_tables.steplag_summary(str(tmp_path))
     assert "6 of its 6 units finished; its primary family (`stage2_verdicts.csv`, " in summary
-    counts = {k: [x["verdict"] for x in v].count(k) for k in ("better", "equivalent", "worse", "inconclusive")}
+    from vaco_jax.analysis.confirm import VERDICTS
+    counts = {k: [x["verdict"] for x in v].count(k) for k in VERDICTS}
     assert ", ".join(f"{n} {k}" for k, n in counts.items() if n) in summary and "the lag's shape" in summary
     paths = steplag.draw_figures(q, str(res), str(tmp_path / "figures"))
     assert str(tmp_path / "figures" / "stage2.png") in paths and os.path.getsize(tmp_path / "figures" / "stage2.png") > 0

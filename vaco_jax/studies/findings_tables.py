@@ -378,13 +378,14 @@ def steplag_summary(root: str) -> str | None:
                   + ("" if len(done) == len(names) else ", no verdict before the last"))
         verdicts = os.path.join(res, steplag.STAGE2_VERDICTS)
         if len(done) == len(names) and os.path.exists(verdicts):
+            from vaco_jax.analysis.confirm import VERDICTS
             prim = [r["verdict"] for r in results.read_table(verdicts) if r["family"] == "primary"]
-            counts = ", ".join(f"{prim.count(v)} {v}" for v in ("better", "equivalent", "worse", "inconclusive")
-                               if prim.count(v))
+            counts = ", ".join(f"{prim.count(v)} {v}" for v in VERDICTS if prim.count(v))
             stage2 += f"; its primary family (`stage2_verdicts.csv`, {len(prim)} tests against PPO-Clip): {counts}"
-            shape = os.path.join(res, steplag.STAGE2_SHAPE)
-            if os.path.exists(shape) and results.read_table(shape):
-                stage2 += f"; the lag's shape (`stage2_shape.csv`): {results.read_table(shape)[0]['overall']}"
+            shape_path = os.path.join(res, steplag.STAGE2_SHAPE)
+            shape = results.read_table(shape_path) if os.path.exists(shape_path) else []
+            if shape:
+                stage2 += f"; the lag's shape (`stage2_shape.csv`): {shape[0]['overall']}"
     else:
         stage2 = "Stage 2 is not fixed yet (its section is written from stage 1's complete surfaces)"
     dev = os.path.join(res, "deviations.csv")
@@ -544,18 +545,17 @@ def steplag_stage2_table(root: str) -> str:
         return "\n".join(text) + "\n"
     v = results.read_table(verdicts)
 
-    def interval(r):
-        return f"{num(r.get('point'), '.3f')} [{num(r.get('low'), '.3f')}, {num(r.get('high'), '.3f')}]"
+    def interval(r, point="point", spec=".3f"):
+        """``r[point]`` [``r[low]``, ``r[high]``], the bounds named after the point (``difference_low``...)"""
+        low, high = ("low", "high") if point == "point" else (f"{point}_low", f"{point}_high")
+        return f"{num(r.get(point), spec)} [{num(r.get(low), spec)}, {num(r.get(high), spec)}]"
 
     rules_ = p["stage2"]["rules"]
     ci, eci = float(rules_["confidence"]), float(rules_["equivalence_confidence"])
 
-    def difference(r):
-        return (f"{num(r.get('difference'), '+.3f')} [{num(r.get('difference_low'), '+.3f')}, "
-                f"{num(r.get('difference_high'), '+.3f')}]")
-
     prim = [[r["test"].replace("reference", "PPO-Clip"), label(p, r["arm"]), r["lag_model"],
-             str(int(r["lag_depth"])), text_cell(r["tasks"]), interval(r), difference(r), num(r.get("p_holm"), ".4f"),
+             str(int(r["lag_depth"])), text_cell(r["tasks"]), interval(r), interval(r, "difference", "+.3f"),
+             num(r.get("p_holm"), ".4f"),
              f"**{r['verdict']}**", text_cell(r.get("at_floor")) or "—", num(r.get("setting_stability"), ".2f")]
             for r in v if r["family"] == "primary"]
     text += ["The primary family (`results/steplag/stage2_verdicts.csv`, Holm over the family): per lag model and "
