@@ -45,7 +45,7 @@ class Args:
     method: str = "vaco"  # any name in vaco_jax.METHODS
     lag_depths: tuple[int, ...] = (1, 8, 32)  # B: each actor acts with a policy up to B - 1 versions old
     seeds: tuple[int, ...] = (0, 1, 2)
-    total_env_steps: Annotated[int, DIGITS_GROUPED] = 200_000  # per run
+    total_env_steps: Annotated[int, DIGITS_GROUPED] = 200_000  # per run (whole chunks run: a note says how many)
     num_evals: int = 10  # evaluation points per run: the learning curve the AUC is taken over
     num_envs: Annotated[int | None, TASKS_OWN] = None  # parallel environments
     unroll_length: Annotated[int | None, TASKS_OWN] = None  # env steps per env per phase
@@ -62,10 +62,17 @@ def make_config(args: Args) -> Config:
                            num_evals=args.num_evals, buffer_capacity=max(args.lag_depths), **shapes)
 
 
+def steps(config: Config) -> str:
+    """The env steps each run takes: whole chunks of whole phases (num_evals x phases x num_envs x unroll_length)."""
+    ran = config.phases_run * config.batch_size
+    return f"{ran:,} env steps each" + ("" if ran == config.total_env_steps else
+                                         f" (of {config.total_env_steps:,} asked: whole chunks of whole phases run)")
+
+
 def run_grid(config: Config, cells: list[tuple[int, int]]):
     """Every cell's whole run as one program. ``make_traced`` checks each cell's values (a lag depth
     deeper than the buffer is an error before anything compiles)."""
-    trainer = make_train(config)
+    trainer = make_train(config, progress=True)  # a line after each chunk: the grid is one long program
     traced = stack_traced([make_traced(config, lag_depth) for lag_depth, _ in cells])
     keys = jnp.stack([jax.random.PRNGKey(seed) for _, seed in cells])
     _, metrics = jax.jit(jax.vmap(trainer.train))(keys, traced)
@@ -118,8 +125,7 @@ def draw(kept: dict, config: Config, path: str) -> None:
 def main(args: Args) -> list[dict]:
     config = make_config(args)
     cells = [(b, s) for b in args.lag_depths for s in args.seeds]
-    print(f"{config.env} / {config.method}: {len(cells)} cells (B x seed) in one program, "
-          f"{config.total_env_steps:,} env steps each")
+    print(f"{config.env} / {config.method}: {len(cells)} cells (B x seed) in one program, " + steps(config))
     start = time.perf_counter()
     metrics = run_grid(config, cells)
     rows = score_rows(config, cells, metrics)

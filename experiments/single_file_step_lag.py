@@ -45,7 +45,7 @@ class Args:
     factors: tuple[float, ...] = (0.3, 1.0, 3.0)  # step sizes: these multiples of the method's default
     lag_depths: tuple[int, ...] = (1, 16)
     seeds: tuple[int, ...] = (0, 1)
-    total_env_steps: Annotated[int, DIGITS_GROUPED] = 200_000
+    total_env_steps: Annotated[int, DIGITS_GROUPED] = 200_000  # per run (whole chunks run: a note says how many)
     num_evals: int = 10
     num_envs: Annotated[int | None, TASKS_OWN] = None  # parallel environments
     unroll_length: Annotated[int | None, TASKS_OWN] = None  # env steps per env per phase
@@ -61,6 +61,13 @@ def method_config(args: Args, method: str) -> Config:
                            buffer_capacity=max(args.lag_depths), **shapes)
 
 
+def steps(config: Config) -> str:
+    """The env steps each run takes: whole chunks of whole phases (num_evals x phases x num_envs x unroll_length)."""
+    ran = config.phases_run * config.batch_size
+    return f"{ran:,} env steps each" + ("" if ran == config.total_env_steps else
+                                         f" (of {config.total_env_steps:,} asked: whole chunks of whole phases run)")
+
+
 def run_method(args: Args, method: str) -> list[dict]:
     """One method's grid as one program; returns a score row per cell."""
     config = method_config(args, method)
@@ -69,8 +76,8 @@ def run_method(args: Args, method: str) -> list[dict]:
     cells = [(b, default * f, s) for b in args.lag_depths for f in args.factors for s in args.seeds]
     traced = stack_traced([make_traced(config, b, **{knob: v}) for b, v, _ in cells])
     keys = jnp.stack([jax.random.PRNGKey(s) for _, _, s in cells])
-    print(f"{method}: {len(cells)} cells (B x {knob} x seed) in one program")
-    _, metrics = jax.jit(jax.vmap(make_train(config).train))(keys, traced)
+    print(f"{method}: {len(cells)} cells (B x {knob} x seed) in one program, " + steps(config))
+    _, metrics = jax.jit(jax.vmap(make_train(config, progress=True).train))(keys, traced)  # a line per chunk
     evals = np.asarray(metrics.eval_return, float)  # [cells, num_evals]
     diverged = np.asarray(metrics.diverged).any(axis=-1)
     return [{"env": config.env, "method": method, "lag_depth": b, "step_knob": knob, "step_size": v, "seed": s,

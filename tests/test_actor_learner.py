@@ -3,6 +3,8 @@ every batch an actor produced is in it exactly once, no behaviour version is ahe
 the age histogram is the consumed samples' ages — in both modes, and bad settings are one line."""
 
 import collections
+import os
+import re
 
 import numpy as np
 import pytest
@@ -56,12 +58,19 @@ def test_an_asynchronous_run_accounts_for_every_batch_and_its_ages():
     assert run.updates == 12 and run.env_steps_per_second > 0
 
 
-def test_a_buffer_of_one_version_drops_every_older_batch_and_counts_it():
+def test_a_buffer_of_one_version_drops_every_older_batch_counts_it_and_never_stalls(monkeypatch):
+    """A healthy run drops at most num_actors + queue_capacity batches in a row (those made before the
+    learner's last publication), and the stall counter starts again at every batch taken: with the stall
+    bound at exactly that, a run that drops more than it in all completes."""
+    from vaco_jax.driver import actor_learner
+
+    monkeypatch.setattr(actor_learner, "STALL_FACTOR", 1)
     settings = RealSettings(num_actors=4, slowdown=(1, 1, 1, 4), queue_capacity=4, batches_per_update=2)
     run = run_real(_config(buffer_capacity=1), settings, seed=1)
     _check_record(run, settings, 1)
     assert run.ages[0] == run.env_steps
-    assert any(r["fate"].startswith("dropped") for r in run.record)  # 4 actors, 2 batches an update: always some
+    # 4 actors, 2 batches an update: every update drops some, far more than the bound over the run
+    assert sum(r["fate"].startswith("dropped") for r in run.record) > 4 + 4
 
 
 def test_the_synchronous_mode_takes_one_fresh_batch_from_every_actor():
@@ -74,22 +83,54 @@ def test_the_synchronous_mode_takes_one_fresh_batch_from_every_actor():
         assert actors == [0, 1, 2, 3]
 
 
-@pytest.mark.parametrize("settings, message", [
-    (RealSettings(num_actors=3), "num_envs=8 must be a multiple of num_actors=3"),
-    (RealSettings(num_actors=0), "num_actors=0 must be a positive integer"),
-    (RealSettings(num_actors=2, slowdown=(1.0,)), "slowdown=(1.0,): one factor >= 1 per actor (2)"),
-    (RealSettings(num_actors=2, slowdown=(1.0, 0.5)), "one factor >= 1 per actor"),
-    (RealSettings(num_actors=2, queue_capacity=0), "queue_capacity=0 must be a positive integer"),
-    (RealSettings(num_actors=2, mode="lockstep"), "mode='lockstep'; allowed values: async, sync"),
-    (RealSettings(num_actors=2, mode="sync", batches_per_update=1), "mode='sync' takes one batch from every actor"),
-    (RealSettings(num_actors=2, publish_interval=0), "publish_interval=0 must be a positive integer"),
-    (RealSettings(num_actors=2, mode="sync", publish_interval=4), "mode='sync' publishes every update"),
+@pytest.mark.parametrize("fields, message", [
+    (dict(num_actors=3), "num_envs=8 must be a multiple of num_actors=3"),
+    (dict(num_actors=0), "num_actors=0 must be a positive integer"),
+    (dict(num_actors=2, slowdown=(1.0,)), "slowdown=(1.0,): one factor >= 1 per actor (2)"),
+    (dict(num_actors=2, slowdown=(1.0, 0.5)), "one factor >= 1 per actor"),
+    (dict(num_actors=2, queue_capacity=0), "queue_capacity=0 must be a positive integer"),
+    (dict(num_actors=2, mode="lockstep"), "mode='lockstep'; allowed values: async, sync"),
+    (dict(num_actors=2, mode="sync", batches_per_update=1), "mode='sync' takes one batch from every actor"),
+    (dict(num_actors=2, publish_interval=0), "publish_interval=0 must be a positive integer"),
+    (dict(num_actors=2, mode="sync", publish_interval=4), "mode='sync' publishes every update"),
     # more than the buffer: the actors' version leaves the learner's buffer and nothing new is published
-    (RealSettings(num_actors=2, publish_interval=9), "publish_interval=9 must be at most buffer_capacity=8"),
+    (dict(num_actors=2, publish_interval=9), "publish_interval=9 must be at most buffer_capacity=8"),
+    # 0 is not "every actor" (that is None, the default); a bool or a float is not a count
+    (dict(num_actors=2, batches_per_update=0), "batches_per_update=0 must be a positive integer (or None: one "
+                                                "from every actor)"),
+    (dict(num_actors=True), "num_actors=True must be a positive integer"),
+    (dict(num_actors=2, queue_capacity=False), "queue_capacity=False must be a positive integer"),
+    (dict(num_actors=2, batches_per_update=True), "batches_per_update=True must be a positive integer"),
+    (dict(num_actors=2, publish_interval=2.0), "publish_interval=2.0 must be a positive integer"),
+    (dict(num_actors=2, slowdown="12"), "slowdown='12': one factor >= 1 per actor (2)"),
+    (dict(num_actors=2, slowdown=(True, 2.0)), "slowdown=(True, 2.0): one factor >= 1 per actor"),
+    (dict(num_actors=2, slowdown=(1.0, float("inf"))), "one factor >= 1 per actor"),
+    (dict(num_actors=2, mode=["sync"]), "mode=['sync']; allowed values: async, sync"),
 ])
-def test_bad_settings_are_one_line_before_anything_compiles(settings, message):
-    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        run_real(_config(), settings)
+def test_bad_settings_are_one_line_before_anything_compiles(fields, message):
+    with pytest.raises(ConfigError, match=re.escape(message)) as e:
+        run_real(_config(), RealSettings(**fields))
+    assert "\n" not in str(e.value)
+
+
+def test_none_batches_per_update_is_one_batch_from_every_actor():
+    assert RealSettings(num_actors=3).per_update() == 3
+    assert RealSettings(num_actors=3, batches_per_update=1).per_update() == 1
+
+
+@pytest.mark.parametrize("seed", [-1, 2 ** 33, 2 ** 32, True, 1.5, "0"])
+def test_a_seed_is_checked_as_a_training_run_checks_it(seed, monkeypatch):
+    """The same rule and message as ``vaco_jax.run``'s (a PRNG key holds a seed modulo 2^32: -1 and
+    2^33 would reuse another seed's key), before anything compiles."""
+    from vaco_jax.driver import actor_learner, grid
+
+    monkeypatch.setattr(actor_learner, "make_train", lambda *a: pytest.fail("compiled before the seed was checked"))
+    with pytest.raises(ConfigError) as mine:
+        run_real(_config(), RealSettings(num_actors=2), seed=seed)
+    with pytest.raises(ConfigError) as theirs:
+        grid.check_cells([grid.Cell(1, seed)])
+    assert str(mine.value) == str(theirs.value) == (f"seed={seed!r} is not allowed; a seed must be an integer in "
+                                                     f"[0, {2 ** 32 - 1}]")
 
 
 def test_a_real_run_trains_and_scores_the_simulators_phases():
@@ -124,3 +165,33 @@ def test_a_deep_queue_keeps_every_batch_accounted_for():
 def test_a_run_records_how_loaded_the_machine_was():
     run = run_real(_config(), RealSettings(num_actors=2, queue_capacity=2), seed=5)
     assert set(run.load) == {"start", "end"} and all(v is None or v >= 0 for v in run.load.values())
+
+
+def test_a_written_run_carries_every_files_checksum_and_its_histogram_reads_back_verified(tmp_path):
+    """``write_real_run`` (no training: a made-up run) writes the age histogram with its checksum beside it,
+    as the tables; the studies read it back verified, and an edited count is one line naming the file."""
+    from vaco_jax.analysis.results import ResultsError
+    from vaco_jax.driver.actor_learner import RealRun, write_real_run
+    from vaco_jax.driver.histogram import read_age_histogram
+    from vaco_jax.studies.sim_vs_real import record_histogram, run_histogram
+
+    record = [{"actor": a, "rollout": 0, "behaviour_version": 0, "started_s": 0.0, "queued_s": 0.1,
+               "learner_version": a, "age": a, "taken_s": 0.2, "samples": SAMPLES, "fate": "consumed"} for a in (0, 2)]
+    run = RealRun(record, [{"update": 2, "env_steps": 64, "seconds": 1.0, "eval_return": 3.0}],
+                  np.array([SAMPLES, 0, SAMPLES, 0]), 1.0, 2 * SAMPLES, 2, [])
+    where = str(tmp_path / "run")
+    write_real_run(where, run, _config(), RealSettings(num_actors=4), seed=0)
+    assert sorted(os.listdir(where)) == ["age_histogram.csv", "age_histogram.csv.sha256", "curve.csv",
+                                         "curve.csv.sha256", "record.csv", "record.csv.sha256", "score.json"]
+    expected = (float(SAMPLES), 0.0, float(SAMPLES))
+    assert read_age_histogram(os.path.join(where, "age_histogram.csv"), checksum=True) == expected
+    assert run_histogram(where) == record_histogram(where) == expected
+    os.remove(os.path.join(where, "age_histogram.csv.sha256"))  # a run written before histograms had one:
+    assert run_histogram(where, checksum=False) == expected  # checked against its record instead
+    path = os.path.join(where, "age_histogram.csv")
+    text = open(path).read()
+    open(path, "w").write(text.replace(f"2,{SAMPLES}", f"2,{SAMPLES + 1}"))
+    with pytest.raises(ResultsError, match="its counts differ from the consumed batches of the record.csv"):
+        run_histogram(where, checksum=False)
+    with pytest.raises(ResultsError, match="no checksum"):
+        run_histogram(where)

@@ -3,6 +3,7 @@ lag model's weights; the model then draws ages distributed as the histogram (a g
 that a wrong histogram fails), and a point mass at age B - 1 is the ``fixed`` model, bit for bit."""
 
 import dataclasses
+import os
 
 import jax
 import numpy as np
@@ -121,3 +122,48 @@ def test_the_text_of_counts_is_what_the_reader_reads(tmp_path):
     text = age_histogram_text([1, 2.5, 0])
     assert text == "age,count\n0,1\n1,2.5\n2,0\n"
     assert read_age_histogram(_file(tmp_path, text)) == (1.0, 2.5)
+
+
+def test_a_real_runs_histogram_carries_a_checksum_written_first_and_verified(tmp_path, monkeypatch):
+    """A real run's histogram is checksummed like a table (``NAME.csv.sha256``, written before the file,
+    so a crash between the two leaves a file that reads as damaged, never as healthy): one edited count,
+    a lost checksum or a changed number of ages is a one-line ResultsError naming the file."""
+    from vaco_jax.analysis import results
+    from vaco_jax.analysis.results import ResultsError, checksum_line
+
+    path = str(tmp_path / "age_histogram.csv")
+    order = []
+    write = results.atomic_write_text
+    monkeypatch.setattr(results, "atomic_write_text", lambda p, text: (order.append(os.path.basename(p)),
+                                                                       write(p, text)))
+    write_age_histogram(path, [5120, 0, 2048, 17], comment="real actor-learner: seed 0", checksum=True)
+    assert order == ["age_histogram.csv.sha256", "age_histogram.csv"]
+    text = open(path).read()
+    assert open(path + ".sha256").read() == checksum_line(4, text)
+    assert read_age_histogram(path, checksum=True) == (5120.0, 0.0, 2048.0, 17.0)
+    edits = {"an edited count": (text.replace("2,2048", "2,2049"), None, "checksum mismatch"),
+             "a lost checksum": (text, "remove", "no checksum (age_histogram.csv.sha256 is missing"),
+             "another number of ages": (text + "4,1\n", checksum_line(4, text + "4,1\n"),
+                                        "5 ages, its checksum says 4")}
+    for what, (body, side, message) in edits.items():
+        write(path, body)
+        if side == "remove":
+            os.remove(path + ".sha256")
+        elif side is not None:
+            write(path + ".sha256", side)
+        with pytest.raises(ResultsError) as e:
+            read_age_histogram(path, checksum=True)
+        assert str(e.value).startswith(path) and message in str(e.value) and "\n" not in str(e.value), what
+        read_age_histogram(path)  # without the flag (a user's export) the file is not checked
+        write_age_histogram(path, [5120, 0, 2048, 17], comment="real actor-learner: seed 0", checksum=True)
+
+
+def test_every_committed_real_run_of_the_deep_lag_study_carries_its_histograms_checksum():
+    import glob
+
+    from conftest import ROOT
+
+    paths = glob.glob(os.path.join(ROOT, "results", "deep_lag", "*", "*", "*", "seed*", "age_histogram.csv"))
+    assert len(paths) == 2 * 3 * 20 + 2 * 6  # the study's real runs and the pilot's
+    for path in paths:
+        assert read_age_histogram(path, checksum=True) == read_age_histogram(path)

@@ -38,6 +38,8 @@ def option_help(args_class, monkeypatch) -> dict[str, str]:
             name = re.match(r"--[\w-]+", body).group(0)
             parts = re.split(r"\s{2,}", body, maxsplit=1)
             helps[name] = parts[1] if len(parts) > 1 else ""
+        elif entry and name and not helps[name] and body and not body.startswith("-") and not rule:
+            continue  # a long metavar wrapped onto the next line ({ppo_clip,...,lag_adaptive_clip})
         elif entry or not body or rule:
             name = None  # another entry (-h, a positional, a heading) or the panel's end
         elif name:  # a continuation line, indented under the option

@@ -19,7 +19,7 @@ from vaco_jax.core.methods import METHODS, compose, make_method
 from vaco_jax.core.proximal import ewma_init, target_update
 from vaco_jax.core.update import LearnerState, UpdateShape, make_optimizer, update_phase
 
-NEW_METHODS = ("m2po", "tis", "mis", "gipo", "sapo", "vcpo", "impact")
+NEW_METHODS = ("m2po", "tis", "mis", "gipo", "sapo", "vcpo", "impact", "bapo", "sat", "ppo_clip_adaptive")
 
 
 # ----------------------------------------------------------------------------- slow references

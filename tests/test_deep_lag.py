@@ -185,8 +185,11 @@ def test_the_study_protocol_is_fixed_by_its_first_stage(tmp_path, monkeypatch):
     out, work = str(tmp_path / "out"), str(tmp_path / "work")
     _write_chosen(out, ["queue2x4", "publish8"])
     args = lambda stage: deep_lag.Args(stage, preset="tiny", out=out, work=work)  # noqa: E731
+    with pytest.raises(ConfigError, match="study_protocol.json is missing: no stage of the study has run"):
+        deep_lag.main(args("report"))  # a report starts no study: it writes nothing
+    assert sorted(os.listdir(out)) == ["chosen.csv", "chosen.csv.sha256"]
     with pytest.raises(ConfigError, match="has not finished; run the 'real' stage first"):
-        deep_lag.main(args("report"))  # the protocol is written, then the report finds no run
+        deep_lag.main(args("sim"))  # the protocol is written, then the sim stage finds no real run
     from vaco_jax.analysis import results
 
     protocol = results.read_json(os.path.join(out, "study_protocol.json"))
@@ -238,7 +241,7 @@ def test_the_simulated_sweeps_run_at_the_real_runs_settings(tmp_path, monkeypatc
             for seed in study["real_seeds"]:
                 where = os.path.join(out, "real", name, method, f"seed{seed}")
                 os.makedirs(where)
-                write_age_histogram(os.path.join(where, "age_histogram.csv"), counts)
+                write_age_histogram(os.path.join(where, "age_histogram.csv"), counts, checksum=True)
                 open(os.path.join(where, "score.json"), "w").write("{}")
     calls = []
     monkeypatch.setattr(deep_lag.svr, "run_sweep", lambda spec, method, variants, seeds, **kw: calls.append(
@@ -286,7 +289,9 @@ def test_the_study_end_to_end_on_point_mass(tmp_path, capsys):
         return deep_lag.Args(stage, preset="tiny", out=out, work=work, progress=False, **kw)
 
     deep_lag.main(args("pilot", configurations=("queue2x4",)))
-    chosen = deep_lag.main(args("choose"))
+    with pytest.raises(ConfigError, match="never piloted: queue4x4, queue2x16, queue4x16, publish8, publish31"):
+        deep_lag.main(args("choose"))
+    chosen = deep_lag.main(args("choose", configurations=("queue2x4",)))
     assert [c["configuration"] for c in chosen] == ["queue2x4", "queue2x4"]
     pilot = results.read_table(os.path.join(out, "pilot.csv"))
     assert [(r["configuration"], r["method"]) for r in pilot] == [("queue2x4", "ppo_clip"), ("queue2x4", "vaco")]
@@ -394,3 +399,150 @@ def test_the_first_screen_counts_the_simulated_programs_of_the_protocol(tmp_path
                 results.write_json(str(out / "real" / c["name"] / m / f"seed{seed}" / "score.json"), {"mean_age": 1.0})
     line = findings_tables.deep_lag_summary(str(tmp_path))
     assert "age4 40 (mean age 1.00)" in line and "report` runs once every simulated program has finished" in line
+
+
+# ----------------------------------------------------------------------------------- the guards
+def _committed_copy(tmp_path, ignore=("figures", "pilot")):
+    import shutil
+
+    from conftest import ROOT
+
+    out = str(tmp_path / "deep_lag")
+    shutil.copytree(os.path.join(ROOT, "results", "deep_lag"), out, ignore=shutil.ignore_patterns(*ignore))
+    return out
+
+
+def _files(out):
+    return {os.path.relpath(os.path.join(d, f), out): open(os.path.join(d, f), "rb").read()
+            for d, _, names in os.walk(out) for f in names}
+
+
+def _edit_count(path):
+    lines = open(path).read().split("\n")
+    i = next(i for i, line in enumerate(lines) if line[:1].isdigit() and not line.endswith(",0"))
+    age, count = lines[i].split(",")
+    lines[i] = f"{age},{int(count) + 1}"
+    open(path, "w").write("\n".join(lines))
+
+
+def _drop_seed(path, seed):
+    from vaco_jax.analysis import results
+
+    results.write_table(path, [r for r in results.read_table(path) if r["seed"] != seed])
+
+
+DL_DAMAGE = {  # what is done to a copy of results/deep_lag, and the one line report answers with
+    "a real run's curve gone": (lambda o: os.remove(f"{o}/real/age16/vaco/seed7/curve.csv"), "ResultsError",
+                                "report: 1 table(s) of finished units are missing: "
+                                "{o}/real/age16/vaco/seed7/curve.csv;"),
+    "a real histogram's checksum gone": (lambda o: os.remove(f"{o}/real/age4/ppo_clip/seed0/age_histogram.csv.sha256"),
+                                         "ResultsError", "{o}/real/age4/ppo_clip/seed0/age_histogram.csv: no checksum"),
+    "a real histogram's count edited": (lambda o: _edit_count(f"{o}/real/age16/ppo_clip/seed5/age_histogram.csv"),
+                                        "ResultsError", "{o}/real/age16/ppo_clip/seed5/age_histogram.csv: checksum "
+                                                        "mismatch"),
+    "a real run's score gone": (lambda o: os.remove(f"{o}/real/lockstep/vaco/seed19/score.json"), "ConfigError",
+                                "report: {o}/real/lockstep/vaco/seed19 has not finished; run the 'real' stage first"),
+    "a program's realised ages gone": (
+        lambda o: os.remove(f"{o}/sim/age4/vaco/control/seeds1000-1009/realised_ages.csv"), "ResultsError",
+        "missing: {o}/sim/age4/vaco/control/seeds1000-1009/realised_ages.csv;"),
+    "a program's scores gone": (lambda o: os.remove(f"{o}/sim/age16/ppo_clip/main/seeds1020-1039/scores.csv"),
+                                "ConfigError", "report: {o}/sim/age16/ppo_clip/main/seeds1020-1039 has not finished; "
+                                               "run the 'sim' stage first"),
+    "the protocol gone": (lambda o: os.remove(f"{o}/study_protocol.json"), "ConfigError",
+                          "report: {o}/study_protocol.json is missing: no stage of the study has run"),
+    "a program's seed lost": (lambda o: _drop_seed(f"{o}/sim/age16/ppo_clip/main/seeds1020-1039/scores.csv", 1033),
+                              "ResultsError", "{o}/sim/age16/ppo_clip/main/seeds1020-1039/scores.csv: seeds [1020, "),
+}
+
+
+@pytest.mark.parametrize("damage", list(DL_DAMAGE))
+def test_a_report_on_a_damaged_copy_of_the_study_is_one_line_and_writes_nothing(tmp_path, damage):
+    """The committed study, copied, one unit's file gone or changed (a real run's histogram included: it
+    decides the simulated counterparts' weights): the report names it in one line before it writes
+    anything, never a verdict from the units that are left or an inconclusive row from a changed count."""
+    from vaco_jax.analysis.results import ResultsError
+
+    out = _committed_copy(tmp_path)
+    act, kind, message = DL_DAMAGE[damage]
+    act(out)
+    before = _files(out)
+    with pytest.raises({"ResultsError": ResultsError, "ConfigError": ConfigError}[kind]) as e:
+        deep_lag.main(deep_lag.Args("report", out=out, work=str(tmp_path / "work"), progress=False))
+    assert message.format(o=out) in str(e.value) and "\n" not in str(e.value)
+    assert _files(out) == before
+
+
+def test_choose_refuses_a_pilot_that_has_not_run_every_configuration(tmp_path):
+    """The committed pilot, copied: whole, ``choose`` writes the committed choice again; with a
+    configuration never piloted and one partly, it names both and writes nothing; ``--configurations``
+    applies the rule among the ones named, and ``chosen.csv`` says so."""
+    import shutil
+
+    from conftest import ROOT
+
+    committed = os.path.join(ROOT, "results", "deep_lag")
+    whole, part = str(tmp_path / "whole"), str(tmp_path / "part")
+    for out in (whole, part):
+        shutil.copytree(os.path.join(committed, "pilot"), os.path.join(out, "pilot"))
+    args = lambda out, **kw: deep_lag.Args("choose", out=out, progress=False, **kw)  # noqa: E731
+    deep_lag.main(args(whole))
+    for name in ("chosen.csv", "pilot.csv"):
+        assert open(os.path.join(whole, name)).read() == open(os.path.join(committed, name)).read()
+    shutil.rmtree(os.path.join(part, "pilot", "queue2x16"))
+    shutil.rmtree(os.path.join(part, "pilot", "publish31", "vaco"))
+    with pytest.raises(ConfigError) as e:
+        deep_lag.main(args(part))
+    assert str(e.value) == ("choose: the rule compares every configuration it is given, and the pilot has not "
+                            "finished them (never piloted: queue2x16; partly piloted: publish31 (1 of 2 runs)); run "
+                            "`pilot`, or choose among the finished ones only: --configurations queue2x4 queue4x4 "
+                            "queue4x16 publish8")
+    assert os.listdir(part) == ["pilot"]
+    chosen = deep_lag.main(args(part, configurations=("queue2x4", "publish8")))
+    assert [c["configuration"] for c in chosen] == ["publish8", "queue2x4"]  # queue2x4 nearest 16 (none within 25%)
+    assert all(c["why"].endswith("; among queue2x4, publish8 only (--configurations)") for c in chosen)
+
+
+def test_choose_refuses_to_overwrite_the_choice_a_study_has_run_on(tmp_path):
+    out = _committed_copy(tmp_path, ignore=("figures",))
+    before = _files(out)
+    with pytest.raises(ConfigError) as e:
+        deep_lag.main(deep_lag.Args("choose", out=out, progress=False))
+    assert str(e.value) == (f"choose: the study has run on {out}/chosen.csv (study_protocol.json, 120 finished real "
+                            "run(s), 14 finished simulated program(s)); choosing again would leave its runs under "
+                            "another choice: keep it, or pilot and choose in another --out")
+    assert _files(out) == before
+
+
+@pytest.mark.parametrize("stage", ["plan", "power", "real", "sim", "report"])
+def test_configurations_is_refused_by_the_stages_that_do_not_read_it(tmp_path, stage):
+    out = str(tmp_path / "out")
+    _write_chosen(out, ["queue2x4", "publish8"])
+    with pytest.raises(ConfigError) as e:
+        deep_lag.main(deep_lag.Args(stage, preset="tiny", out=out, work=str(tmp_path / "work"),
+                                    configurations=("queue2x4",)))
+    assert str(e.value) == (f"configurations: read by the stages pilot and choose only; {stage} takes every "
+                            "configuration (the study's stages: lockstep and the ones chosen.csv names)")
+    assert sorted(os.listdir(out)) == ["chosen.csv", "chosen.csv.sha256"] and not os.path.exists(tmp_path / "work")
+
+
+@pytest.mark.parametrize("rows, message", [
+    ([{"target": 4.0, "configuration": "queue9"}, {"target": 16.0, "configuration": "publish8"}],
+     "names 'queue9' for the target 4, which is no configuration of the pilot (allowed values: queue2x4, "),
+    ([{"target": 4.0, "configuration": "lockstep"}, {"target": 16.0, "configuration": "publish8"}],
+     "names 'lockstep' for the target 4, which is no configuration of the pilot"),
+    ([{"target": 4.0, "configuration": "queue2x4"}, {"target": 4.0, "configuration": "publish8"}],
+     "names the target 4 twice"),
+    ([{"goal": 4.0, "configuration": "queue2x4"}], "row 1: expected a number under 'target' and a name under "
+                                                   "'configuration'"),
+])
+def test_a_bad_chosen_csv_is_a_problem_of_that_file(tmp_path, rows, message):
+    from vaco_jax.analysis import results
+
+    out = str(tmp_path / "out")
+    os.makedirs(out)
+    results.write_table(os.path.join(out, "chosen.csv"), rows)
+    with pytest.raises(ConfigError) as e:  # not a --configurations flag error: the file's
+        deep_lag.main(deep_lag.Args("real", preset="tiny", out=out, work=str(tmp_path / "work")))
+    assert str(e.value).startswith(f"study: {out}/chosen.csv") and message in str(e.value)
+    assert str(e.value).endswith("; rerun `choose`") and "\n" not in str(e.value)
+    assert sorted(os.listdir(out)) == ["chosen.csv", "chosen.csv.sha256"]

@@ -140,7 +140,7 @@ def test_an_optional_flag_shows_its_type_and_still_parses(monkeypatch):
                   "--clip-epsilon FLOAT ", "--backend {mujoco,mjx,", "--wandb-mode {online,offline} ",
                   "--sweep STR [STR ...] ", "--anneal-lr {True,False} ", "--tasks TASK [TASK ...] "):
         assert shown in text, shown
-    assert "(default: 300_000)" in help_text("train", monkeypatch=monkeypatch)  # tyro's own was 300000
+    assert "(default: 200_000)" in help_text("train", monkeypatch=monkeypatch)  # tyro's own was 200000
     args = parse_args(args_class("lag-sweep"), ["--max-chunks", "3", "--seeds", "0", "1", "--total-env-steps",
                                                 "300_000", "--wandb-mode", "online", "--clip-epsilon", "0.1"])
     assert (args.max_chunks, args.seeds, args.total_env_steps, args.wandb_mode, args.clip_epsilon) == (

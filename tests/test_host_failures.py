@@ -207,8 +207,11 @@ def test_load_policy_takes_a_run_directory_of_one_group_and_lists_several(tmp_pa
     both = tmp_path / "both"
     for method in ("ppo_clip", "vaco"):
         shutil.copytree(single.group_dir, both / "point_mass" / method)
-    with pytest.raises(ConfigError, match=r"holds 2 finished groups \(point_mass/ppo_clip, point_mass/vaco\)"):
+    with pytest.raises(ConfigError, match=r"holds 2 finished groups \(point_mass/ppo_clip, point_mass/vaco\)") as e:
         load_policy(str(both))
+    assert "load_policy(..., group='point_mass/ppo_clip')" in str(e.value)  # a parameter the function takes
+    act = load_policy(str(both), 0, group="point_mass/vaco")
+    assert np.asarray(act(np.zeros(2, np.float32))).shape == (1,)
     with pytest.raises(ConfigError, match="no such directory"):
         load_policy(str(tmp_path / "none"))
 

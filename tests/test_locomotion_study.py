@@ -265,13 +265,13 @@ def test_a_units_provenance_is_merged_into_the_committed_files_never_replacing_t
     results.write_json(str(run_dir / "random_scores.json"), {"Walker2d-v4": 2.75, "Ant-v4": -50.0})
     results.write_json(str(run_dir / "run.json"), {"identity": {"Walker2d-v4/spo": {"env": "Walker2d-v4"}},
                                                    "machines": [dict(machine, cpu="Intel")], "git_commit": "new"})
-    loco.merge_provenance(str(run_dir), str(dst))
+    study_module("kit").merge_provenance(str(run_dir), str(dst))
     assert results.read_json(str(dst / "random_scores.json")) == {"Hopper-v4": 24.6, "Walker2d-v4": 2.76,
                                                                    "Ant-v4": -50.0}
     merged = results.read_json(str(dst / "run.json"))
     assert merged["identity"] == {"Hopper-v4/vaco": {"env": "Hopper-v4"}, "Walker2d-v4/spo": {"env": "Walker2d-v4"}}
     assert merged["machines"] == [machine, dict(machine, cpu="Intel")] and merged["git_commit"] == "new"
-    loco.merge_provenance(str(run_dir), str(dst))  # collecting twice changes nothing
+    study_module("kit").merge_provenance(str(run_dir), str(dst))  # collecting twice changes nothing
     assert results.read_json(str(dst / "run.json")) == merged
 
 
@@ -322,3 +322,69 @@ def test_the_primary_call_at_and_around_its_thresholds(rejected, high, verdict):
     from vaco_jax.studies.locomotion_report import primary_verdict
 
     assert primary_verdict(rejected, high) == verdict
+
+
+# ----------------------------------------------------------------------------- report and run guards
+
+def _snapshot(root) -> dict:
+    out = {}
+    for d, _, files in os.walk(root):
+        for f in files:
+            with open(os.path.join(d, f), "rb") as fh:
+                out[os.path.relpath(os.path.join(d, f), root)] = fh.read()
+    return out
+
+
+def test_the_report_is_computed_only_under_the_units_protocol_and_from_every_listed_unit(tmp_path):
+    """A copy of the committed study: an edited protocol, then a finished unit's lost table, are one-line
+    errors naming them; nothing is rewritten."""
+    import shutil
+
+    study = study_module("locomotion")
+    res = tmp_path / "results"
+    shutil.copytree(os.path.join(ROOT, study.RESULTS), res)
+    figures = ("--figures", str(tmp_path / "figures"))
+    p = json.load(open(res / "protocol.json"))
+    p["rules"]["bootstrap"]["confidence"] = 0.9
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(p))
+    before = _snapshot(res)
+    with pytest.raises(ConfigError, match=f"{edited} .*not the protocol the units ran under"):
+        study.main(_args(study, tmp_path, "report", *figures, protocol=edited))
+    assert _snapshot(res) == before
+    lost = res / "study" / "Walker2d-v4" / "vaco" / "scores.csv"
+    os.remove(lost)
+    before = _snapshot(res)
+    for stage in ("report", "plan"):
+        with pytest.raises(results.ResultsError, match=f"1 unit.*: study/Walker2d-v4/vaco \\({lost}: missing"):
+            study.main(_args(study, tmp_path, stage, *figures, protocol=res / "protocol.json"))
+    assert _snapshot(res) == before and not os.path.exists(tmp_path / "figures")
+
+
+def test_unit_folders_follow_from_the_names(tmp_path):
+    study = study_module("locomotion")
+    p, _ = study.load_protocol(os.path.join(ROOT, study.PROTOCOL))
+    units = study.all_units(p, study.Args(stage="plan", results=os.path.join(ROOT, study.RESULTS),
+                                          runs=str(tmp_path)))[0]
+    units += study.extension_units(p, {"extend": {"vaco": {"1": 0.05}}})
+    assert {u.name.split("/")[0] for u in units} == {"tune", "extend", "study", "lag_aware", "ablation"}
+    assert all(study.unit_dir(p, u.name) == os.path.join(u.stage, u.group.subdir) for u in units)
+
+
+@pytest.mark.parametrize("text, message", [("{\"tasks\": [", "not valid JSON"),
+                                           ("[]", "must be a JSON object of sections, not an array"),
+                                           ("{}", "protocol field 'tasks' missing")])
+def test_a_protocol_file_that_is_no_protocol_is_one_line_naming_it(tmp_path, text, message):
+    study = study_module("locomotion")
+    (tmp_path / "protocol.json").write_text(text)
+    with pytest.raises(ConfigError, match=f"{tmp_path / 'protocol.json'}.*{message}") as e:
+        study.main(_args(study, tmp_path, "plan"))
+    assert "\n" not in str(e.value)
+
+
+def test_the_frozen_tuning_error_names_the_results_given(tmp_path):
+    study = study_module("locomotion")
+    tiny_protocol(tmp_path / "protocol.json")
+    with pytest.raises(ConfigError, match=f"frozen tuning \\({tmp_path / 'results' / 'tuned.json'}\\)"):
+        study.main(_args(study, tmp_path, "run", "--units", "study/point_mass/ppo_clip"))
+    assert not os.path.exists(tmp_path / "results")

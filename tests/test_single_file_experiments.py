@@ -65,6 +65,7 @@ def test_the_lag_sweep_runs_whole_and_writes_a_verified_table_and_a_figure(tmp_p
     assert os.path.getsize(tmp_path / "retention.png") > 1000
     out = capsys.readouterr().out
     assert "retention" in out and "wrote" in out
+    assert "256 env steps each" in out and "training: chunk 2/2, 256 env steps per run" in out  # a line per chunk
     kept = module.retention(rows + [{**rows[1], "seed": 1, "diverged": True, "auc_eval_return": float("nan")}])
     assert kept[1][0] == pytest.approx(1.0) and kept[4][2] == 1  # a diverged run is left out, not averaged
 
@@ -77,6 +78,18 @@ def test_the_step_lag_grid_runs_both_methods_around_their_defaults(tmp_path, cap
     assert {r["step_knob"] for r in rows} == {"clip_epsilon", "tv_budget"} and len(rows) == 8
     assert len(results.read_table(str(tmp_path / "scores.csv"))) == 8
     assert os.path.getsize(tmp_path / "surface.png") > 1000
-    assert "best step size" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "best step size" in out and out.count("training: chunk 2/2") == 2  # one program per method
     with pytest.raises(SystemExit, match="step knob"):
         module.method_config(module.Args(methods=("impala",), **TINY), "impala")
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_a_run_that_takes_fewer_steps_than_asked_says_so(name):
+    """Whole chunks of whole phases run: 1,000 steps asked of 2 chunks of 128-step phases run 768, said."""
+    from vaco_jax import Config
+
+    steps = _load(name).steps
+    config = Config(env="point_mass", num_envs=8, unroll_length=16, num_evals=2, total_env_steps=1000)
+    assert steps(config) == "768 env steps each (of 1,000 asked: whole chunks of whole phases run)"
+    assert steps(config.replace(total_env_steps=768)) == "768 env steps each"

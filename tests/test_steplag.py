@@ -157,10 +157,10 @@ def _args(tmp_path, stage="plan"):
 
 
 def test_the_plan_reuses_the_first_study_and_runs_the_check_first(tmp_path):
-    from vaco_jax.studies import locomotion as first
+    from vaco_jax.studies import kit
     from vaco_jax.studies import steplag
 
-    p, _ = first.load_protocol(steplag.PROTOCOL)
+    p, _ = kit.load_protocol(steplag.PROTOCOL)
     steplag.check_protocol(p)
     units, reuse = steplag.all_units(p, _args(tmp_path))
     assert reuse == "unknown" and units[0].name == "reuse_check" and units[0].runs == 1
@@ -178,10 +178,10 @@ def test_the_plan_reuses_the_first_study_and_runs_the_check_first(tmp_path):
 @pytest.mark.parametrize("same", [True, False])
 def test_a_failed_reuse_check_adds_fill_units(tmp_path, same):
     from vaco_jax.analysis import results
-    from vaco_jax.studies import locomotion as first
+    from vaco_jax.studies import kit
     from vaco_jax.studies import steplag
 
-    p, _ = first.load_protocol(steplag.PROTOCOL)
+    p, _ = kit.load_protocol(steplag.PROTOCOL)
     c = steplag.CHECK
     then = steplag.reused_cells(p, c["task"], c["surface"])[(c["lag_depth"], c["seed"], c["value"])]
     d = tmp_path / "results" / "check" / c["task"] / c["surface"]

@@ -3,6 +3,7 @@ on the committed protocol with synthetic scores in a temporary results directory
 added seeds, the stage-2 section's checks, units, draft and verdicts."""
 
 import copy
+import shutil
 import os
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 
 from vaco_jax.analysis import results
 from vaco_jax.core.config import ConfigError
-from vaco_jax.studies import locomotion as first
+from vaco_jax.studies import kit
 from vaco_jax.studies import steplag
 from vaco_jax.studies import steplag_stage2 as S2
 
@@ -20,7 +21,7 @@ def _args(tmp_path):
 
 
 def _protocol():
-    return first.load_protocol(steplag.PROTOCOL)[0]
+    return kit.load_protocol(steplag.PROTOCOL)[0]
 
 
 def _write_surface(results_dir, p, key, means, seeds=(0, 1, 2), spread=0.0, sub="", task="Hopper-v4"):
@@ -305,3 +306,180 @@ def test_the_committed_rules_recompute_from_the_per_run_scores(tmp_path):
             assert f.read() == g.read()
     else:  # no interim verdict is committed
         assert not os.path.exists(os.path.join(res, steplag.STAGE2_VERDICTS))
+
+
+# ----------------------------------------------------------------------------- report and run guards
+
+def _snapshot(root) -> dict:
+    """Every file under ``root`` with its bytes: what a refused command must leave as it was."""
+    out = {}
+    for d, _, files in os.walk(root):
+        for f in files:
+            with open(os.path.join(d, f), "rb") as fh:
+                out[os.path.relpath(os.path.join(d, f), root)] = fh.read()
+    return out
+
+
+def _committed_copy(tmp_path):
+    """A copy of the committed step size x lag study (protocol, manifest, every unit's tables)."""
+    res = tmp_path / "results"
+    shutil.copytree(steplag.RESULTS, res)
+    return res
+
+
+def _main(tmp_path, stage, res, *, protocol=None, **kw):
+    return steplag.main(steplag.Args(stage=stage, protocol=str(protocol or res / "protocol.json"), results=str(res),
+                                     runs=str(tmp_path / "runs"), figures=str(tmp_path / "figures"), **kw))
+
+
+def test_report_under_an_edited_protocol_is_refused_unless_the_change_is_a_recorded_deviation(tmp_path):
+    import json
+    res = _committed_copy(tmp_path)
+    p = json.load(open(res / "protocol.json"))
+    p["stage2"]["rules"]["margin"] = 0.2  # the verdicts would change under it
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(p, indent=1))
+    before = _snapshot(res)
+    with pytest.raises(ConfigError, match=f"protocol: {edited} .*not the protocol the units ran under"):
+        _main(tmp_path, "report", res, protocol=edited)
+    assert _snapshot(res) == before and not os.path.exists(tmp_path / "figures")
+    digest = kit.load_protocol(str(edited))[1]
+    kit.check_report_protocol(str(res), kit.load_protocol(str(res / "protocol.json"))[1], "p")  # committed: fine
+    rows = results.read_table(str(res / "deviations.csv"))
+    results.write_table(str(res / "deviations.csv"), rows + [{**rows[-1], "protocol_sha256": digest}])
+    kit.check_report_protocol(str(res), digest, str(edited))  # recorded as a deviation: computed under it
+
+
+@pytest.mark.parametrize("unit, damage", [("stage2/Hopper-v4/vaco/uniform", "delete"),
+                                          ("surface/Hopper-v4/ppo_clip", "edit"), ("seeds/Hopper-v4/sapo", "delete")])
+def test_a_finished_units_lost_table_is_named_by_report_and_plan_and_nothing_is_rewritten(tmp_path, unit, damage):
+    res = _committed_copy(tmp_path)
+    path = res / steplag.unit_dir(unit) / "scores.csv"
+    if damage == "delete":
+        os.remove(path)
+        if os.path.exists(str(path) + ".sha256"):  # (an older table carries its checksum as a footer)
+            os.remove(str(path) + ".sha256")
+    else:
+        path.write_text(path.read_text().replace("Hopper-v4", "Hopper-v5", 1))
+    before = _snapshot(res)
+    for stage in ("report", "plan"):  # plan never says "done" for what report cannot read
+        with pytest.raises(results.ResultsError, match=f"1 unit.*: {unit} \\({path}: "):
+            _main(tmp_path, stage, res)
+    assert _snapshot(res) == before and not os.path.exists(tmp_path / "figures")
+
+
+def test_unit_folders_follow_from_the_names_as_the_plan_makes_them(tmp_path):
+    p = _with_stage2(_protocol())
+    res = str(tmp_path / "results")
+    c = steplag.CHECK  # a failed reuse check: fill units
+    then = steplag.reused_cells(p, c["task"], c["surface"])[(c["lag_depth"], c["seed"], c["value"])]
+    os.makedirs(os.path.join(res, "check", c["task"], c["surface"]))
+    results.write_table(os.path.join(res, "check", c["task"], c["surface"], "scores.csv"),
+                        [{**then, "auc_eval_return": float(then["auc_eval_return"]) + 1.0}])
+    vals = p["stage1"]["surfaces"]["spo"]["values"]  # best at the upper edge: extension units
+    for task in ("Hopper-v4", "Walker2d-v4"):
+        _write_surface(res, p, "spo", {v: 0.1 * (i + 1) for i, v in enumerate(vals)}, task=task, spread=0.02)
+    _unstable(res, p)  # added seeds
+    units = steplag.all_units(p, _args(tmp_path))[0]
+    kinds = {u.name.split("/")[0] for u in units}
+    assert kinds == {"reuse_check", "surface", "fill", "extend", "seeds", "stage2"}
+    assert all(steplag.unit_dir(u.name) == os.path.join(u.stage, u.group.subdir) for u in units)
+    with pytest.raises(ConfigError, match="manifest unit 'nope/x'"):
+        steplag.unit_dir("nope/x")
+
+
+def _unit_tables(folder, rows=1):
+    os.makedirs(folder, exist_ok=True)
+    results.write_table(os.path.join(folder, "scores.csv"), [{"env": "Hopper-v4", "seed": i, "auc_eval_return": 1.0}
+                                                              for i in range(rows)])
+    results.write_table(os.path.join(folder, "curves.csv"), [{"seed": i, "chunk": 0} for i in range(rows)])
+    results.write_cells(folder, [{"lag_depth": 1, "seed": i} for i in range(rows)])
+    results.write_json(os.path.join(folder, "config.json"), {"env": "Hopper-v4"})
+
+
+def test_run_copies_back_a_lost_or_half_copied_unit_and_collects_one_never_copied_with_its_cpu(tmp_path, capsys):
+    import types
+
+    from vaco_jax.driver import provenance
+    res, runs = tmp_path / "results", tmp_path / "runs"
+    names = ["surface/Hopper-v4/ppo_clip", "surface/Hopper-v4/vaco", "surface/Walker2d-v4/vaco"]
+    for n in names:
+        _unit_tables(runs / steplag.unit_dir(n))
+    for n in names[:2]:
+        _unit_tables(res / steplag.unit_dir(n))
+    _finish(str(res), names[:2])
+    os.remove(res / steplag.unit_dir(names[0]) / "scores.csv")  # lost
+    curves = res / steplag.unit_dir(names[1]) / "curves.csv"
+    curves.write_text(curves.read_text()[:-3])  # half-copied
+    here = provenance.machine()
+    os.makedirs(runs / "surface", exist_ok=True)
+    results.write_json(str(runs / "surface" / "run.json"), {"machines": [{**here, "cpu": "Some CPU"}]})
+    with pytest.raises(results.ResultsError, match="2 unit.*copy back what .* still holds .* with `run`"):
+        kit.check_units_present(str(res), str(runs), steplag.unit_dir)  # plan and report: named
+    args = types.SimpleNamespace(results=str(res), runs=str(runs), deviation="", protocol="p", units=(), minutes=10.0)
+    units = [kit.Unit(n, "surface", types.SimpleNamespace(subdir=steplag.unit_dir(n).split(os.sep, 1)[1]), 1, 1.0)
+             for n in names]
+    kit.start_run(units, args, "x", steplag.unit_dir)
+    assert kit.unit_problems(str(res), steplag.unit_dir) == {}
+    manifest = {r["unit"]: r for r in results.read_table(str(res / "manifest.csv"))}
+    assert set(manifest) == set(names) and manifest[names[2]]["protocol_sha256"] == "x"
+    assert manifest[names[2]]["cpu"] == "Some CPU"  # from the run directory's run.json
+    assert "copied back" in capsys.readouterr().out
+    # a unit this machine has just finished: its CPU model, which run.json records among its machines
+    results.write_json(str(runs / "surface" / "run.json"), {"machines": [{**here, "cpu": "Other"}, here]})
+    assert kit.unit_cpu(str(runs / "surface"), here=True) == here["cpu"]
+    assert kit.unit_cpu(str(runs / "surface"), here=False) == f"Other | {here['cpu']}"
+    assert kit.unit_cpu(str(tmp_path / "nowhere"), here=False) == ""
+
+
+def test_a_refused_run_records_no_deviation_and_names_its_own_flag(tmp_path):
+    res, runs = tmp_path / "results", tmp_path / "runs"
+    _unit_tables(res / "stage2" / "Ant-v4" / "ppo_clip" / "uniform")
+    _finish(str(res), ["stage2/Ant-v4/ppo_clip/uniform"])  # ran under another protocol ("x")
+    c = steplag.CHECK  # the run directory holds the unit's group with other settings
+    os.makedirs(runs / "check")
+    results.write_json(str(runs / "check" / "run.json"),
+                       {"identity": {f"{c['task']}/{c['surface']}": {"env": c["task"], "num_envs": 999}}})
+    before = _snapshot(tmp_path)
+    with pytest.raises(ConfigError, match="deviation"):  # no --deviation: refused
+        _main(tmp_path, "run", res, protocol=steplag.PROTOCOL, units=("reuse_check",))
+    with pytest.raises(ConfigError, match="other settings") as e:
+        _main(tmp_path, "run", res, protocol=steplag.PROTOCOL, units=("reuse_check",), deviation="a change")
+    assert "--runs" in str(e.value) and "--out" not in str(e.value)
+    assert _snapshot(tmp_path) == before and not os.path.exists(res / "deviations.csv")
+
+
+def test_a_report_that_fails_part_way_rewrites_no_table(tmp_path, monkeypatch):
+    q = _with_stage2(_protocol(), arms={"ppo_clip": 0.2, "vaco": 0.2})
+    res = str(tmp_path / "results")
+    _stage2_scores(res)
+    _finish(res, S2.unit_names(q))
+
+    def broken(*a, **k):
+        raise RuntimeError("a failure after stage 1's rules")
+    monkeypatch.setattr(S2, "verdicts", broken)
+    with pytest.raises(RuntimeError):
+        steplag.report(q, res)
+    assert not os.path.exists(os.path.join(res, steplag.CHOICES))
+
+
+@pytest.mark.parametrize("text, field", [
+    ("{", "not valid JSON"), ("[1, 2]", "must be a JSON object of sections, not an array"),
+    (None, "missing section.*stage1"), ("knob", r"stage1.surfaces.ppo_clip.knob: 'clip_epsilonn' is not a knob "
+                                              r"\(did you mean 'clip_epsilon'\?\)"),
+    ("values", "stage1.surfaces.ppo_clip: missing values")])
+def test_a_bad_protocol_file_is_one_line_naming_the_file_and_the_field(tmp_path, text, field):
+    import json
+    path = tmp_path / "protocol.json"
+    p = _protocol()
+    if text is None:
+        del p["stage1"]
+    elif text == "knob":
+        p["stage1"]["surfaces"]["ppo_clip"]["knob"] = "clip_epsilonn"
+    elif text == "values":
+        del p["stage1"]["surfaces"]["ppo_clip"]["values"]
+    path.write_text(json.dumps(p) if text in (None, "knob", "values") else text)
+    with pytest.raises(ConfigError, match=f"{path}.*{field}") as e:
+        _main(tmp_path, "plan", tmp_path / "results", protocol=path)
+    assert "\n" not in str(e.value)
+    assert not os.path.exists(tmp_path / "results")

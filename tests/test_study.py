@@ -225,3 +225,22 @@ def test_cost_stage_writes_a_verified_table_once(study, tmp_path, monkeypatch):
     results.write_table(path, [{**r, "lag_depth": 8} for r in rows])  # timed at another lag depth: refused
     with pytest.raises(ConfigError, match="measured at lag depth \\[8\\], the design's is 16; delete it"):
         study.measure_cost(out, ("point_mass", "inverted_pendulum"), rounds=2, per_round=1)
+
+
+@pytest.mark.parametrize("group", ["lag/reacher/spo", "lag/FingerSpin/spo/shard-1-of-2",
+                                   "step/inverted_pendulum/ppo_clip/variant=clip_x2"])
+def test_a_finished_designs_lost_table_is_named_by_the_report_and_nothing_is_written(tmp_path, group):
+    """A copy of the committed study with one finished group's scores gone: the claims report names it
+    (never leaves the task out as if it were unfinished) and writes nothing."""
+    import shutil
+
+    from vaco_jax.studies import claims as report
+    study_dir = tmp_path / "study"
+    shutil.copytree(os.path.join(ROOT, "results", "study"), study_dir)
+    lost = study_dir / group / "scores.csv"
+    os.remove(lost)
+    if os.path.exists(str(lost) + ".sha256"):
+        os.remove(str(lost) + ".sha256")
+    with pytest.raises(results.ResultsError, match=f"1 of its groups have no scores.csv: {lost};") as e:
+        report.main(["--study", str(study_dir), "--out", str(tmp_path / "claims.csv")])
+    assert "\n" not in str(e.value) and not os.path.exists(tmp_path / "claims.csv")

@@ -96,7 +96,8 @@ def _float_equal(a, b) -> bool:
 
 # ----------------------------------------------------------------------------- tests
 
-def test_progress_fn_and_wandb_see_every_chunk_of_every_cell_and_change_no_number(tmp_path, plain, monkeypatch):
+def test_progress_fn_and_wandb_see_every_chunk_of_every_cell_and_change_no_number(tmp_path, plain, monkeypatch,
+                                                                                  capsys):
     pytest.importorskip("wandb")
     monkeypatch.delenv("WANDB_MODE", raising=False)  # the default: offline, no network needed
     d = str(tmp_path / "run" / "g")
@@ -129,6 +130,9 @@ def test_progress_fn_and_wandb_see_every_chunk_of_every_cell_and_change_no_numbe
                 assert _float_equal(h[f"returns/{k}"], r[k]), (k, h, r)
             assert _float_equal(h["diagnostics/mean_staleness"], r["mean_staleness"])
             assert h["chunk"] == r["chunk"] and sum(v for k, v in h.items() if k.startswith("staleness/")) == 1
+    # where the W&B files went is said, with how to upload them
+    assert (f"wandb (point_mass/ppo_clip): 2 offline run(s) in {tmp_path / 'run' / 'wandb'}; upload: wandb sync "
+            in capsys.readouterr().out)
     # nothing but wandb/ was added beside the group
     assert sorted(os.listdir(tmp_path / "run")) == ["g", "wandb"]
     assert sorted(os.listdir(d)) == sorted(os.listdir(plain[2]))

@@ -8,7 +8,7 @@
 * **Knobs** (``KNOBS``): every numeric knob once, with its home, allowed range and help line. A knob
   is **traced**: it enters the compiled program as an array, so a grid over it (with lag depths and
   seeds) is one ``vmap``ped program. Three homes: ``lag`` (the lag piece: ``lag_depth``,
-  ``age_weights``), ``common`` (fields of ``config.TracedParams`` read by every method: learning
+  ``age_weights``, ``publish_interval``), ``common`` (fields of ``config.TracedParams`` read by every method: learning
   rate, gamma, ...; docs/methods.md) and ``method`` (a field of one of the method's pieces:
   ``clip_epsilon`` of PPO-Clip, ``tv_budget`` of the TV filter, ...). A piece of a user's own may add
   knobs of its own; they are swept by name the same way, only without a range check.
@@ -52,6 +52,8 @@ KNOBS: dict[str, Knob] = {
                       low=1, integer=True),
     "age_weights": Knob("lag", "lag_model='ages': weights of snapshot ages 0, 1, ... (normalised; length <= buffer_capacity)",
                         low=0, optional=True),
+    "publish_interval": Knob("lag", "lag_model='publish': the learner publishes every k-th version, seen lag_depth-k "
+                             "versions late (1 <= k <= lag_depth)", low=1, integer=True),
     # --- common (docs/methods.md, docs/surrogates.md)
     "learning_rate": Knob("common", "Adam step size of actor and critic", low=0, low_open=True),
     "gamma": Knob("common", "discount factor", low=0, high=1),
@@ -75,8 +77,8 @@ KNOBS: dict[str, Knob] = {
                   allow_inf=True),
     "rho_bar_pg": Knob("method", "V-trace: truncation of rho in the policy-gradient advantage", low=0,
                        low_open=True, allow_inf=True),
-    "clip_epsilon": Knob("method", "PPO clip range epsilon (ppo_clip, decoupled) or SPO's epsilon", low=0,
-                         low_open=True),
+    "clip_epsilon": Knob("method", "PPO clip range epsilon (ppo_clip, decoupled, sat; ppo_clip_adaptive's without "
+                         "lag) or SPO's epsilon", low=0, low_open=True),
     "kl_coef": Knob("method", "PPO-KL: weight of KL(beta || pi_theta)", low=0),
     "tv_budget": Knob("method", "VACO's TV budget delta (inf: no filtering)", low=0, low_open=True,
                       allow_inf=True),
@@ -102,6 +104,26 @@ KNOBS: dict[str, Knob] = {
                       low_open=True, allow_inf=True),
     "target_update_phases": Knob("method", "IMPACT: phases between copies of the learner into the target policy",
                                  low=1, integer=True),
+    # BAPO's adaptive clip bounds (explicit ratio bounds, not epsilons) and SAT's contraction
+    "positive_share_target": Knob("method", "BAPO: target share rho_0 of the positive-advantage part of the "
+                                  "clipped surrogate; the bounds rise until it is reached", low=0, high=1),
+    "clip_low_start": Knob("method", "BAPO: lower clip bound a- the search starts from (a ratio bound in "
+                           "(0, 1], <= clip_low_max)", low=0, high=1, low_open=True),
+    "clip_low_max": Knob("method", "BAPO: largest lower clip bound b- (<= 1)", low=0, high=1, low_open=True),
+    "clip_low_step": Knob("method", "BAPO: step delta- of the lower bound's search", low=0, low_open=True),
+    "clip_high_start": Knob("method", "BAPO: upper clip bound a+ the search starts from (>= 1, <= "
+                            "clip_high_max)", low=1),
+    "clip_high_max": Knob("method", "BAPO: largest upper clip bound b+", low=1),
+    "clip_high_step": Knob("method", "BAPO: step delta+ of the upper bound's search", low=0, low_open=True),
+    "staleness_quantile": Knob("method", "SAT: the minibatch quantile of |log r_beta| beyond which a sample's "
+                               "clip end contracts", low=0, high=1),
+    "contraction_exponent": Knob("method", "SAT: exponent n of the contraction 1/(1 + ((|d| - q)/q)^n)", low=0,
+                                 low_open=True),
+    # the lag-adaptive clip range of docs/adaptive.md
+    "clip_epsilon_lagged": Knob("method", "ppo_clip_adaptive: the clip range once the mean staleness reaches "
+                                "saturation_staleness", low=0, low_open=True),
+    "saturation_staleness": Knob("method", "ppo_clip_adaptive: mean staleness (versions) at which the clip range "
+                                 "reaches clip_epsilon_lagged", low=0, low_open=True),
 }
 
 LAG_KNOBS = tuple(n for n, k in KNOBS.items() if k.home == "lag")
@@ -187,6 +209,17 @@ METHODS: dict[str, MethodPreset] = {
                            "IMPACT: PPO-Clip on pi_theta/pi_target times min(pi_target/beta, rho_bar), target "
                            "copied every K phases", "IMPACT", "#5254a3", "4", "clip_epsilon",
                            {"old_logit_source": "infer", "weight_cap": 2.0, "target_update_phases": 2}),
+    "bapo": MethodPreset("gae", "behavior", "balanced_clip", "none",
+                         "BAPO: PPO-Clip whose bounds rise per minibatch until the positive-advantage share of "
+                         "the loss reaches its target", "BAPO", "#ad494a", "x", None),
+    "sat": MethodPreset("gae", "behavior", "staleness_clip", "none",
+                        "SAT: PPO-Clip whose interval end contracts for the samples with the largest |log r_beta|",
+                        "SAT", "#31a354", "+", "clip_epsilon"),
+    # a lag-adaptive clip range of our own, designed from the step size x lag study (docs/adaptive.md)
+    "ppo_clip_adaptive": MethodPreset("gae", "behavior", "lag_adaptive_clip", "none",
+                                      "PPO-Clip with its clip range set from the minibatch's mean staleness, "
+                                      "calibrated on the step-size x lag surfaces", "PPO-Clip (lag-adaptive)",
+                                      "#6baed6", "|", None),
     "impala": MethodPreset("vtrace_every_step", "behavior", "impala", "none",
                            "IMPALA: V-trace recomputed at every gradient step", "IMPALA", "#000000", "h", None),
 }

@@ -72,8 +72,8 @@ import numpy as np
 from vaco_jax.analysis import tables
 
 from vaco_jax.analysis import stats
-from vaco_jax.analysis.results import (LEARNER_COST, load_costs, load_curves, load_random_scores, load_scores,
-                              write_table)
+from vaco_jax.analysis.results import (LEARNER_COST, check_design_finished, load_costs, load_curves,
+                                       load_random_scores, load_scores, write_table)
 
 SCORE = "final_eval_return"
 # The scores a verdict can rest on: the primary (the final evaluation return) and the area under the
@@ -604,10 +604,12 @@ def _complete(rows: list[dict], curves: list[dict], costs: list[dict]) -> tuple[
 
 def _design_rows(study_dir: str, design: str) -> tuple[list[dict], list[dict], dict, list[dict], dict]:
     """One design's score rows, curves, random scores and costs, on the tasks where it is complete
-    (a task the design has not finished on is left out of it, and returned last)."""
+    (a task the design has not finished on is left out of it, and returned last; a finished design
+    that lost a group's scores is an error, :func:`results.check_design_finished`)."""
     path = os.path.join(study_dir, design)
     if not os.path.exists(os.path.join(path, "run.json")):
         return [], [], {}, [], {}
+    check_design_finished(path)
     rows = load_scores(path)
     try:
         curves = load_curves(path)

@@ -46,6 +46,9 @@ from vaco_jax.analysis import rules, surfaces
 from vaco_jax.analysis.tables import is_diverged
 
 VERDICTS = ("better", "worse", "equivalent", "inconclusive")
+# how a pooled test's bootstrap treats the tasks: 'fixed' (the committed rule: each task's runs resampled
+# within it) or 'resampled' (two stages: the tasks drawn with replacement, then the runs within each drawn task)
+TASK_RESAMPLING = ("fixed", "resampled")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,30 +123,57 @@ def shared_tasks(table: dict, needs: list[tuple[str, str, int]]) -> list[str]:
     return [t for t in tasks if all(table.get((t, *n)) for n in needs)]
 
 
+def hierarchical_replicates(samples, statistic, reps: int, seed) -> np.ndarray:
+    """``statistic(*resampled)`` for ``reps`` two-stage resamples: the task columns drawn with
+    replacement, the same columns for every sample (they are compared task by task), then each drawn
+    column's runs drawn from that task's own runs, each sample independently. ``statistic`` takes
+    arrays ``[reps, runs, tasks]``, as ``rules._replicates``' does."""
+    rng = np.random.default_rng(seed)
+    tasks = samples[0].shape[1]
+    cols = rng.integers(0, tasks, size=(reps, 1, tasks))
+    drawn = [s[rng.integers(0, s.shape[0], size=(reps, s.shape[0], tasks)), cols] for s in samples]
+    return np.asarray(statistic(*drawn), np.float64)
+
+
+def _check_task_resampling(tasks: str) -> None:
+    if tasks not in TASK_RESAMPLING:
+        raise ValueError(f"tasks={tasks!r} is not valid; allowed values: {', '.join(TASK_RESAMPLING)}")
+
+
 def _two_sided(values: np.ndarray, null: float) -> float:
     v = values[np.isfinite(values)]
     below, above = np.sum(v <= null), np.sum(v >= null)
     return float(min(1.0, 2.0 * (1.0 + min(below, above)) / (len(v) + 1.0)))
 
 
-def head_to_head_test(x: np.ndarray, y: np.ndarray, r: Rules, seed: int | None = None) -> dict:
+def head_to_head_test(x: np.ndarray, y: np.ndarray, r: Rules, seed: int | None = None, tasks: str = "fixed") -> dict:
     """P(X > Y) pooled over tasks with its interval and a two-sided p-value against ½, and the pooled
-    normalised-score difference X - Y with its 90% interval (for the equivalence call)."""
+    normalised-score difference X - Y with its 90% interval (for the equivalence call). ``tasks``
+    (``TASK_RESAMPLING``): 'resampled' draws the tasks too (:func:`hierarchical_replicates`)."""
+    _check_task_resampling(tasks)
     s = r.seed if seed is None else seed
-    values = rules.poi_replicates(x, y, r.reps, s)
+    if tasks == "fixed":
+        values = rules.poi_replicates(x, y, r.reps, s)
+        d, dlo, dhi = rules.difference(x, y, r.reps, s, r.equivalence_confidence)
+    else:
+        values = hierarchical_replicates([x, y], rules._poi, r.reps, s)
+        diff = lambda u, v: rules.pooled_mean(u) - rules.pooled_mean(v)
+        d = float(diff(x, y))
+        dlo, dhi = rules._interval(hierarchical_replicates([x, y], diff, r.reps, s), r.equivalence_confidence)
     lo, hi = rules._interval(values, r.confidence)
-    d, dlo, dhi = rules.difference(x, y, r.reps, s, r.equivalence_confidence)
     return {"point": float(rules._poi(x, y)), "low": lo, "high": hi, "p_value": _two_sided(values, 0.5),
             "null": 0.5, "difference": d, "difference_low": dlo, "difference_high": dhi}
 
 
-def retention_test(x_b, x_1, y_b, y_1, r: Rules, seed: int | None = None) -> dict:
+def retention_test(x_b, x_1, y_b, y_1, r: Rules, seed: int | None = None, tasks: str = "fixed") -> dict:
     """Retention of X minus retention of Y (pooled mean at B over B = 1), its interval, a two-sided
-    p-value against 0 and its 90% interval (for the equivalence call)."""
+    p-value against 0 and its 90% interval (for the equivalence call); ``tasks`` as in
+    :func:`head_to_head_test`."""
+    _check_task_resampling(tasks)
     s = r.seed if seed is None else seed
     samples = [x_b, x_1, y_b, y_1]
     stat = lambda ab, a1, xb, x1: rules._retention(ab, a1) - rules._retention(xb, x1)
-    values = rules._replicates(samples, stat, r.reps, s)
+    values = (rules._replicates if tasks == "fixed" else hierarchical_replicates)(samples, stat, r.reps, s)
     lo, hi = rules._interval(values, r.confidence)
     elo, ehi = rules._interval(values, r.equivalence_confidence)
     point = float(stat(*samples))
@@ -167,12 +197,13 @@ def at_floor(x: np.ndarray, y: np.ndarray, floor: float) -> list[bool]:
 
 
 def primary(rows: list[dict], score: str, norm: dict, arms: list[str], lag_cells: list[tuple[str, int]],
-            retention_lags: tuple[int, int], r: Rules, seed: int | None = None) -> list[dict]:
+            retention_lags: tuple[int, int], r: Rules, seed: int | None = None, tasks: str = "fixed") -> list[dict]:
     """The primary family: a row per test with its point, interval, p-values (raw and Holm's) and verdict.
 
     ``lag_cells``: the (lag model, B) of the head-to-head tests; ``retention_lags``: (1, B_high) of the
     retention tests (uniform lag). A test with no shared task is a row with verdict ``no data`` and
-    stays out of Holm's family."""
+    stays out of Holm's family. ``tasks`` (``TASK_RESAMPLING``): how the bootstrap treats the tasks."""
+    _check_task_resampling(tasks)
     table = cells(rows, score, norm)
     tests, meta = {}, {}
     for x in [a for a in arms if a != r.reference]:
@@ -182,7 +213,7 @@ def primary(rows: list[dict], score: str, norm: dict, arms: list[str], lag_cells
             meta[key] = ts
             if ts:
                 xs, ys = sample(table, ts, x, lag_model, b), sample(table, ts, r.reference, lag_model, b)
-                tests[key] = head_to_head_test(xs, ys, r, seed)
+                tests[key] = head_to_head_test(xs, ys, r, seed, tasks)
                 tests[key]["at_floor"] = [t for t, f in zip(ts, at_floor(xs, ys, r.floor)) if f]
         b1, bh = retention_lags
         ts = shared_tasks(table, [(a, "uniform", b) for a in (x, r.reference) for b in (b1, bh)])
@@ -190,7 +221,7 @@ def primary(rows: list[dict], score: str, norm: dict, arms: list[str], lag_cells
         meta[key] = ts
         if ts:
             s = [sample(table, ts, a, "uniform", b) for a in (x, r.reference) for b in (bh, b1)]
-            tests[key] = retention_test(*s, r, seed)
+            tests[key] = retention_test(*s, r, seed, tasks)
             tests[key]["at_floor"] = [t for t, f in zip(ts, at_floor(s[1], s[3], r.floor)) if f]
     adjusted = rules.holm({k: t["p_value"] for k, t in tests.items()}, r.alpha)
     out = []

@@ -199,6 +199,14 @@ def read_table(path: str, expect_rows: int | None = None) -> list[dict]:
     return [{c: parsers[c](r[c]) for c in columns} for r in raw]
 
 
+def verified_text(path: str) -> tuple[str, int]:
+    """The text of a file that is not a plain table but carries a table's checksum beside it (written
+    with :func:`checksum_line`: an age histogram with its comment lines), verified, and the row count
+    its checksum records; :class:`ResultsError` naming the file when it is missing, lacks its checksum or
+    fails it."""
+    return _verified_body(path)
+
+
 def read_csv(path: str) -> list[dict]:
     """Alias of :func:`read_table` (verified)."""
     return read_table(path)
@@ -430,3 +438,32 @@ def curves_frame(run_dir: str):
 
     return pd.DataFrame(load_curves(run_dir))
 
+
+def has_scores(group: str) -> bool:
+    """A group's ``scores.csv`` is there, or every part of its split (``part-J-of-M/``) has one."""
+    if os.path.exists(os.path.join(group, "scores.csv")):
+        return True
+    parts = [d for d in (os.listdir(group) if os.path.isdir(group) else []) if d.startswith("part-")]
+    counts = {d.rsplit("-of-", 1)[-1] for d in parts}
+    return len(counts) == 1 and all(os.path.exists(os.path.join(group, f"part-{j}-of-{m}", "scores.csv"))
+                                    for m in map(int, counts) for j in range(m))
+
+
+def check_design_finished(path: str) -> None:
+    """A design whose run has finished (its ``summary.csv`` is written only then) holds the scores of
+    every group its records name (``run.json``; a shard's ``run.shard-I-of-N.json``, its groups'
+    ``shard-I-of-N/``): one lost is a one-line error naming it, never a task left out as unfinished."""
+    if not os.path.exists(os.path.join(path, "summary.csv")):
+        return
+    lost = []
+    for name in sorted(os.listdir(path)):
+        if name.startswith("run.") and name.endswith(".json"):
+            shard = name[len("run."):-len(".json")]
+            for subdir in read_json(os.path.join(path, name)).get("identity", {}):
+                group = os.path.join(path, subdir, *([shard] if shard.startswith("shard-") else []))
+                if not has_scores(group):
+                    lost.append(os.path.join(group, "scores.csv"))
+    if lost:
+        raise ResultsError(f"{path}: the design has finished (summary.csv) but {len(lost)} of its groups have no "
+                           f"scores.csv: {', '.join(lost)}; restore them (git checkout -- {path}) or run the design "
+                           "again")

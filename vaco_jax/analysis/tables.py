@@ -34,6 +34,7 @@ from vaco_jax.analysis.results import load_random_scores, load_scores, write_tab
 
 SCORES = ("final_eval_return", "auc_eval_return", "train_return_last5pct")
 DIAGNOSTICS = ("mean_filtered_fraction", "mean_clip_fraction", "mean_tv_behaviour", "mean_tv_learner",
+               "mean_tv_behaviour_bounded", "mean_tv_learner_bounded",  # absent from runs before they existed
                "mean_mean_staleness", "mean_ewma_resets", "mean_ewma_kept_fraction", "mean_weight_mean",
                "mean_entropy", "mean_explained_variance")
 REFERENCE_METHOD = "ppo_clip"
@@ -313,7 +314,9 @@ def summary_rows(rows: list[dict], random: dict | None, reps: int = 2000, seed: 
                     if mat.shape[0] == 0:
                         summary.append({**base, "aggregate": empty_aggregate(n_div, n_miss)})
                         continue
-                    names = ["median", "iqm", "mean"] + (["optimality_gap"] if norm == "normalized" else [])
+                    # the median of one task's mean is that mean: with one task there is no median row
+                    names = (["median"] if len(tasks) > 1 else []) + ["iqm", "mean"] + (
+                        ["optimality_gap"] if norm == "normalized" else [])
                     cis = stats.aggregate_with_cis({method: mat}, metrics=names, reps=reps, seed=seed)[method]
                     for name in names:
                         point, low, high = cis[name]

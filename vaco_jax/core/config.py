@@ -132,6 +132,7 @@ class Config:
     # --- traced knobs (knobs.KNOBS): defaults of every cell
     lag_depth: int = 1
     age_weights: Optional[tuple[float, ...]] = None
+    publish_interval: int = 1  # lag_model='publish': k (docs/lag.md)
     learning_rate: float = 3e-4
     gamma: float = 0.99
     max_grad_norm: float = 0.5
@@ -159,6 +160,17 @@ class Config:
     gate_temperature_ratio: Optional[float] = None
     ratio_cap: Optional[float] = None
     target_update_phases: Optional[int] = None
+    positive_share_target: Optional[float] = None
+    clip_low_start: Optional[float] = None
+    clip_low_max: Optional[float] = None
+    clip_low_step: Optional[float] = None
+    clip_high_start: Optional[float] = None
+    clip_high_max: Optional[float] = None
+    clip_high_step: Optional[float] = None
+    staleness_quantile: Optional[float] = None
+    contraction_exponent: Optional[float] = None
+    clip_epsilon_lagged: Optional[float] = None
+    saturation_staleness: Optional[float] = None
 
     def __post_init__(self):
         from vaco_jax.envs import check_env_name
@@ -239,6 +251,14 @@ class Config:
             raise ConfigError(f"lag_depth={self.lag_depth!r} must be an integer in [1, buffer_capacity={k}]")
         if spec.synchronous and self.lag_depth != 1:
             raise ConfigError(f"lag_model={self.lag_model!r} takes lag_depth=1, got lag_depth={self.lag_depth}")
+        if not spec.reads_publish_interval and self.publish_interval != 1:
+            readers = ", ".join(repr(n) for n, s in LAG_MODELS.items() if s.reads_publish_interval)
+            raise ConfigError(f"publish_interval={self.publish_interval!r} is read only by lag_model={readers} "
+                              f"(lag_model={self.lag_model!r}); leave it at 1")
+        if spec.reads_publish_interval and self.publish_interval > self.lag_depth:
+            raise ConfigError(f"publish_interval={self.publish_interval} must be an integer in [1, lag_depth="
+                              f"{self.lag_depth}] (lag_model={self.lag_model!r}: ages run lag_depth - publish_interval "
+                              "... lag_depth - 1)")
         if spec.reads_age_weights:
             depth = _ages_depth(self.age_weights)
             if self.lag_depth not in (1, depth):
@@ -356,7 +376,8 @@ def make_traced(config: Config, lag_depth: int | None = None, *, method=None, **
     """Build (and validate) one cell's traced values: ``config``'s knobs overridden by ``knobs``.
 
     ``knobs`` may name any field of ``knobs.KNOBS`` or a numeric field of one of the method's pieces
-    (a user's own piece included); a knob that the method does not read is an error. ``method`` (a
+    (a user's own piece included); a knob that the method does not read is an error, and a name that
+    is no knob at all is "unknown knob" with the nearest knob's name. ``method`` (a
     ``pieces.Method``) replaces the config's method entirely (its leaves are used as given).
     """
     overrides = dict(knobs)
@@ -368,7 +389,10 @@ def make_traced(config: Config, lag_depth: int | None = None, *, method=None, **
         bad = [k for k in extra if k in STATIC_FIELDS]
         raise ConfigError(f"{', '.join(bad)} is static (it sets shapes or code paths): set it on the Config; "
                           "a sweep over it runs one compiled group per value")
+    from vaco_jax.core.methods import check_knob_name
+
     for k, v in extra.items():
+        check_knob_name(k, method)  # a name that is no knob at all: "unknown knob", the nearest named
         check_knob(k, v)
     if LAG_MODELS[config.lag_model].reads_age_weights and "age_weights" in known and "lag_depth" not in known:
         known["lag_depth"] = _ages_depth(known["age_weights"])
@@ -382,7 +406,7 @@ def make_traced(config: Config, lag_depth: int | None = None, *, method=None, **
 
         check_method(method)
     lag = make_lag(cfg.lag_model, cfg.effective_lag_depth(), cfg.buffer_capacity, cfg.partial_resync_every,
-                   cfg.age_weights)
+                   cfg.age_weights, cfg.publish_interval)
     common = {n: getattr(cfg, n) for n in COMMON_KNOBS}
     return TracedParams(lag=lag, method=_f32_leaves(method),
                         **{n: (None if v is None else jnp.asarray(v, jnp.float32)) for n, v in common.items()})

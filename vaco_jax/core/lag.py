@@ -152,6 +152,31 @@ class Partial(LagModel):
 
 
 @struct.dataclass
+class Publish(LagModel):
+    """A learner that publishes every ``k``-th version to actors that see it ``d = B − k`` versions late.
+
+    In phase ``T`` every actor acts with the newest published version at least ``d`` old,
+    ``v = k·⌊(T − d)/k⌋``: the age ``d + ((T − d) mod k)`` rises by one a phase and drops by ``k − 1``
+    at each publication, the same for every actor, so consecutive phases' ages are correlated
+    (a sawtooth on ``d … B − 1``, mean ``d + (k − 1)/2``). No key is read. Both numbers are traced
+    leaves, so a grid over the interval or the depth is one program.
+    """
+
+    name: ClassVar[str] = "publish"
+    lag_depth: Any = 1
+    interval: Any = 1
+
+    def depth(self):
+        return jnp.asarray(self.lag_depth, jnp.int32)
+
+    def _ages(self, key, num_actors, phase):
+        k = jnp.asarray(self.interval, jnp.int32)
+        d = self.depth() - k
+        # jnp.mod is a floor modulus: before the first publication it lands above T and start_ages clips it
+        return jnp.broadcast_to(d + jnp.mod(phase - d, k), (num_actors,)).astype(jnp.int32)
+
+
+@struct.dataclass
 class Synchronous(LagModel):
     """The no-buffer reference: every actor acts with the learner's current parameters."""
 
@@ -191,15 +216,18 @@ def _ages(lag_depth, capacity, resync_every, age_weights):
 @dataclasses.dataclass(frozen=True)
 class LagSpec:
     """A lag model's entry in ``LAG_MODELS``: how one cell's piece is built from the config's lag
-    settings (``build(lag_depth, capacity, resync_every, age_weights)``), a help line, and the two
-    facts the config checks: whether it reads ``age_weights`` (and takes its depth from them) and
-    whether it runs without a buffer (lag depth 1 only)."""
+    settings (``build(lag_depth, capacity, resync_every, age_weights)``, plus
+    ``publish_interval=`` when ``reads_publish_interval``), a help line, and the facts the config
+    checks: whether it reads ``age_weights`` (and takes its depth from them), whether it reads
+    ``publish_interval`` (at most the lag depth), and whether it runs without a buffer (lag depth 1
+    only)."""
 
     name: str
-    build: Callable[[int, int, int, Any], LagModel]
+    build: Callable[..., LagModel]
     help: str
     reads_age_weights: bool = False
     synchronous: bool = False
+    reads_publish_interval: bool = False
 
 
 LAG_MODELS: dict[str, LagSpec] = {}
@@ -222,13 +250,20 @@ for _spec in (
             "uniform ages at a phase's start, then one version newer every --partial-resync-every steps"),
     LagSpec("synchronous", lambda b, k, r, w: Synchronous(), "no buffer: every actor acts with the learner's "
             "parameters (B = 1)", synchronous=True),
+    LagSpec("publish", lambda b, k, r, w, publish_interval: Publish(lag_depth=jnp.asarray(b, jnp.int32),
+                                                                   interval=jnp.asarray(publish_interval, jnp.int32)),
+            "a learner publishing every --publish-interval k-th version, seen B-k versions late: every actor's age "
+            "runs B-k, ..., B-1 and drops back at each publication (mean B-(k+1)/2)", reads_publish_interval=True),
 ):
     register_lag_model(_spec)
 
 
 def make_lag(lag_model: str, lag_depth: int = 1, capacity: int = 16, resync_every: int = 8,
-             age_weights=None) -> LagModel:
+             age_weights=None, publish_interval: int = 1) -> LagModel:
     """Build the lag piece of one cell (values are checked by ``config.make_traced``)."""
     if lag_model not in LAG_MODELS:
         raise ValueError(f"lag_model={lag_model!r} is not valid; allowed values: {', '.join(LAG_MODELS)}")
-    return LAG_MODELS[lag_model].build(lag_depth, capacity, resync_every, age_weights)
+    spec = LAG_MODELS[lag_model]
+    if spec.reads_publish_interval:
+        return spec.build(lag_depth, capacity, resync_every, age_weights, publish_interval=publish_interval)
+    return spec.build(lag_depth, capacity, resync_every, age_weights)

@@ -30,6 +30,8 @@ from vaco_jax.core.pieces import PIECE_KINDS, STATIC_CHOICES, Method
 from vaco_jax.core.presets import CUSTOM, METHODS, MethodPreset  # noqa: F401  (the registry, re-exported)
 
 
+MAX_SEARCH_STEPS = 1000  # BAPO: the most steps of one clip bound's search (docs/corrections.md, C7)
+
 DEFAULT_PIECES = {"advantage_estimator": "gae", "proximal_source": "behavior", "surrogate": "ppo_clip",
                   "sample_filter": "none"}
 
@@ -64,6 +66,30 @@ def register_method(name: str, advantage_estimator: type | str, proximal_source:
 
 def piece_fields(cls: type) -> dict[str, dataclasses.Field]:
     return {f.name: f for f in dataclasses.fields(cls)}
+
+
+def knob_names(method: Method | None = None) -> set[str]:
+    """Every name a knob can have: the registry's (``KNOBS``), and every field of a registered piece, of a
+    registered method's own piece classes and of ``method``'s pieces (a user's piece adds its own)."""
+    from vaco_jax.core.knobs import KNOBS
+
+    classes = {cls for _, _, reg in PIECE_KINDS.values() for cls in reg.values()}
+    classes |= {getattr(p, kind) for p in METHODS.values() for kind in PIECE_KINDS
+                if isinstance(getattr(p, kind), type)}
+    names = set(KNOBS) | {f for cls in classes if dataclasses.is_dataclass(cls) for f in piece_fields(cls)}
+    return names | (method_knobs(method) if method is not None else set())
+
+
+def check_knob_name(name: str, method: Method | None = None) -> None:
+    """A ConfigError "unknown knob" with the nearest name unless ``name`` is a knob (``knob_names``)."""
+    import difflib
+
+    names = knob_names(method)
+    if name in names:
+        return
+    close = difflib.get_close_matches(name, sorted(names), n=1)
+    raise ConfigError(f"unknown knob {name!r}" + (f" (did you mean {close[0]}?)" if close else
+                                                  f"; the knobs: {', '.join(sorted(names))}"))
 
 
 def _preset_with(names: dict) -> str | None:
@@ -109,6 +135,7 @@ def make_method(name: str, **options) -> Method:
     for opt, value in options.items():
         homes = [kind for kind, cls in classes.items() if opt in piece_fields(cls)]
         if not homes:
+            check_knob_name(opt)  # a name no piece has: a typo, not a knob of another method
             readers = sorted({f"{kind}={cls.name!r}" for kind, (_, _, reg) in PIECE_KINDS.items()
                               for cls in reg.values() if opt in piece_fields(cls)})
             where = f"; it is read by {', '.join(readers)}" if readers else ""
@@ -179,6 +206,21 @@ def check_method(method: Method) -> None:
     if floor is not None and _concrete(floor) and _concrete(sur.weight_cap) and float(floor) > float(sur.weight_cap):
         raise ConfigError(f"weight_floor={floor!r} is above weight_cap={sur.weight_cap!r}: the band would drop every "
                           "sample; allowed values: weight_floor <= weight_cap")
+    for start, stop, step in (("clip_low_start", "clip_low_max", "clip_low_step"),
+                              ("clip_high_start", "clip_high_max", "clip_high_step")):  # BAPO's search ranges
+        a, b, d = (getattr(sur, n, None) for n in (start, stop, step))
+        if a is None or b is None or not (_concrete(a) and _concrete(b)):
+            continue
+        for n, v in ((start, a), (stop, b), (step, d)):  # each in its own range first: that error is the clearer
+            if v is not None and _concrete(v):
+                check_knob(n, v)
+        if float(a) > float(b):
+            raise ConfigError(f"{start}={a!r} is above {stop}={b!r}: the search range would be empty; "
+                              f"allowed values: {start} <= {stop}")
+        if d is not None and _concrete(d) and float(d) > 0 and (float(b) - float(a)) / float(d) > MAX_SEARCH_STEPS:
+            raise ConfigError(f"{step}={d!r} takes more than {MAX_SEARCH_STEPS} steps from {start}={a!r} to "
+                              f"{stop}={b!r} (every gradient step searches them one by one); allowed values: "
+                              f"{step} >= ({stop} - {start})/{MAX_SEARCH_STEPS}")
     for piece in method.pieces():
         if not dataclasses.is_dataclass(piece):
             continue

@@ -19,6 +19,12 @@ import jax
 import jax.numpy as jnp
 
 __all__ = [
+    "balanced_clip_bounds",
+    "balanced_clip_loss",
+    "lag_adaptive_clip_loss",
+    "lag_adaptive_epsilon",
+    "staleness_clip_loss",
+    "staleness_contraction",
     "truncated_is_pg_loss",
     "soft_gate_loss",
     "gaussian_trust_loss",
@@ -36,6 +42,7 @@ __all__ = [
     "second_moment_keep",
     "spo_loss",
     "tv_estimate",
+    "tv_bounded",
     "tv_filter_keep",
     "tv_filtered_pg_loss",
     "value_loss",
@@ -242,6 +249,21 @@ def tv_estimate(log_ratio, scale: str = "tv"):
         raise ValueError(f"scale must be one of {_TV_SCALES}, got {scale!r}")
     l1 = mean_abs_ratio_minus_one(log_ratio)
     return 0.5 * l1 if scale == "tv" else l1
+
+
+def tv_bounded(log_ratio, log_weight=None):
+    """A total-variation estimate that cannot leave [0, 1] (docs/diagnostics.md): ``mean (1 − r)⁺`` with
+    ``r = exp(sg(log_ratio))``, for samples of the ratio's denominator policy. There E[r] = 1, so
+    E[(1 − r)⁺] = ½·E|r − 1| = TV: the expectation of :func:`tv_estimate`'s ``½ · mean|r − 1|``, which a
+    few large ratios push above 1. Samples of another policy are importance-weighted by
+    ``w = exp(log_weight)`` (denominator over sampler), self-normalised: ``Σ w (1 − r)⁺ / Σ w``, still in
+    [0, 1] (consistent, not unbiased). No gradient."""
+    terms = jnp.maximum(1.0 - jnp.exp(_sg(_f32(log_ratio))), 0.0)
+    if log_weight is None:
+        return jnp.mean(terms)
+    lw = _sg(_f32(log_weight))
+    w = jnp.exp(lw - jnp.max(lw))
+    return jnp.sum(w * terms) / jnp.sum(w)
 
 
 def mean_abs_ratio_minus_one(log_ratio):
@@ -453,6 +475,164 @@ def truncated_is_pg_loss(logp, behaviour_logp, advantages, ratio_cap):
                "capped_fraction": jnp.mean((jnp.exp(log_ratio) > ratio_cap).astype(jnp.float32)),
                **_ratio_metrics(jnp.exp(log_ratio))}
     return loss, metrics
+
+
+def _bounded_clip_surrogate(ratio, advantages, lower, upper):
+    """``min(r A, clip(r, lower, upper) A)`` per sample, with per-sample or scalar bounds."""
+    return jnp.minimum(ratio * advantages, jnp.clip(ratio, lower, upper) * advantages)
+
+
+def _steps_within(start, stop, step):
+    """How many steps of ``step`` fit from ``start`` to ``stop`` (``start + n·step <= stop``), up to
+    round-off of 1e-4 of a step, so a range such as 1.2 → 3.0 by 0.05 has its 36 steps in float32."""
+    return jnp.maximum(jnp.floor((_f32(stop) - _f32(start)) / _f32(step) + 1e-4), 0.0)
+
+
+def balanced_clip_bounds(log_ratio, advantages, target, low_start, low_max, low_step, high_start, high_max,
+                         high_step):
+    """BAPO's search for the clip bounds (docs/corrections.md, eq. C7; the paper's Algorithm 1):
+
+        P(c_high)       = Σ_{A>0} min(r, c_high) A,     N(c_low) = Σ_{A<0} max(r, c_low) |A|
+        ρ(c_low, c_high) = P / (P + N)                 (1 when P + N = 0)
+        c_low = a⁻, c_high = a⁺;  while ρ < ρ₀ and c_low + δ_low <= b⁻:
+            c_high += δ_high if c_high + δ_high <= b⁺ else c_low += δ_low
+
+    with ``r = exp(sg(log_ratio))``; ``min(r A, clip(r, c_low, c_high) A)`` is ``min(r, c_high) A`` for
+    ``A > 0`` and ``max(r, c_low) A`` for ``A < 0``, so ``P`` and ``N`` are the positive and negative
+    parts of the clipped surrogate. The bounds are ``a + k·δ`` with integer step counts (no float
+    accumulation); every number may be traced. No gradient.
+
+    Returns:
+      ``(c_low, c_high, share)``: float32 scalars, ``share`` = ρ at the bounds returned.
+    """
+    chex.assert_equal_shape([log_ratio, advantages])
+    ratio = jnp.exp(_sg(_f32(log_ratio)))
+    adv = _sg(_f32(advantages))
+    low_start, high_start, low_step, high_step = (_f32(v) for v in (low_start, high_start, low_step, high_step))
+    n_high = _steps_within(high_start, high_max, high_step)
+    n_low = _steps_within(low_start, low_max, low_step)
+
+    def share(k, j):
+        c_low, c_high = low_start + j * low_step, high_start + k * high_step
+        pos = jnp.sum(jnp.where(adv > 0, jnp.minimum(ratio, c_high) * adv, 0.0))
+        neg = jnp.sum(jnp.where(adv < 0, -jnp.maximum(ratio, c_low) * adv, 0.0))
+        total = pos + neg
+        return jnp.where(total > 0, pos / jnp.where(total > 0, total, 1.0), 1.0)
+
+    def cond(state):
+        k, j = state
+        return (share(k, j) < target) & (j < n_low)
+
+    def body(state):
+        k, j = state
+        raise_high = k < n_high
+        return jnp.where(raise_high, k + 1.0, k), jnp.where(raise_high, j, j + 1.0)
+
+    k, j = jax.lax.while_loop(cond, body, (jnp.float32(0.0), jnp.float32(0.0)))
+    return low_start + j * low_step, high_start + k * high_step, share(k, j)
+
+
+def balanced_clip_loss(logp, behaviour_logp, advantages, target, low_start, low_max, low_step, high_start,
+                       high_max, high_step):
+    """BAPO (docs/corrections.md, eq. C7): PPO-Clip on ``r_β`` with the bounds ``[c_low, c_high]`` that
+    :func:`balanced_clip_bounds` finds on this minibatch,
+
+        loss = −mean_i min(r_β,i A_i, clip(r_β,i, c_low, c_high) A_i)
+
+    Metrics: ``clip_low``, ``clip_high`` (the bounds used), ``positive_share`` (ρ there), ``clip_fraction``
+    (samples with ``r_β`` outside ``[c_low, c_high]``), ``ratio_mean``, ``ratio_max``.
+    """
+    chex.assert_equal_shape([logp, behaviour_logp, advantages])
+    advantages = _sg(_f32(advantages))
+    log_ratio = _f32(logp) - _sg(_f32(behaviour_logp))
+    c_low, c_high, share = balanced_clip_bounds(log_ratio, advantages, target, low_start, low_max, low_step,
+                                                high_start, high_max, high_step)
+    ratio = jnp.exp(log_ratio)
+    loss = -jnp.mean(_bounded_clip_surrogate(ratio, advantages, c_low, c_high))
+    sg_ratio = _sg(ratio)
+    outside = (sg_ratio < c_low) | (sg_ratio > c_high)
+    metrics = {"clip_low": c_low, "clip_high": c_high, "positive_share": share,
+               "clip_fraction": jnp.mean(outside.astype(jnp.float32)), **_ratio_metrics(ratio)}
+    return loss, metrics
+
+
+def staleness_contraction(log_ratio, quantile, exponent):
+    """SAT's per-sample contraction factor (docs/corrections.md, eq. C8): with ``x_i = |sg(log_ratio_i)|``
+    and ``q`` the batch's ``quantile`` of ``x`` (linear interpolation, numpy's default),
+
+        c_i = 1                                  if q = 0 or x_i <= q
+        c_i = 1 / (1 + ((x_i − q)/q)^n)          otherwise          (n = ``exponent``)
+
+    a decreasing kernel in the excess over the gate, 1 at the gate and ½ at twice it (the form of the
+    paper's kernel is not confirmed: docs/corrections.md). No gradient.
+
+    Returns:
+      ``(c, q)``: float32 factors in (0, 1] of the shape of ``log_ratio`` and the scalar gate ``q``.
+    """
+    x = jnp.abs(_sg(_f32(log_ratio)))
+    q = jnp.quantile(x.reshape(-1), _f32(quantile))
+    gated = (q > 0) & (x > q)
+    safe_q = jnp.where(q > 0, q, 1.0)
+    excess = jnp.where(gated, (x - q) / safe_q, 0.0)
+    c = jnp.where(gated, 1.0 / (1.0 + jnp.power(excess, _f32(exponent))), 1.0)
+    return c, q
+
+
+def staleness_clip_loss(logp, behaviour_logp, advantages, clip_epsilon, quantile, exponent):
+    """SAT (docs/corrections.md, eq. C8): PPO-Clip on ``r_β`` whose interval's end on the side of
+    ``d = sg(log r_β)`` contracts by :func:`staleness_contraction`'s ``c``,
+
+        lower_i = 1 − ε · (c_i if d_i < 0 else 1),   upper_i = 1 + ε · (c_i if d_i > 0 else 1)
+        loss    = −mean_i min(r_β,i A_i, clip(r_β,i, lower_i, upper_i) A_i)
+
+    The interval lies inside PPO-Clip's ``[1 − ε, 1 + ε]``; a contracted end binds only where the
+    ratio is already beyond it in the direction the advantage pushes (the same loss as contracting the
+    end on the advantage's side). ``c = 1`` everywhere gives PPO-Clip.
+
+    Metrics: ``gated_fraction`` (samples with ``c < 1``), ``contraction_min``, ``staleness_gate`` (``q``),
+    ``clip_fraction`` (``r_β`` outside its own interval), ``ratio_mean``, ``ratio_max``.
+    """
+    chex.assert_equal_shape([logp, behaviour_logp, advantages])
+    advantages = _sg(_f32(advantages))
+    log_ratio = _f32(logp) - _sg(_f32(behaviour_logp))
+    d = _sg(log_ratio)
+    c, q = staleness_contraction(d, quantile, exponent)
+    lower = 1.0 - clip_epsilon * jnp.where(d < 0, c, 1.0)
+    upper = 1.0 + clip_epsilon * jnp.where(d > 0, c, 1.0)
+    ratio = jnp.exp(log_ratio)
+    loss = -jnp.mean(_bounded_clip_surrogate(ratio, advantages, lower, upper))
+    sg_ratio = _sg(ratio)
+    metrics = {"gated_fraction": jnp.mean((c < 1.0).astype(jnp.float32)), "contraction_min": jnp.min(c),
+               "staleness_gate": q,
+               "clip_fraction": jnp.mean(((sg_ratio < lower) | (sg_ratio > upper)).astype(jnp.float32)),
+               **_ratio_metrics(ratio)}
+    return loss, metrics
+
+
+def lag_adaptive_epsilon(staleness, clip_epsilon, clip_epsilon_lagged, saturation_staleness):
+    """The lag-adaptive clip range (docs/adaptive.md): with ``ā`` the mean staleness (versions) of the
+    samples given,
+
+        ε(ā) = ε₀ + (ε_lag − ε₀) · min(1, ā / ā_sat)
+
+    ``ε₀`` = ``clip_epsilon`` (no lag), ``ε_lag`` = ``clip_epsilon_lagged``, ``ā_sat`` =
+    ``saturation_staleness``. No gradient. Returns ``(ε, ā)``.
+    """
+    mean_age = jnp.mean(_sg(staleness).astype(jnp.float32))
+    weight = jnp.minimum(1.0, mean_age / _f32(saturation_staleness))
+    return _f32(clip_epsilon) + (_f32(clip_epsilon_lagged) - _f32(clip_epsilon)) * weight, mean_age
+
+
+def lag_adaptive_clip_loss(logp, behaviour_logp, advantages, staleness, clip_epsilon, clip_epsilon_lagged,
+                           saturation_staleness):
+    """PPO-Clip whose ε is :func:`lag_adaptive_epsilon` of the minibatch's mean staleness (docs/adaptive.md).
+
+    Metrics: :func:`ppo_clip_loss`'s, plus ``clip_epsilon_used`` (ε) and ``staleness_seen`` (ā).
+    """
+    chex.assert_equal_shape([logp, behaviour_logp, advantages, staleness])
+    eps, mean_age = lag_adaptive_epsilon(staleness, clip_epsilon, clip_epsilon_lagged, saturation_staleness)
+    loss, metrics = ppo_clip_loss(logp, behaviour_logp, advantages, eps)
+    return loss, {**metrics, "clip_epsilon_used": eps, "staleness_seen": mean_age}
 
 
 # --------------------------------------------------------------------------------------------

@@ -514,6 +514,69 @@ class ESSScaledPG(Surrogate):
         return obj.truncated_is_pg_loss(x.logp, x.behaviour_logp, x.advantages, self.ratio_cap)
 
 
+@struct.dataclass
+class BalancedClip(Surrogate):
+    """BAPO: PPO-Clip on r_β with bounds [c_low, c_high] raised per minibatch, c_high first, until the
+    positive-advantage share of the clipped surrogate reaches ``positive_share_target`` or both bounds
+    reach their maxima (docs/corrections.md, eq. C7)."""
+
+    name: ClassVar[str] = "balanced_clip"
+    reads: ClassVar[Optional[tuple]] = ("logp", "behaviour_logp", "advantages")
+    positive_share_target: Any = 0.4
+    clip_low_start: Any = 0.6
+    clip_low_max: Any = 0.9
+    clip_low_step: Any = 0.02
+    clip_high_start: Any = 1.2
+    clip_high_max: Any = 3.0
+    clip_high_step: Any = 0.05
+
+    def reads_learner_logp(self):
+        return False
+
+    def loss(self, x):
+        return obj.balanced_clip_loss(x.logp, x.behaviour_logp, x.advantages, self.positive_share_target,
+                                      self.clip_low_start, self.clip_low_max, self.clip_low_step,
+                                      self.clip_high_start, self.clip_high_max, self.clip_high_step)
+
+
+@struct.dataclass
+class StalenessClip(Surrogate):
+    """SAT: PPO-Clip on r_β whose interval end on the side of log r_β contracts for the samples beyond the
+    minibatch's ``staleness_quantile`` of |log r_β| (docs/corrections.md, eq. C8)."""
+
+    name: ClassVar[str] = "staleness_clip"
+    reads: ClassVar[Optional[tuple]] = ("logp", "behaviour_logp", "advantages")
+    clip_epsilon: Any = 0.2
+    staleness_quantile: Any = 0.9
+    contraction_exponent: Any = 2.0
+
+    def reads_learner_logp(self):
+        return False
+
+    def loss(self, x):
+        return obj.staleness_clip_loss(x.logp, x.behaviour_logp, x.advantages, self.clip_epsilon,
+                                       self.staleness_quantile, self.contraction_exponent)
+
+
+@struct.dataclass
+class LagAdaptiveClip(Surrogate):
+    """PPO-Clip with ε = ε₀ + (ε_lag − ε₀)·min(1, ā/ā_sat), ā the minibatch's mean staleness in versions
+    (docs/adaptive.md): ``clip_epsilon`` ε₀, ``clip_epsilon_lagged`` ε_lag, ``saturation_staleness`` ā_sat."""
+
+    name: ClassVar[str] = "lag_adaptive_clip"
+    reads: ClassVar[Optional[tuple]] = ("logp", "behaviour_logp", "advantages", "staleness")
+    clip_epsilon: Any = 0.2
+    clip_epsilon_lagged: Any = 0.6
+    saturation_staleness: Any = 2.2
+
+    def reads_learner_logp(self):
+        return False
+
+    def loss(self, x):
+        return obj.lag_adaptive_clip_loss(x.logp, x.behaviour_logp, x.advantages, x.staleness, self.clip_epsilon,
+                                          self.clip_epsilon_lagged, self.saturation_staleness)
+
+
 # ============================================================================================
 # Sample filters (docs/surrogates.md, "Filters")
 # ============================================================================================
@@ -590,7 +653,8 @@ class Method:
 
 ADVANTAGE_ESTIMATORS = {c.name: c for c in (GAE, VTrace, VTraceEveryStep)}
 PROXIMAL_SOURCES = {c.name: c for c in (Behavior, Recompute, LogLinear, Linear, Ewma, EwmaRevised, Target)}
-SURROGATES = {c.name: c for c in (PPOClip, PPOKL, SPO, Decoupled, ISPG, Impala, GaussianTrust, SoftGate, ESSScaledPG)}
+SURROGATES = {c.name: c for c in (PPOClip, PPOKL, SPO, Decoupled, ISPG, Impala, GaussianTrust, SoftGate, ESSScaledPG,
+                                BalancedClip, StalenessClip, LagAdaptiveClip)}
 SAMPLE_FILTERS = {c.name: c for c in (NoFilter, TVFilter, SecondMomentFilter)}
 PIECE_KINDS = {  # Config field naming the piece -> (Method attribute, base class, registry)
     "advantage_estimator": ("advantage", AdvantageEstimator, ADVANTAGE_ESTIMATORS),

@@ -95,6 +95,7 @@ class Trainer:
     learner_diagnostics: bool = True  # UpdateShape.learner_diagnostics (False: each method pays for pi_T
     # only when it reads it; benchmarks of a method's own cost)
     env_from_config: bool = False  # make_train built the env from the config (the evaluation can be shared)
+    progress: bool = False  # ``train`` prints a line after each chunk (ChunkLines): a whole run is one program
 
     # ------------------------------------------------------------------ pure pieces
     def snapshot(self, policy_params, normalizer):
@@ -284,10 +285,48 @@ class Trainer:
         return state, metrics._replace(eval_return=self.chunk_evaluation(*self.evaluation_inputs(state)))
 
     def train(self, key: jax.Array, traced: TracedParams) -> tuple[TrainState, ChunkMetrics]:
-        """The whole run as one pure function (vmap it over seeds x traced values)."""
+        """The whole run as one pure function (vmap it over seeds x traced values). With ``progress`` a
+        line is printed when the compiled program starts and after each chunk (``ChunkLines``); the
+        numbers are the same."""
         state = self.init(key, traced)
-        return jax.lax.scan(lambda s, _: self.run_chunk(s, traced), state, None,
-                            length=self.config.num_evals)
+        if not self.progress:
+            return jax.lax.scan(lambda s, _: self.run_chunk(s, traced), state, None,
+                                length=self.config.num_evals)
+        lines = ChunkLines(self.config)
+        # the chunk index is the same in every cell of a vmapped grid; the phase ties each line to its chunk
+        jax.debug.callback(lines, -1, state.phase)
+
+        def chunk(s, i):
+            s, metrics = self.run_chunk(s, traced)
+            jax.debug.callback(lines, i, s.phase)
+            return s, metrics
+
+        return jax.lax.scan(chunk, state, jnp.arange(self.config.num_evals))
+
+
+class ChunkLines:
+    """``Trainer.train``'s progress lines on the host: one when the compiled program starts (chunk -1),
+    one after each chunk with the env steps each run has taken and the seconds since the start. Under
+    ``vmap`` it is called once per cell; a chunk is printed once."""
+
+    def __init__(self, config: Config):
+        self.config, self.last, self.start = config, None, 0.0
+
+    def __call__(self, chunk, phase) -> None:
+        import time
+
+        chunk = int(chunk)
+        if chunk == self.last:  # another cell of the same grid
+            return
+        self.last = chunk
+        cfg = self.config
+        if chunk < 0:
+            self.start = time.perf_counter()
+            print(f"training: {cfg.num_evals} chunks of {cfg.env_steps_per_chunk:,} env steps per run "
+                  f"({cfg.phases_run * cfg.batch_size:,} in all), a line after each", flush=True)
+            return
+        print(f"training: chunk {chunk + 1}/{cfg.num_evals}, {(chunk + 1) * cfg.env_steps_per_chunk:,} env steps "
+              f"per run, {time.perf_counter() - self.start:.0f} s", flush=True)
 
 
 def annealed_fraction(phase, phases_run: int):
@@ -295,7 +334,10 @@ def annealed_fraction(phase, phases_run: int):
     return 1.0 - jnp.asarray(phase, jnp.float32) / phases_run
 
 
-def make_train(config: Config, env=None, learner_diagnostics: bool = True) -> Trainer:
+def make_train(config: Config, env=None, learner_diagnostics: bool = True, progress: bool = False) -> Trainer:
+    """The trainer of ``config`` (``env``: an env object in place of the config's task). ``progress``:
+    ``train`` prints a line when its program starts and after each chunk (the drivers, which run a chunk at
+    a time, show their own progress)."""
     env_from_config = env is None
     env = env if env is not None else make_env(config.env, config.backend, config.episode_length)
     spec = NETWORKS[config.network]
@@ -303,7 +345,7 @@ def make_train(config: Config, env=None, learner_diagnostics: bool = True) -> Tr
     value_net = spec.value(config)
     nets = Networks(policy_apply=policy_net.apply, value_apply=value_net.apply)
     return Trainer(config=config, env=env, nets=nets, policy_net=policy_net, value_net=value_net,
-                   learner_diagnostics=learner_diagnostics, env_from_config=env_from_config)
+                   learner_diagnostics=learner_diagnostics, env_from_config=env_from_config, progress=bool(progress))
 
 
 # Compiled evaluations, shared: key (Trainer.evaluation_signature(), layout) -> (jitted program, the

@@ -240,7 +240,9 @@ def _add_diagnostics(metrics: dict, log_std, sg_logp, behaviour_logp, learner_lo
     r_s / r_d, the decoupled one, keeps them). Returns the entropy."""
     entropy = jnp.mean(gaussian_entropy(log_std))
     metrics.update(entropy=entropy, tv_behaviour=obj.tv_estimate(sg_logp - behaviour_logp, "tv"),
-                   tv_learner=obj.tv_estimate(sg_logp - learner_logp, "tv"))
+                   tv_learner=obj.tv_estimate(sg_logp - learner_logp, "tv"),
+                   tv_behaviour_bounded=obj.tv_bounded(sg_logp - behaviour_logp),
+                   tv_learner_bounded=obj.tv_bounded(sg_logp - learner_logp, learner_logp - behaviour_logp))
     # what a reader needs to see why a method fails under lag (docs/diagnostics.md): the importance
     # weights' effective sample size and the size of the log-ratio to β and to π_T
     metrics["ess_behaviour"] = obj.effective_sample_size(sg_logp - behaviour_logp)

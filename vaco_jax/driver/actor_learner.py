@@ -51,46 +51,59 @@ from vaco_jax.core.train import PHASE_STREAM, make_train
 from vaco_jax.envs import reset_batch
 
 ACTOR_STREAM = 0xAC7  # fold_in stream of the run key for the actors' keys
+STALL_FACTOR = 100  # batches dropped in a row, per actor and queue slot, that count as a stall (run_real)
 MODES = ("async", "sync")
+
+
+def _check_count(name: str, value, alternative: str = "") -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ConfigError(f"{name}={value!r} must be a positive integer{alternative}")
+
+
+def _is_real(x) -> bool:
+    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_))
 
 
 @dataclasses.dataclass(frozen=True)
 class RealSettings:
     """How the real system is laid out (the training settings are a ``Config``: ``num_envs`` is every
-    actor's envs together, ``buffer_capacity`` the learner's buffer)."""
+    actor's envs together, ``buffer_capacity`` the learner's buffer). Every field's type and range is
+    checked as the settings are made, as ``Config``'s are (a bool is not a count); how they fit a
+    ``Config`` is checked by ``check``."""
 
     num_actors: int = 4
     slowdown: tuple[float, ...] = ()  # per actor, >= 1 (an actor this many times slower); () = all 1
     queue_capacity: int = 4  # batches waiting for the learner; a full queue blocks the actors
-    batches_per_update: int | None = None  # batches per learner update (None: num_actors)
+    # batches per learner update, >= 1; None (the default): one from every actor, num_actors
+    batches_per_update: int | None = None
     mode: str = "async"  # 'async' or 'sync' (lockstep: the synchronous reference)
     publish_interval: int = 1  # the learner publishes a version to the actors every this many updates
+
+    def __post_init__(self):
+        for name in ("num_actors", "queue_capacity", "publish_interval"):
+            _check_count(name, getattr(self, name))
+        if self.batches_per_update is not None:
+            _check_count("batches_per_update", self.batches_per_update, " (or None: one from every actor)")
+        factors = self.slowdown
+        if not isinstance(factors, (tuple, list)) or (factors and len(factors) != self.num_actors) or not all(
+                _is_real(s) and np.isfinite(s) and s >= 1 for s in factors):
+            raise ConfigError(f"slowdown={factors!r}: one factor >= 1 per actor ({self.num_actors}), or none")
+        if not isinstance(self.mode, str) or self.mode not in MODES:
+            raise ConfigError(f"mode={self.mode!r}; allowed values: {', '.join(MODES)}")
 
     def slowdowns(self) -> tuple[float, ...]:
         return tuple(self.slowdown) if self.slowdown else (1.0,) * self.num_actors
 
     def per_update(self) -> int:
-        return self.batches_per_update or self.num_actors
+        return self.num_actors if self.batches_per_update is None else self.batches_per_update
 
     def check(self, config: Config) -> None:
-        if not isinstance(self.num_actors, int) or self.num_actors < 1:
-            raise ConfigError(f"num_actors={self.num_actors!r} must be a positive integer")
+        """How the settings fit ``config`` (their own types and ranges: as they were made)."""
+        self.__post_init__()  # again: object.__setattr__ can still change a frozen dataclass's fields
         if config.num_envs % self.num_actors:
             raise ConfigError(f"num_envs={config.num_envs} must be a multiple of num_actors={self.num_actors} "
                               "(each actor steps num_envs / num_actors envs)")
-        if len(self.slowdowns()) != self.num_actors or not all(np.isfinite(s) and s >= 1 for s in self.slowdowns()):
-            raise ConfigError(f"slowdown={self.slowdown!r}: one factor >= 1 per actor ({self.num_actors}), "
-                              "or none")
-        if not isinstance(self.queue_capacity, int) or self.queue_capacity < 1:
-            raise ConfigError(f"queue_capacity={self.queue_capacity!r} must be a positive integer")
-        if self.mode not in MODES:
-            raise ConfigError(f"mode={self.mode!r}; allowed values: {', '.join(MODES)}")
         per = self.per_update()
-        if not isinstance(per, int) or per < 1:
-            raise ConfigError(f"batches_per_update={self.batches_per_update!r} must be a positive integer")
-        if not isinstance(self.publish_interval, int) or isinstance(self.publish_interval, bool) \
-                or self.publish_interval < 1:
-            raise ConfigError(f"publish_interval={self.publish_interval!r} must be a positive integer")
         if self.publish_interval > config.buffer_capacity:
             # between publications the actors act with one version; once the learner is buffer_capacity
             # versions past it, every batch they send is dropped and no new version can be made: a stall
@@ -168,7 +181,7 @@ def _learner_config(config: Config) -> Config:
     """The learner reads samples of any age its buffer holds: a lagged (non-synchronous) update path.
     Its nominal lag depth (read only by the revised PPO-EWMA's window and the exact recomputation of
     old log-probs) is the buffer's capacity."""
-    return config.replace(lag_model="uniform", lag_depth=config.buffer_capacity, age_weights=None)
+    return config.replace(lag_model="uniform", lag_depth=config.buffer_capacity, age_weights=None, publish_interval=1)
 
 
 def run_real(config: Config, settings: RealSettings, seed: int = 0, log=None) -> RealRun:
@@ -176,7 +189,10 @@ def run_real(config: Config, settings: RealSettings, seed: int = 0, log=None) ->
     consumed samples, in ``config.num_evals`` chunks of whole updates evaluated at their ends: the
     simulator's phases exactly (``Config.phases_run``: the remainder of ``total_env_steps`` that does
     not fill a chunk is not trained), so a real run and its simulated counterpart are scored at the
-    same env steps."""
+    same env steps. ``seed`` is checked as ``vaco_jax.run`` checks it (an integer in [0, 2^32))."""
+    from vaco_jax.driver.grid import check_seed
+
+    check_seed(seed)
     settings.check(config)
     cfg = _learner_config(config)
     per_actor = cfg.num_envs // settings.num_actors
@@ -273,8 +289,10 @@ def run_real(config: Config, settings: RealSettings, seed: int = 0, log=None) ->
     diagnostics: list[dict] = []
     learner, normalizer, buffer, scaler = state.learner, state.normalizer, state.buffer, reward_scaler_init(cfg.num_envs)
     version, consumed_steps = 0, 0
-    # RealSettings.check rules out a stall; this bound turns any other into an error, not an endless loop
-    dropped_in_a_row, stall_limit = 0, 100 * (settings.num_actors + settings.queue_capacity)
+    # RealSettings.check rules out a stall; this bound turns any other into an error, not an endless loop.
+    # A healthy run drops at most num_actors + queue_capacity batches in a row (those queued or in the
+    # making before the learner's last publication), and the count starts again at every batch taken.
+    dropped_in_a_row, stall_limit = 0, STALL_FACTOR * (settings.num_actors + settings.queue_capacity)
     load = {"start": _load_average()}
     t0 = time.perf_counter()
     for t in threads:
@@ -354,7 +372,8 @@ def run_real(config: Config, settings: RealSettings, seed: int = 0, log=None) ->
 def write_real_run(run_dir: str, run: RealRun, config: Config, settings: RealSettings, seed: int) -> dict:
     """A real run's directory: ``record.csv`` (a row per batch), ``curve.csv`` (the evaluations),
     ``age_histogram.csv`` (consumed samples by age: ``--age-histogram`` reads it) and ``score.json``
-    (written last: its presence marks the run finished). Every file is written atomically."""
+    (written last: its presence marks the run finished). Every file is written atomically, every one with
+    its checksum (the tables and the histogram beside them in ``NAME.csv.sha256``, the JSON inside it)."""
     from vaco_jax.analysis import results
     from vaco_jax.driver.histogram import write_age_histogram
     from vaco_jax.driver.provenance import machine
@@ -367,7 +386,7 @@ def write_real_run(run_dir: str, run: RealRun, config: Config, settings: RealSet
                         comment=f"real actor-learner: {config.env}, {config.method}, {settings.num_actors} actors, "
                                 f"slowdown {list(settings.slowdowns())}, queue {settings.queue_capacity}, "
                                 f"{settings.per_update()} batch(es) per update, publish every "
-                                f"{settings.publish_interval}, mode {settings.mode}, seed {seed}")
+                                f"{settings.publish_interval}, mode {settings.mode}, seed {seed}", checksum=True)
     evals = np.array([c["eval_return"] for c in run.curve], float)
     fates = [r["fate"] for r in run.record]
     score = {"final_eval_return": float(evals[-1]), "auc_eval_return": float(np.mean(evals)),

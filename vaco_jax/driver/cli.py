@@ -27,10 +27,14 @@ from typing import Annotated, Any, Literal, Optional
 from vaco_jax.core.config import ACTOR_DTYPES, GRAD_CLIPS, SHUFFLES, Config, ConfigError
 from vaco_jax.envs import BACKENDS
 from vaco_jax.core.knobs import KNOBS
+from vaco_jax.core.pieces import STATIC_CHOICES
 from vaco_jax.analysis import results
 from vaco_jax.analysis.results import ResultsError
 from vaco_jax.driver.config_file import (RECORD_ATTR, config_tokens, read_config_file, read_record,
                                          record_tokens)
+
+WEIGHT_CAP_MODES = {"truncate": "min(w, w_max)", "mask": "drops the samples with w > w_max",
+                    "band": "drops the samples with w outside [weight_floor, weight_cap]"}
 
 FIELD_HELP = {
     "env": "the task (docs/envs.md): a Gymnasium locomotion task (MuJoCo's C engine), a Brax MuJoCo task, "
@@ -41,7 +45,8 @@ FIELD_HELP = {
     "episode_length": "env steps before an episode is truncated",
     "num_envs": "parallel environments N",
     "unroll_length": "env steps per env per phase U (a phase's batch is N x U)",
-    "total_env_steps": "training budget in env steps",
+    "total_env_steps": "training budget in env steps; a run stops after its last whole chunk (num_evals chunks of "
+                       "whole phases of num_envs x unroll_length steps) and says so when that is fewer",
     "num_evals": "learning-curve points = jitted chunks of phases",
     "eval_episodes": "episodes per evaluation of the learner's policy (0: no evaluation)",
     "num_epochs": "epochs E per phase (forward lag)",
@@ -72,7 +77,9 @@ FIELD_HELP = {
     "old_logit_source": "decoupled PPO: where pi_old comes from; docs/lag.md",
     "tv_denominator": "IS-PG / VACO: ratio denominator beta ('behavior') or pi_T ('learner')",
     "tv_scale": "TV filter: 'tv' = 1/2 mean|r-1|, 'l1' = mean|r-1|",
-    "weight_cap_mode": "decoupled PPO: 'truncate' min(w, w_max) or 'mask' (drop w > w_max)",
+    # every choice of pieces.STATIC_CHOICES['weight_cap_mode'], in its order (WEIGHT_CAP_MODES)
+    "weight_cap_mode": "decoupled PPO, the weight w = pi_prox/pi_old: " + "; ".join(
+        f"'{mode}' {WEIGHT_CAP_MODES.get(mode, '')}".rstrip() for mode in STATIC_CHOICES["weight_cap_mode"]),
     "ewma_ratio_test": "revised PPO-EWMA: mismatch test on the joint ratio or its per-dimension mean",
 }
 
@@ -321,6 +328,7 @@ _GROUP_OF = {
     **dict.fromkeys(("env", "backend", "episode_length", "num_envs", "normalize_observations", "normalize_rewards",
                      "tasks"), "env"),
     **dict.fromkeys(("lag_model", "lag_depth", "lag_depths", "age_weights", "age_histogram", "buffer_capacity",
+                     "publish_interval",
                      "envs_per_actor",
                      "partial_resync_every", "actor_dtype", "mismatch_strength", "lag_depths_b"), "lag"),
     **dict.fromkeys(("learning_rate", "learning_rates", "anneal_lr", "adam_eps", "max_grad_norm", "grad_clip",
@@ -362,6 +370,10 @@ def grouped(cls: type, ctx=None) -> type:
     from vaco_jax.driver import helptext
 
     ctx = ctx or helptext.HelpContext()
+    # a command that is no training run (vaco-render) says what its groups and --config are for itself
+    module = helptext.study_module(cls)
+    group_text = {**HELP_GROUPS, **(getattr(module, "HELP_GROUP_TEXT", None) or {})}
+    config_help = getattr(module, "HELP_CONFIG_TEXT", None) or CONFIG_HELP
     hints = typing.get_type_hints(cls, include_extras=True)
     members: dict[str, list] = {g: [] for g in HELP_GROUPS}
     for f in dataclasses.fields(cls):
@@ -401,7 +413,7 @@ def grouped(cls: type, ctx=None) -> type:
         members[help_group(f.name)].append((f.name, hint, dataclasses.field(**kept)))
     # --config FILE, read by parse_args before tyro parses: listed first after the positionals
     config = (CONFIG_FLAG[2:], Annotated[Optional[str], tyro.conf.arg(
-        metavar="FILE", help=CONFIG_HELP, help_behavior_hint="(default: no file)")], dataclasses.field(default=None))
+        metavar="FILE", help=config_help, help_behavior_hint="(default: no file)")], dataclasses.field(default=None))
     at = next((i for i, item in enumerate(members["run"]) if item[2].default is not dataclasses.MISSING
                or item[2].default_factory is not dataclasses.MISSING), len(members["run"]))
     members["run"].insert(at, config)
@@ -410,12 +422,12 @@ def grouped(cls: type, ctx=None) -> type:
         if not items:
             continue
         sub = dataclasses.make_dataclass(f"{cls.__name__}_{g}", items)
-        sub.__doc__ = HELP_GROUPS[g]
+        sub.__doc__ = group_text[g]
         # a positional without a default forces the group to be given; such groups are built without defaults
         needs = any(f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
                     for f in dataclasses.fields(sub))
         spec = dataclasses.field() if needs else dataclasses.field(default_factory=sub)
-        fields.append((needs, (g, Annotated[sub, tyro.conf.OmitArgPrefixes, tyro.conf.arg(name=g, help=HELP_GROUPS[g])],
+        fields.append((needs, (g, Annotated[sub, tyro.conf.OmitArgPrefixes, tyro.conf.arg(name=g, help=group_text[g])],
                                spec)))
     fields.sort(key=lambda item: not item[0])  # groups without a default first (a dataclass rule)
     wrapper = dataclasses.make_dataclass(cls.__name__, [f for _, f in fields])
@@ -559,13 +571,17 @@ def parse_args(cls: type, argv: list[str] | None = None):
     path = None
     for i, tok in enumerate(argv):
         if tok == CONFIG_FLAG:
-            if i + 1 >= len(argv):
-                raise ConfigError("config: --config needs a file (JSON or YAML)")
+            if i + 1 >= len(argv) or argv[i + 1].startswith("--"):  # one line and exit code 2, as any bad flag
+                print("error: config: --config needs a file (JSON or YAML): --config PATH", file=sys.stderr)
+                raise SystemExit(2)
             path = argv[i + 1]
             argv = argv[:i] + argv[i + 2:]
             break
         if tok.startswith(CONFIG_FLAG + "="):
             path = tok.split("=", 1)[1]
+            if not path:
+                print("error: config: --config needs a file (JSON or YAML): --config PATH", file=sys.stderr)
+                raise SystemExit(2)
             argv = argv[:i] + argv[i + 1:]
             break
     if path is None:

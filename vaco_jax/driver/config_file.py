@@ -161,7 +161,10 @@ def record_tokens(cls: type, record: RunRecord) -> list[str]:
                           f"rerun it (it takes no {missing}); {instead}")
     for k in flagless:
         del settings[k]  # a setting this command has no flag for, recorded at Config's default
-    ages = LAG_MODELS[settings.get("lag_model", Config().lag_model)].reads_age_weights
+    spec = LAG_MODELS[settings.get("lag_model", Config().lag_model)]
+    ages = spec.reads_age_weights
+    if not spec.reads_publish_interval:
+        settings.pop("publish_interval", None)  # held at 1 by every lag model that does not read it
     knobs = _unique(k for c in cells for k in c if k not in ("lag_depth", "seed"))
     given: dict = {}
     if "seeds" in fields:  # a study: lag depths x seeds x knob values

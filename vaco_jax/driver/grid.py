@@ -162,7 +162,10 @@ def reads_knob(config: Config, name: str) -> bool:
     if name in COMMON_KNOBS:
         return True
     if name in LAG_KNOBS:
-        return name == "lag_depth" or LAG_MODELS[config.lag_model].reads_age_weights
+        spec = LAG_MODELS[config.lag_model]
+        if name == "publish_interval":
+            return spec.reads_publish_interval
+        return name == "lag_depth" or spec.reads_age_weights
     return name in method_knobs(config.build_method())
 
 
@@ -324,15 +327,20 @@ def _cell_from_row(row: dict) -> Cell:
 SEED_LIMIT = 2 ** 32  # seeds are folded into 32-bit PRNG keys
 
 
+def check_seed(seed) -> None:
+    """A seed is an integer in [0, 2^32): a PRNG key holds a seed modulo 2^32, so seeds 0 and 2^32 (or -1
+    and 2^32 - 1) would be the same run counted twice."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < SEED_LIMIT:
+        raise ConfigError(f"seed={seed!r} is not allowed; a seed must be an integer in [0, {SEED_LIMIT - 1}]")
+
+
 def check_cells(cells: Sequence[Cell], where: str = "") -> None:
     """A group needs at least one cell and no cell twice (a duplicate would be counted as two runs)."""
     if not cells:
         raise ConfigError(f"{where or 'a group'}: no cells (empty --seeds or --lag-depths?)")
     seen: dict = {}
     for c in cells:
-        # a PRNG key holds a seed modulo 2^32: seeds 0 and 2^32 would be the same run counted twice
-        if isinstance(c.seed, bool) or not isinstance(c.seed, (int, np.integer)) or not 0 <= c.seed < SEED_LIMIT:
-            raise ConfigError(f"seed={c.seed!r} is not allowed; a seed must be an integer in [0, {SEED_LIMIT - 1}]")
+        check_seed(c.seed)
         key = json.dumps(c.row(), sort_keys=True, default=str)
         if key in seen:
             raise ConfigError(f"{where or 'a group'}: the cell {c.row()} appears twice (duplicate seeds, lag "

@@ -12,7 +12,9 @@ other system::
     3,17
 
 Ages are non-negative integers, each at most once; a missing age has count 0; counts are non-negative
-numbers (integers, or fractions for an exported distribution), not all zero.
+numbers (integers, or fractions for an exported distribution), not all zero. A real run writes its
+histogram with a checksum beside it (``age_histogram.csv.sha256``, as a results table's), which the
+studies that read it verify; a file exported from elsewhere needs none.
 """
 
 from __future__ import annotations
@@ -25,17 +27,27 @@ from vaco_jax.errors import ConfigError
 HEADER = "age,count"
 
 
-def read_age_histogram(path: str) -> tuple[float, ...]:
+def read_age_histogram(path: str, checksum: bool = False) -> tuple[float, ...]:
     """The counts of ages 0, 1, ..., up to the largest age with a positive count (trailing zeros
-    dropped), or ConfigError naming the file, the line and what is wrong."""
+    dropped), or ConfigError naming the file, the line and what is wrong. With ``checksum`` the file
+    must carry the checksum a real run writes beside it (``NAME.csv.sha256``, as a table's) and match
+    it and its count of ages: a ResultsError naming the file otherwise."""
     where = f"age_histogram: {path}"
-    if not os.path.isfile(path):
-        raise ConfigError(f"{where}: no such file (a CSV with the header '{HEADER}')")
-    with open(path) as f:
-        lines = [(i + 1, line.strip()) for i, line in enumerate(f)]
+    if checksum:
+        from vaco_jax.analysis.results import ResultsError, verified_text
+
+        text, rows = verified_text(path)
+    else:
+        if not os.path.isfile(path):
+            raise ConfigError(f"{where}: no such file (a CSV with the header '{HEADER}')")
+        with open(path) as f:
+            text = f.read()
+    lines = [(i + 1, line.strip()) for i, line in enumerate(text.split("\n"))]
     lines = [(n, line) for n, line in lines if line and not line.startswith("#")]
     if not lines or lines[0][1].replace(" ", "") != HEADER:
         raise ConfigError(f"{where}: the first line that is not a comment must be '{HEADER}'")
+    if checksum and len(lines) - 1 != rows:
+        raise ResultsError(f"{path}: {len(lines) - 1} ages, its checksum says {rows}")
     counts: dict[int, float] = {}
     for n, line in lines[1:]:
         parts = [p.strip() for p in line.split(",")]
@@ -71,11 +83,16 @@ def _num(c) -> str:
     return str(int(c)) if c.is_integer() else repr(c)
 
 
-def write_age_histogram(path: str, counts, comment: str = "") -> None:
-    """Write ``counts`` atomically (an interrupted write leaves the old file or none)."""
-    from vaco_jax.analysis.results import atomic_write_text
+def write_age_histogram(path: str, counts, comment: str = "", checksum: bool = False) -> None:
+    """Write ``counts`` atomically (an interrupted write leaves the old file or none); with ``checksum``
+    its checksum goes beside it first (``NAME.csv.sha256``: one row per age), as a table's
+    (``results.write_table``), for ``read_age_histogram(path, checksum=True)``."""
+    from vaco_jax.analysis.results import CHECKSUM_SUFFIX, atomic_write_text, checksum_line
 
-    atomic_write_text(path, age_histogram_text(counts, comment))
+    text = age_histogram_text(counts, comment)
+    if checksum:
+        atomic_write_text(path + CHECKSUM_SUFFIX, checksum_line(len(counts), text))
+    atomic_write_text(path, text)
 
 
 def histogram_settings(files, fixed: dict, axes: dict) -> tuple[dict, dict]:

@@ -4,7 +4,7 @@ Every finished group of a sweep writes ``GROUP/policies.npz`` (each cell's final
 value function and observation-normaliser statistics, with a checksum) next to ``GROUP/config.json`` (the group's
 settings); a single run (``vaco-train``) is a one-cell group, ``OUT/<name>/<env>/<method>/``. Then::
 
-    act = load_policy("runs/lag_sweep_demo/Hopper-v4/vaco", cell=6)
+    act = load_policy("runs/lag_sweep_demo", cell=6, group="Hopper-v4/vaco")  # or the group's directory
     action = act(observation)                     # the policy's mean, clipped to the action box
     action = act(observation, jax.random.key(0))  # a sample from the policy
 
@@ -64,8 +64,8 @@ def find_group(path: str, group: str | None = None) -> str:
     done = [g for g in found if os.path.exists(os.path.join(g, POLICIES))]
     names = lambda dirs: ", ".join(os.path.relpath(g, path) for g in dirs)  # noqa: E731
     if len(done) > 1:
-        raise ConfigError(f"{base} holds {len(done)} finished groups ({names(done)}); name one (--group GROUP, or "
-                          "its directory)")
+        raise ConfigError(f"{base} holds {len(done)} finished groups ({names(done)}); name one: its directory, or "
+                          f"load_policy(..., group={os.path.relpath(done[0], path)!r}) / vaco-render --group GROUP")
     if not done:
         if not found:
             raise ConfigError(f"{base} holds no group (no cells.json under it); give a study's or vaco-train's run "
@@ -95,17 +95,18 @@ def _config(directory: str):
     return Config(**values)
 
 
-def load_policy(directory: str, cell: int = 0):
+def load_policy(directory: str, cell: int = 0, group: str | None = None):
     """A jitted ``act(obs, key=None)`` of cell ``cell`` of a finished group: ``directory`` is the group's
-    directory, or a run directory holding one finished group (vaco-train's ``OUT/<name>``); a run
-    directory of several groups is a ConfigError listing them (give one)."""
+    directory, or a run directory holding one finished group (vaco-train's ``OUT/<name>``), or a run
+    directory and ``group``, the group under it (``"Hopper-v4/vaco"``, as ``vaco-render --group``); a run
+    directory of several groups without ``group`` is a ConfigError listing them."""
     import jax
     import jax.numpy as jnp
 
     from vaco_jax.core.config import make_traced
     from vaco_jax.core.train import make_train
 
-    directory = find_group(directory)
+    directory = find_group(directory, group)
     config = _config(directory)
     arrays = results.load_npz(os.path.join(directory, POLICIES))
     trainer = make_train(config)

@@ -66,7 +66,7 @@ def _identity(groups: Sequence[Group]) -> dict:
 # A setting added to Config after runs were recorded without it: the value that reproduces those runs.
 # A record lacking the field is read with this value, so such a run resumes only with that setting
 # (and says so) instead of silently continuing under another algorithm.
-UNRECORDED_SETTINGS = {"minibatch_shuffle": "sort", "grad_clip": "per_network"}
+UNRECORDED_SETTINGS = {"minibatch_shuffle": "sort", "grad_clip": "per_network", "publish_interval": 1}
 
 
 def _compare_identity(run_dir: str, old: dict, identity: dict) -> None:

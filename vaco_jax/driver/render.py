@@ -24,10 +24,40 @@ from tyro.conf import Positional
 from vaco_jax.core.knobs import ConfigError
 
 
+def gl_backends() -> tuple[str, ...]:
+    """The OpenGL backends ``MUJOCO_GL`` may name on this platform (MuJoCo's own list, which it checks
+    when it is imported: any other value stops ``import mujoco``)."""
+    import platform
+
+    return {"Linux": ("egl", "osmesa", "glfw", "glx"), "Windows": ("glfw", "wgl"),
+            "Darwin": ("glfw", "cgl")}.get(platform.system(), ("glfw",))
+
+
+# MuJoCo's other spellings: 'enable', 'on', ... choose its default context; 'disable', 'off', ... none at all
+_GL_DEFAULT = ("enable", "enabled", "on", "true", "1")
+_GL_OFF = ("disable", "disabled", "off", "false", "0")
+
+
+def check_gl_variable() -> None:
+    """``MUJOCO_GL``, when set, names a backend that can draw (a ConfigError of one line otherwise), before
+    anything imports mujoco."""
+    value = os.environ.get("MUJOCO_GL")
+    if not value:
+        return
+    name = value.lower().strip()
+    allowed = f"allowed values: {', '.join(gl_backends())} (unset: osmesa when its library is installed, else egl)"
+    if name in _GL_OFF:
+        raise ConfigError(f"MUJOCO_GL={value!r} turns MuJoCo's rendering off; {allowed}")
+    if name not in gl_backends() + _GL_DEFAULT:
+        raise ConfigError(f"MUJOCO_GL={value!r} is not valid; {allowed}")
+
+
 def choose_gl_backend() -> str:
-    """``MUJOCO_GL`` as set, else 'osmesa' when libOSMesa is installed, else 'egl'; set before mujoco loads."""
+    """``MUJOCO_GL`` as set (checked: ``check_gl_variable``), else 'osmesa' when libOSMesa is installed, else
+    'egl'; set before mujoco loads."""
     import ctypes.util
 
+    check_gl_variable()
     if not os.environ.get("MUJOCO_GL"):
         os.environ["MUJOCO_GL"] = "osmesa" if ctypes.util.find_library("OSMesa") else "egl"
     if os.environ["MUJOCO_GL"] == "osmesa":
@@ -210,6 +240,14 @@ def write_html(env, cores, path: str) -> None:
         f.write(html.render(env.raw.sys, [c.pipeline_state for c in cores]))
 
 
+# --help (cli.grouped): what this command's groups, --config and --out's default are
+HELP_GROUP_TEXT = {"run": "what is drawn: the group, the cell, the episode",
+                   "output": "the file written: where, its format, its frames' size and rate"}
+HELP_CONFIG_TEXT = ("a JSON or YAML file of these flags (their snake_case names -> values), read first, so flags "
+                    "given on the command line win")
+HELP_DEFAULTS = {"out": "GROUP_DIR/cell-K.mp4, or .html with --html"}
+
+
 @dataclasses.dataclass
 class Args:
     """Write a video of a trained policy (MuJoCo's renderer), or Brax's HTML viewer page."""
@@ -220,10 +258,10 @@ class Args:
     steps: int = 1000  # at most this many env steps (one episode)
     seed: int = 0  # the episode's reset and action noise
     deterministic: bool = False  # act with the policy's mean instead of sampling
-    out: str | None = None  # default: GROUP_DIR/cell-K.mp4 (.html with --html)
-    width: int = 480
-    height: int = 360
-    fps: int = 30
+    out: str | None = None  # the file written
+    width: int = 480  # the frame's width in pixels
+    height: int = 360  # the frame's height in pixels
+    fps: int = 30  # frames per second of the MP4
     html: bool = False  # Brax tasks: Brax's HTML viewer page instead of an MP4 (no OpenGL needed)
 
 
@@ -261,7 +299,11 @@ def main(args: Args) -> str:
 
 
 def cli() -> None:
-    choose_gl_backend()  # before anything imports mujoco
+    try:
+        choose_gl_backend()  # before anything imports mujoco
+    except ConfigError as e:  # a bad MUJOCO_GL: one line and exit code 2, as a bad flag
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
     from vaco_jax.driver.cli import parse_args
     from vaco_jax.driver.cli import cli_main
 

@@ -122,8 +122,10 @@ def check_wandb(options: WandbOptions) -> None:
 def check_video(configs: Sequence, cell_counts: Sequence[int] | None, options: VideoOptions) -> None:
     import shutil
 
+    from vaco_jax.driver.render import check_gl_variable
     from vaco_jax.envs import env_source
 
+    check_gl_variable()  # a MUJOCO_GL that MuJoCo refuses would stop `import mujoco` with a traceback
     for name, value, least in (("capture_video_every", options.every, 1), ("capture_video_cell", options.cell, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise ConfigError(f"{name}={value!r} not valid; allowed values: an integer >= {least}")
@@ -202,6 +204,8 @@ class GroupHooks:
             self.video = dataclasses.replace(video, dir=video.dir or os.path.join(group_dir, VIDEOS))
         self._runs: dict[int, Any] = {}
         self._camera = None
+        self._opened = 0  # W&B runs opened by this group
+        self._films: list[str] = []  # videos written by this group
 
     @property
     def active(self) -> bool:
@@ -260,6 +264,7 @@ class GroupHooks:
                               "needs no network or login") from None
         run.define_metric("env_steps")
         run.define_metric("*", step_metric="env_steps")
+        self._opened += 1
         return run
 
     # --- video
@@ -289,13 +294,15 @@ class GroupHooks:
         try:
             write_mp4(frames_of(scene, cores, opts.width, opts.height, plain=True), partial, opts.fps)
             os.replace(partial, path)  # a crash leaves no half-written video under the final name
+            self._films.append(path)
         finally:
             if os.path.exists(partial):
                 os.remove(partial)
 
     def close(self, failed: bool = False) -> None:
         """Finish the W&B runs (marked failed when the loop raised; then an error in finishing one is
-        dropped, so the loop's own exception is the one that reaches the caller)."""
+        dropped, so the loop's own exception is the one that reaches the caller), then say where the
+        W&B files and the videos went (``where_lines``)."""
         runs, self._runs = list(self._runs.values()), {}
         for run in runs:
             try:
@@ -303,3 +310,21 @@ class GroupHooks:
             except Exception:
                 if not failed:
                     raise
+        for line in self.where_lines():
+            print(line, flush=True)
+
+    def where_lines(self) -> list[str]:
+        """One line per hook that wrote files in this group: the W&B runs' directory (and how an offline
+        run is uploaded), the videos' directory."""
+        lines = []
+        where = f" ({self.label})" if self.label else ""
+        if self.wandb is not None and self._opened:
+            wandb_dir = os.path.join(self.wandb.dir, "wandb")
+            mode = self.wandb.resolved_mode()
+            upload = f"; upload: wandb sync {wandb_dir}/offline-run-*" if mode == "offline" else ""
+            lines.append(f"wandb{where}: {self._opened} {mode} run(s) in {wandb_dir}{upload}")
+        if self._films:
+            lines.append(f"capture_video{where}: {len(self._films)} video(s) in {os.path.dirname(self._films[0])}"
+                         f", the last {os.path.basename(self._films[-1])}")
+        self._opened, self._films = 0, []
+        return lines

@@ -67,7 +67,9 @@ class SingleRun:
 
 
 def train_defaults() -> Config:
-    return Config(total_env_steps=300_000)
+    """The settings ``vaco-train`` shows and runs when a flag is left out: Config's own (one default per
+    setting, in Python and on the command line; a Gymnasium task's own defaults then apply, task_settings)."""
+    return Config()
 
 
 def train_args_class():
@@ -77,7 +79,8 @@ def train_args_class():
 
     cls = config_args_class("TrainArgs", TRAIN_EXTRA, defaults=train_defaults(), exclude=("grid_batch",))
     cls.__doc__ = ("Train one configuration into OUT/<name>/ (a one-cell run directory, like a study's); "
-                   "the same command resumes it.")
+                   "the same command resumes it. A setting left out takes Config's default, as Config() does "
+                   "in Python.")
     return cls
 
 

@@ -33,7 +33,9 @@ configurations whose steady-state mean age, pooled over the pilot's runs of both
 ``TOLERANCE`` (relative) of the target qualify; among them a deep-queue configuration is preferred (the
 timing-driven lag of a real learner-bound system), then the one nearest the target; if none
 qualifies, the configuration nearest the target is chosen and the study runs at the age it realises
-(said so in the output). Ties go to the configuration listed first.
+(said so in the output). Ties go to the configuration listed first. ``choose`` is refused while a
+configuration has not finished its pilot runs (``--configurations`` applies the rule among the ones
+named, and ``chosen.csv`` says so), and once the study has run on its choice.
 
 **The study** (``real``, ``sim``, ``report``; every number in ``STUDY``, written to
 ``OUT/study_protocol.json`` by its first stage, a later stage with other numbers or other chosen
@@ -57,7 +59,11 @@ it lies wholly outside, else *inconclusive*. It also gives each real configurati
 (median env steps/s, seconds to the first evaluation at or above ``return_threshold``, start load),
 and writes ``arms.csv`` (every arm's runs, diverged runs, realised mean age and AUC), ``verdicts.csv``,
 ``wall_clock.csv`` and ``figures/deep_lag.png``. The score is the AUC of
-the evaluation curve at the simulator's evaluation points (``sim_vs_real.real_score``).
+the evaluation curve at the simulator's evaluation points (``sim_vs_real.real_score``). ``report``
+writes no protocol: it reads under the one the first stage wrote (its checksum verified), once every
+real run and simulated program has finished and holds its tables (the first one that has not, or the
+tables gone, named), every real histogram verified against its checksum, and every program holding one
+row per seed of each counterpart it ran; else it writes nothing.
 """
 
 from __future__ import annotations
@@ -74,7 +80,7 @@ from vaco_jax.core.config import ConfigError
 from vaco_jax.studies import sim_vs_real as svr
 from vaco_jax.studies.deep_lag_report import (CONTRAST, SPREAD_SOURCE, VARIANTS, arm_rows, diverged_in, mean_age,
                                              none_as_nan, pooled, power_table, quantity_rows, require_finished,
-                                             score_values, spread, wall_clock_rows)
+                                             run_summary, score_values, spread, wall_clock_rows)
 
 TARGETS = (4.0, 16.0)  # mean ages of the simulator's B = 8 (3.5) and B = 32 (15.5), rounded up
 TOLERANCE = 0.25  # a configuration qualifies for a target when |mean age / target - 1| <= this
@@ -128,7 +134,7 @@ class Args:
     preset: Literal["cpu", "tiny"] = "cpu"  # the pilot's and the study's numbers (PRESETS, STUDY)
     out: str = ""  # where the pilot's and the study's runs and tables go
     work: str = ""  # sim: the simulator's run directories (checkpoints)
-    configurations: tuple[str, ...] = ()  # pilot: only these (names as plan prints them)
+    configurations: tuple[str, ...] = ()  # pilot, choose: only these (names as plan prints them)
     minutes: float | None = None  # real, sim: start no run or sweep that would end after this many minutes
     progress: bool = True  # a line per pilot or real run and a progress bar per simulated sweep
     margin: float = 0.15  # power: the equivalence margin (scale: the real lockstep mean)
@@ -214,34 +220,6 @@ def pilot(args: Args, spec: dict) -> list[dict]:
     return done
 
 
-def run_summary(run_dir: str, steady_from: int) -> dict:
-    """One run's realised ages, from its record (consumed batches, weighted by their samples)."""
-    from vaco_jax.analysis import results
-
-    rows = results.read_table(os.path.join(run_dir, "record.csv"))
-    score = results.read_json(os.path.join(run_dir, "score.json"))
-    consumed = [r for r in rows if r["fate"] == "consumed"]
-    ages = np.array([float(r["age"]) for r in consumed])
-    weights = np.array([float(r["samples"]) for r in consumed])
-    steady = np.array([float(r["learner_version"]) >= steady_from for r in consumed])
-    sa, sw = ages[steady], weights[steady]
-    order = np.argsort(sa, kind="stable")
-    cum = np.cumsum(sw[order]) / sw.sum()
-
-    def quantile(q):
-        return float(sa[order][np.searchsorted(cum, q)])
-
-    fates = [r["fate"] for r in rows]
-    return {"mean_age": float(np.average(ages, weights=weights)),
-            "steady_mean_age": float(np.average(sa, weights=sw)),
-            "steady_sd": float(np.sqrt(np.average((sa - np.average(sa, weights=sw)) ** 2, weights=sw))),
-            "p10": quantile(0.10), "p50": quantile(0.50), "p90": quantile(0.90), "max": float(sa.max()),
-            "dropped": sum(f.startswith("dropped") for f in fates), "left": fates.count("left in the queue"),
-            "consumed": len(consumed), "env_steps_per_second": float(score["env_steps_per_second"]),
-            "load_start": (score.get("load_average") or {}).get("start"),
-            "load_end": (score.get("load_average") or {}).get("end")}
-
-
 def pilot_rows(out: str, spec: dict) -> list[dict]:
     """Every finished pilot run's summary, in the order of ``CONFIGURATIONS``."""
     rows = []
@@ -253,6 +231,36 @@ def pilot_rows(out: str, spec: dict) -> list[dict]:
                     rows.append({"configuration": name, "family": family, "method": method, "seed": seed,
                                  **run_summary(where, spec["steady_from"])})
     return rows
+
+
+def require_piloted(out: str, spec: dict, names) -> None:
+    """``choose``'s rule compares the configurations ``names`` (every one, unless ``--configurations``
+    says which): each must have finished its pilot runs (every method and seed), else a ConfigError
+    naming those never piloted and those partly piloted."""
+    runs = [(m, s) for m in spec["methods"] for s in spec["pilot_seeds"]]
+    done = {n: sum(os.path.exists(os.path.join(_pilot_dir(out, n, m, s), "score.json")) for m, s in runs)
+            for n in names}
+    never = [n for n in names if done[n] == 0]
+    partly = [f"{n} ({done[n]} of {len(runs)} runs)" for n in names if 0 < done[n] < len(runs)]
+    if never or partly:
+        finished = [n for n in names if done[n] == len(runs)]
+        what = "; ".join(([f"never piloted: {', '.join(never)}"] if never else [])
+                         + ([f"partly piloted: {', '.join(partly)}"] if partly else []))
+        raise ConfigError(f"choose: the rule compares every configuration it is given, and the pilot has not finished "
+                          f"them ({what}); run `pilot`" + (f", or choose among the finished ones only: "
+                                                          f"--configurations {' '.join(finished)}" if finished else ""))
+
+
+def study_begun(out: str) -> list[str]:
+    """What the study's stages have left in ``out`` (its protocol, finished real runs, finished simulated
+    programs), in words; empty before its first stage."""
+    import glob
+
+    real = len(glob.glob(os.path.join(glob.escape(out), "real", "*", "*", "*", "score.json")))
+    sim = len(glob.glob(os.path.join(glob.escape(out), "sim", "**", "scores.csv"), recursive=True))
+    found = ["study_protocol.json"] if os.path.exists(os.path.join(out, "study_protocol.json")) else []
+    return found + ([f"{real} finished real run(s)"] if real else []) + (
+        [f"{sim} finished simulated program(s)"] if sim else [])
 
 
 def choose(rows: list[dict], targets=TARGETS, tolerance: float = TOLERANCE) -> list[dict]:
@@ -298,7 +306,20 @@ def study_configurations(out: str, spec: dict, study: dict) -> list[dict]:
     if not os.path.exists(path):
         raise ConfigError(f"study: {path} is missing; run `pilot` and `choose` first (the study runs the "
                           "configurations chosen.csv names)")
-    by_target = {float(r["target"]): str(r["configuration"]) for r in results.read_table(path)}
+    allowed = [c[0] for c in CONFIGURATIONS]
+    by_target: dict[float, str] = {}
+    for i, r in enumerate(results.read_table(path)):
+        try:
+            target, name = float(r["target"]), r["configuration"]
+        except (KeyError, TypeError, ValueError):
+            raise ConfigError(f"study: {path}, row {i + 1}: expected a number under 'target' and a name under "
+                              "'configuration'; rerun `choose`") from None
+        if name not in allowed:
+            raise ConfigError(f"study: {path} names {name!r} for the target {target:g}, which is no configuration "
+                              f"of the pilot (allowed values: {', '.join(allowed)}); rerun `choose`")
+        if target in by_target:
+            raise ConfigError(f"study: {path} names the target {target:g} twice; rerun `choose`")
+        by_target[target] = name
     names = []
     for target in TARGETS:
         if target not in by_target:
@@ -375,7 +396,7 @@ def real_histogram(out: str, c: dict, methods, seeds) -> tuple[float, ...]:
     """Consumed samples by age, summed over the real runs of ``methods`` x ``seeds`` (every one finished)."""
     total = np.zeros(0)
     for method in methods:
-        h = np.asarray(svr.pooled_histogram(out, c, method, seeds))
+        h = np.asarray(svr.pooled_histogram(out, c, method, seeds, checksum=True))
         total = np.pad(total, (0, max(0, len(h) - len(total)))) + np.pad(h, (0, max(0, len(total) - len(h))))
     return tuple(float(x) for x in total)
 
@@ -385,7 +406,7 @@ def variants_of(out: str, study: dict, c: dict, method: str) -> dict[str, tuple[
     synchronous lag (depth 1); a deep configuration the ``VARIANTS`` of its real runs' pooled histogram."""
     if c["family"] == "sync":
         return {"lockstep": (1.0,)}
-    hist = svr.pooled_histogram(out, c, method, study["real_seeds"])
+    hist = svr.pooled_histogram(out, c, method, study["real_seeds"], checksum=True)
     return svr.variant_weights(hist, shift=study["control_shift"])
 
 
@@ -443,9 +464,8 @@ def study_sim(args: Args, spec: dict, study: dict, configs: list[dict]) -> None:
 def study_scores(out: str, spec: dict, study: dict, configs: list[dict], cells: int):
     """(real, sim, diverged, realised): the scores ``quantity_rows`` reads, the count of diverged runs per
     (configuration, method[, variant]), and the simulated samples by realised age per (configuration,
-    method, variant), the programs of each sweep (at most ``cells`` cells each) pooled."""
-    from vaco_jax.analysis import results
-
+    method, variant), the programs of each sweep (at most ``cells`` cells each) pooled: every program
+    holding one row per seed of its block for each of its counterparts' weights (``svr.cells_of``)."""
     real, sim, diverged, realised = {}, {}, {}, {}
     for c in configs:
         for method in spec["methods"]:
@@ -459,15 +479,14 @@ def study_scores(out: str, spec: dict, study: dict, configs: list[dict], cells: 
             weights = variants_of(out, study, c, method)
             programs = {}
             for name, variants, seeds in sweeps_of(out, study, c, method):
-                programs[name] = [where for where, _ in program_dirs(out, c, method, name, len(variants), seeds, cells)]
-                for where in programs[name]:
+                programs[name] = program_dirs(out, c, method, name, len(variants), seeds, cells)
+                for where, _ in programs[name]:
                     require_finished(os.path.join(where, "scores.csv"), "sim")
             for v, w in weights.items():
                 mine, drawn = [], []
-                for where in programs[SWEEP_OF.get(v, "main")]:
-                    mine += [r for r in results.read_table(os.path.join(where, "scores.csv"))
-                             if tuple(float(x) for x in svr._weights_of(r)) == tuple(float(x) for x in w)]
-                    drawn.append(svr.realised_in(os.path.join(where, svr.REALISED), {v: w}).get(v))
+                for where, block in programs[SWEEP_OF.get(v, "main")]:
+                    mine += svr.cells_of(os.path.join(where, "scores.csv"), w, block, v)
+                    drawn.append(svr.realised_in(os.path.join(where, svr.REALISED), {v: w}, require=True)[v])
                 sim[(c["name"], method, v)] = score_values(mine)
                 diverged[(c["name"], method, v)] = sum(bool(r["diverged"]) for r in mine)
                 counts = pooled(drawn)
@@ -476,9 +495,21 @@ def study_scores(out: str, spec: dict, study: dict, configs: list[dict], cells: 
     return real, sim, diverged, realised
 
 
+def require_study_units(out: str, spec: dict, study: dict, configs: list[dict], cells: int) -> None:
+    """Every real run and simulated program the report reads has finished and holds its tables
+    (``svr.require_units``), before any number is read; the real runs' histograms are verified on the way
+    (they decide the programs' weights)."""
+    real_runs = [svr._real_dir(out, c, m, s) for s in study["real_seeds"] for c in configs for m in spec["methods"]]
+    svr.require_units(real_runs, "score.json", svr.REAL_TABLES, "real")
+    programs = [where for c in configs for m in spec["methods"] for name, variants, seeds in sweeps_of(out, study, c, m)
+                for where, _ in program_dirs(out, c, m, name, len(variants), seeds, cells)]
+    svr.require_units(programs, "scores.csv", svr.SIM_TABLES, "sim")
+
+
 def study_report(args: Args, spec: dict, study: dict, configs: list[dict]) -> dict:
     from vaco_jax.analysis import figures, results
 
+    require_study_units(args.out, spec, study, configs, PROGRAM_CELLS[args.preset])
     real, sim, diverged, realised = study_scores(args.out, spec, study, configs, PROGRAM_CELLS[args.preset])
     deep = [c for c in configs if c["family"] != "sync"]
     rows = quantity_rows(real, sim, [c["name"] for c in deep], VARIANTS, study)
@@ -584,6 +615,9 @@ def main(args: Args):
         raise ConfigError(f"minutes={args.minutes!r} must be a positive number of minutes (or left unset: no limit)")
     for name in args.configurations:
         settings_of(name)
+    if args.configurations and args.stage not in ("pilot", "choose"):
+        raise ConfigError(f"configurations: read by the stages pilot and choose only; {args.stage} takes every "
+                          "configuration (the study's stages: lockstep and the ones chosen.csv names)")
     for name, *_ in CONFIGURATIONS:  # every setting checked before anything runs
         for method in spec["methods"]:
             config_of(spec, name, method)
@@ -607,8 +641,11 @@ def main(args: Args):
     if args.stage in ("real", "sim", "report"):
         study = STUDY[args.preset]
         configs = study_configurations(args.out, spec, study)  # refused before anything runs or is written
-        svr.fix_protocol(os.path.join(args.out, "study_protocol.json"),
-                         study_protocol(args.preset, spec, study, configs),
+        path = os.path.join(args.out, "study_protocol.json")
+        if args.stage == "report" and not os.path.exists(path):
+            raise ConfigError(f"report: {path} is missing: no stage of the study has run in {args.out}; run the "
+                              "'real' stage first")
+        svr.fix_protocol(path, study_protocol(args.preset, spec, study, configs), write=args.stage != "report",
                          hint="the study's numbers (STUDY) or chosen.csv's configurations changed since its first "
                               "stage; restore them or use another --out")
         if args.stage == "real":
@@ -618,8 +655,18 @@ def main(args: Args):
         return study_report(args, spec, study, configs)
     from vaco_jax.analysis import results
 
-    rows = pilot_rows(args.out, spec)
+    begun = study_begun(args.out)
+    if begun:
+        raise ConfigError(f"choose: the study has run on {os.path.join(args.out, 'chosen.csv')} ({', '.join(begun)}); "
+                          "choosing again would leave its runs under another choice: keep it, or pilot and choose "
+                          "in another --out")
+    names = tuple(dict.fromkeys(args.configurations)) or tuple(c[0] for c in CONFIGURATIONS)
+    require_piloted(args.out, spec, names)
+    rows = [r for r in pilot_rows(args.out, spec) if r["configuration"] in names]
     chosen = choose(rows)
+    if args.configurations:  # the rule among the configurations asked for: said in the table
+        for c in chosen:
+            c["why"] += f"; among {', '.join(names)} only (--configurations)"
     results.write_table(os.path.join(args.out, "pilot.csv"), rows)
     results.write_table(os.path.join(args.out, "chosen.csv"), chosen)
     for r in rows:

@@ -350,14 +350,14 @@ DEEP_LAG = os.path.join("results", "deep_lag")
 def steplag_summary(root: str) -> str | None:
     """FINDINGS.md's first-screen line on the step size x lag study: units and hours so far, each stage-1
     surface's state and lag-robust setting as ``report`` wrote them (``choices.csv``), stage 2's state."""
-    from vaco_jax.studies import locomotion as first
+    from vaco_jax.studies import kit
     from vaco_jax.studies import steplag
 
     res = os.path.join(root, STEPLAG)
     if not os.path.exists(os.path.join(res, "protocol.json")):
         return None
-    p, digest = first.load_protocol(os.path.join(res, "protocol.json"))
-    manifest = first._manifest(res)
+    p, digest = kit.load_protocol(os.path.join(res, "protocol.json"))
+    manifest = kit.manifest(res)
     hours = sum(float(m["seconds_this_session"]) for m in manifest) / 3600.0
     choices = os.path.join(res, steplag.CHOICES)
     parts = []
@@ -501,14 +501,14 @@ def steplag_stage2_table(root: str) -> str:
     them (only when every unit has finished), the primary family, the per-task rows and the lag-shape
     rule as it wrote them (``stage2_verdicts.csv``, ``stage2_shape.csv``)."""
     from vaco_jax.analysis.tables import is_diverged
-    from vaco_jax.studies import locomotion as first
+    from vaco_jax.studies import kit
     from vaco_jax.studies import steplag, steplag_stage2
 
     label = steplag_stage2.arm_label
     res = os.path.join(root, STEPLAG)
     if not os.path.exists(os.path.join(res, "protocol.json")):
         return "No step size × lag study in this tree (`results/steplag/protocol.json`).\n"
-    p = first.load_protocol(os.path.join(res, "protocol.json"))[0]
+    p = kit.load_protocol(os.path.join(res, "protocol.json"))[0]
     if "stage2" not in p:
         return ("Stage 2 is not fixed yet: `python experiments/steplag.py report` prints its section once stage 1 "
                 "is complete, and the section is committed into the protocol before stage 2's first run.\n")

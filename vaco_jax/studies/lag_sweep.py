@@ -183,6 +183,9 @@ def main(args: Args) -> str:
     line = headline(summary)
     if line:
         print(line)
+    note = untuned_note(groups)
+    if note:
+        print(note)
     if args.figures:
         from vaco_jax.analysis import figures
         paths = figures.make_all(run_dir)
@@ -194,11 +197,51 @@ def main(args: Args) -> str:
 
 README_FIGURE = "aggregate_vs_lag_auc_eval_return_normalized.png"  # the demo's figure the README shows
 
+# The step size x lag study's best step sizes per lag on Hopper-v4 and Walker2d-v4 (results/steplag/choices.csv,
+# its per_lag column; tests/test_readme_numbers.py checks them): (knob, best at B = 1, best at B = 8 and 32).
+TUNED_STEPS = {"ppo_clip": ("clip_epsilon", 0.2, 0.6), "vaco": ("tv_budget", 0.06, 0.2)}
+
+
+def _piece_value(method, knob: str):
+    return next(getattr(piece, knob) for piece in (method.advantage, method.proximal, method.surrogate,
+                                                   method.sample_filter) if hasattr(piece, knob))
+
+
+def untuned_note(groups: list) -> str:
+    """Why the demo's picture is not the studies' verdict: when PPO-Clip and VACO both ran at their
+    default step sizes (neither set nor swept), a line naming them against the best ones the step size x
+    lag study found without lag and under it (:data:`TUNED_STEPS`); empty otherwise."""
+    used = {}
+    for g in groups:
+        if g.config.method not in TUNED_STEPS:
+            continue
+        knob = TUNED_STEPS[g.config.method][0]
+        if getattr(g.config, knob) is not None or any(knob in c.knob_dict() for c in g.cells):
+            return ""
+        used[g.config.method] = _piece_value(g.config.build_method(), knob)
+    if set(used) != set(TUNED_STEPS):
+        return ""
+    parts = [f"{METHODS[m].label or m} {knob} = {used[m]:g} (best at B = 1: {b1:g}; under lag: {lagged:g})"
+             for m, (knob, b1, lagged) in TUNED_STEPS.items()]
+    return ("Step sizes: each method's default, not tuned for the lag — " + "; ".join(parts)
+            + ", on Hopper-v4 and Walker2d-v4. Each tuned for the lag, VACO is not found better than PPO-Clip "
+            "(FINDINGS.md, the step size × lag study).")
+
+
+def central_label(rows: list[dict]) -> str:
+    """What the summary's ``iqm`` points of ``rows`` are: the IQM cuts ``int(n / 4)`` of the ``n`` pooled
+    runs from each end, so when no cell pools 4 runs it cuts none and each point is the mean of its runs
+    ("mean of 3 runs"); otherwise "IQM"."""
+    pooled = {int(r["n_runs"]) * int(r.get("n_tasks") or 1) for r in rows if r.get("aggregate") == "iqm"}
+    if not pooled or max(pooled) >= 4:
+        return "IQM"
+    return f"mean of {pooled.pop()} runs" if len(pooled) == 1 else f"mean of {max(pooled)} runs or fewer"
+
 
 def headline(summary: list[dict]) -> str:
     """The sentence the README quotes from the demo's summary: at the deepest lag, the share of its own
-    B = 1 AUC each method keeps, and each method's AUC against synchronous PPO-Clip (IQM, 95% CIs).
-    Empty when the summary has neither."""
+    B = 1 AUC each method keeps, and each method's AUC against synchronous PPO-Clip (IQM, or the mean
+    where the IQM cuts no run: :func:`central_label`; 95% CIs). Empty when the summary has neither."""
     auc = [r for r in summary if r["score"] == "auc_eval_return" and r.get("aggregate") == "iqm"
            and not r.get("setting")]
     if not auc:
@@ -220,7 +263,7 @@ def headline(summary: list[dict]) -> str:
         parts.append(f"At B = {deepest} each method keeps this share of its own B = 1 AUC: " + ", ".join(kept))
     if level:
         parts.append("its AUC as a share of synchronous PPO-Clip's: " + ", ".join(level))
-    return "; ".join(parts) + " (IQM, 95% CI)."
+    return "; ".join(parts) + f" ({central_label(auc)}, 95% CI)."
 
 
 def print_table(summary: list[dict]) -> None:
@@ -246,6 +289,10 @@ def print_table(summary: list[dict]) -> None:
         print(f"{where}IQM of the AUC (area under the evaluation curve; "
               f"{norm + '; ' + ref if norm == 'normalized' else norm}) and the share of its own B = 1 AUC "
               "each method keeps, 95% stratified bootstrap CIs:")
+        label = central_label(list(level.values()) + list(kept.values()))
+        if label != "IQM":
+            print(f"  (here the IQM is the {label}: it cuts a quarter of the runs from each end, and of fewer "
+                  "than 4 none)")
         print(f"{'method':<22}{'B':>4}  {'AUC':>7}  {'95% CI':>17}  {'kept':>6}  {'95% CI':>15}  runs  diverged")
         for key in sorted(level):
             r, k = level[key], kept.get(key)

@@ -26,18 +26,22 @@ and the study's units follow in the same call), and stops when the next unit wou
 session runs a group that finishes inside it. An interrupted unit resumes from its checkpoint. Each finished unit's small tables (scores, curves, cells, config) are copied under
 ``results/locomotion/`` with a line in ``manifest.csv`` naming the protocol's sha256.
 
-The protocol's hash is recorded in every run directory (``run.json``) and every manifest line. If the
+The protocol's hash is recorded in every run directory (``run.json``) and every manifest line, with
+the CPU model that ran the unit (``cpu``; lines written before that column have none). If the
 protocol file changed since a unit was run, ``run`` refuses until the change is recorded as a
-deviation: ``--deviation "what changed and why"`` appends it, dated, to ``deviations.csv``.
+deviation: ``--deviation "what changed and why"`` appends it, dated, to ``deviations.csv``, once
+every other check of the call has passed.
 
 ``report`` applies the protocol's rules to the committed scores and draws the study's figures
-(``vaco_jax.studies.locomotion_report``).
+(``vaco_jax.studies.locomotion_report``), guarded like ``run``: only under the protocol the units ran
+under (or a recorded deviation), and only when every unit the manifest lists holds its tables (a
+missing or damaged one is named; ``plan`` names it too, and ``run`` copies it back from the run
+directories when they still hold it).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 import time
@@ -46,7 +50,10 @@ from typing import Literal
 from tyro.conf import Positional
 
 from vaco_jax.core.config import Config, ConfigError
-from vaco_jax.studies.locomotion_report import COPIED, draw_figures, report
+from vaco_jax.studies.kit import (Unit, check_dry_run, check_protocol_file, check_report_protocol, check_units_present,
+                                  collect, dry_run_units, finished, load_protocol, run_unit, select,
+                                  start_run, status)
+from vaco_jax.studies.locomotion_report import LAG_AWARE, draw_figures, report
 
 RESULTS = os.path.join("results", "locomotion")
 RUNS = os.path.join("runs", "locomotion")
@@ -77,21 +84,6 @@ class Args:
 
 
 HELP_DEFAULTS = {"minutes": "none: run needs --minutes or --units"}  # --help (driver/helptext.py)
-
-
-@dataclasses.dataclass(frozen=True)
-class Unit:
-    name: str
-    stage: str  # tuning | study
-    group: object  # grid.Group
-    runs: int
-    minutes: float
-
-
-def load_protocol(path: str) -> tuple[dict, str]:
-    with open(path, "rb") as f:
-        data = f.read()
-    return json.loads(data), hashlib.sha256(data).hexdigest()
 
 
 def check_protocol(p: dict) -> None:
@@ -257,74 +249,6 @@ def freeze(p: dict, tuning_dir: str, path: str, digest: str) -> dict:
 
 # ----------------------------------------------------------------------------- the record
 
-def _manifest(results_dir: str) -> list[dict]:
-    from vaco_jax.analysis import results
-    path = os.path.join(results_dir, "manifest.csv")
-    return results.read_table(path) if os.path.exists(path) else []
-
-
-def check_protocol_unchanged(results_dir: str, digest: str, deviation: str, protocol: str = PROTOCOL) -> None:
-    """Units run under another protocol hash need a recorded deviation before more units run."""
-    from vaco_jax.analysis import results
-    seen = {r["protocol_sha256"] for r in _manifest(results_dir)}
-    dev_path = os.path.join(results_dir, "deviations.csv")
-    recorded = {r["protocol_sha256"] for r in results.read_table(dev_path)} if os.path.exists(dev_path) else set()
-    if not seen or seen <= {digest} or digest in recorded:
-        return
-    if not deviation:
-        raise ConfigError(f"protocol: {protocol} changed since earlier units ran (their sha256 "
-                          f"{', '.join(sorted(seen - {digest}))}, now {digest}); record why with --deviation \"...\"")
-    rows = results.read_table(dev_path) if os.path.exists(dev_path) else []
-    rows.append({"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "protocol_sha256": digest,
-                 "previous": " ".join(sorted(seen - {digest})), "deviation": deviation})
-    results.write_table(dev_path, rows)
-
-
-def merge_provenance(run_dir: str, dst: str) -> None:
-    """Fold a run directory's ``random_scores.json`` and ``run.json`` into the committed ones at ``dst``.
-
-    Units of one stage run over several sessions, each on a fresh machine whose run directory holds
-    only that session's units, so the committed files are merged into, never replaced: a task's
-    uniform-random return already committed is kept (every later unit of the task is normalised by
-    it); ``run.json`` takes this run's provenance (versions, commit, machine, command), every group's
-    identity committed so far plus this run's, and every machine that ran a unit."""
-    from vaco_jax.analysis import results
-
-    def committed(name: str) -> dict:
-        path = os.path.join(dst, name)
-        return results.read_json(path) if os.path.exists(path) else {}
-
-    os.makedirs(dst, exist_ok=True)
-    src = os.path.join(run_dir, "random_scores.json")
-    if os.path.exists(src):
-        merged = committed("random_scores.json")
-        for task, value in results.read_json(src).items():
-            merged.setdefault(task, value)
-        results.write_json(os.path.join(dst, "random_scores.json"), merged)
-    src = os.path.join(run_dir, "run.json")
-    if os.path.exists(src):
-        new, old = results.read_json(src), committed("run.json")
-        machines = [m for m in old.get("machines", []) if m not in new.get("machines", [])] + new.get("machines", [])
-        results.write_json(os.path.join(dst, "run.json"), {**new, "identity": {**old.get("identity", {}),
-                                                                               **new.get("identity", {})},
-                                                           "machines": machines})
-
-
-def collect(unit: Unit, run_dir: str, results_dir: str, digest: str, seconds: float) -> None:
-    """Copy a finished unit's small tables under ``results_dir`` and add its manifest line."""
-    from vaco_jax.analysis import results
-    src = os.path.join(run_dir, unit.group.subdir)
-    dst = os.path.join(results_dir, unit.stage, unit.group.subdir)
-    os.makedirs(dst, exist_ok=True)
-    for name in COPIED:
-        results.atomic_copy(os.path.join(src, name), os.path.join(dst, name))
-    merge_provenance(run_dir, os.path.join(results_dir, unit.stage))
-    rows = [r for r in _manifest(results_dir) if r["unit"] != unit.name]
-    rows.append({"unit": unit.name, "runs": unit.runs, "protocol_sha256": digest,
-                 "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                 "seconds_this_session": round(seconds, 1), "estimated_minutes": round(unit.minutes, 1)})
-    results.write_table(os.path.join(results_dir, "manifest.csv"), rows)
-
 
 # ----------------------------------------------------------------------------- plan and run
 
@@ -335,7 +259,7 @@ def all_units(p: dict, args: Args) -> tuple[list[Unit], dict | None, str]:
     units = tuning_units(p)
     tuned = results.read_json(tuned_path) if os.path.exists(tuned_path) else None
     state = "frozen in " + tuned_path if tuned else "not frozen yet"
-    if tuned is None and all(_finished(args, u) for u in units):
+    if tuned is None and all(finished(args, u) for u in units):
         # from the committed copies: a later session on a fresh machine has no run directories
         pending = freeze(p, os.path.join(args.results, "tuning"), tuned_path, load_protocol(args.protocol)[1])
         if pending["extend"]:
@@ -348,17 +272,28 @@ def all_units(p: dict, args: Args) -> tuple[list[Unit], dict | None, str]:
     return units + study_units(p, tuned), tuned, state
 
 
-def _finished(args: Args, unit: Unit) -> bool:
-    from vaco_jax.driver import runner
-    done = {r["unit"] for r in _manifest(args.results)}
-    return unit.name in done or runner.group_finished(os.path.join(args.runs, unit.stage, unit.group.subdir))
+def unit_dir(p: dict, name: str) -> str:
+    """A unit's folder under the results directory (and under the run directories), from its name alone
+    (a listed unit is found even when a lost table changes what the plan holds)."""
+    kind, *rest = name.split("/")
+    task = p["tuning"]["task"]
+    where = {"tune": lambda m: os.path.join("tuning", task, m),
+             "extend": lambda m, b: os.path.join("tuning", task, m, f"extend_{b}"),
+             "study": lambda t, m: os.path.join("study", t, m),
+             "ablation": lambda t, m: os.path.join("study", t, m),
+             "lag_aware": lambda t, m: os.path.join("study", t, m, f"variant={LAG_AWARE}")}
+    try:
+        return where[kind](*rest)
+    except (KeyError, TypeError):
+        raise ConfigError(f"manifest unit {name!r} is not a unit of this study; allowed kinds: "
+                          f"{', '.join(where)}") from None
 
 
 def plan_text(p: dict, units: list[Unit], state: str, args: Args) -> str:
     lines = [f"{'unit':<44}{'runs':>6}{'est. min':>10}  status"]
     for u in units:
-        lines.append(f"{u.name:<44}{u.runs:>6}{u.minutes:>10.1f}  {'done' if _finished(args, u) else 'to run'}")
-    todo = [u for u in units if not _finished(args, u)]
+        lines.append(f"{u.name:<44}{u.runs:>6}{u.minutes:>10.1f}  {status(args, u)}")
+    todo = [u for u in units if not finished(args, u)]
     total = sum(u.minutes for u in units) / 60
     lines.append(f"tuning: {state}")
     lines.append(f"{len(units)} units, {sum(u.runs for u in units)} runs, ~{total:.1f} h on this machine's measured "
@@ -374,78 +309,21 @@ def plan_text(p: dict, units: list[Unit], state: str, args: Args) -> str:
     return "\n".join(lines)
 
 
-def select(units: list[Unit], args: Args, budget: float | None = None, first: bool = True,
-           pace: float = 1.0) -> list[Unit]:
-    """``--units`` as named, or the next unfinished units in order whose summed estimate, times
-    ``pace`` (measured over estimated time of the units this call has run), fits ``budget`` minutes
-    (at least one when ``first``, the call's first round; a study unit never with unfinished tuning,
-    whose choices it needs)."""
-    names = {u.name: u for u in units}
-    if args.units:
-        bad = [n for n in args.units if n not in names]
-        if bad:
-            raise ConfigError(f"units: {bad} not valid now; allowed values: {', '.join(names)}")
-        return [names[n] for n in args.units]
-    out, spent = [], 0.0
-    for u in units:
-        if _finished(args, u):
-            continue
-        if spent + u.minutes * pace > budget and (out or not first):
-            break
-        if u.stage == "study" and any(x.stage == "tuning" for x in out):
-            break
-        out.append(u)
-        spent += u.minutes * pace
-    return out
-
-
-def check_dry_run(args) -> None:
-    if args.dry_run and args.stage == "report":
-        raise ConfigError("dry_run: --dry-run applies to run (plan runs nothing; report writes the verdicts and "
-                          "figures)")
-
-
-def dry_run_units(units: list[Unit], digest: str, args, tuned_needed: bool = False) -> list:
-    """``run --dry-run``: the units this call would start with (``select``, as ``run`` chooses its first
-    round), each unit's plan, memory estimate and estimated minutes at the protocol's measured rates;
-    nothing compiled or written (a changed protocol is reported, not recorded)."""
-    from vaco_jax.driver import dryrun
-
-    try:
-        check_protocol_unchanged(args.results, digest, "", args.protocol)
-    except ConfigError as e:
-        if not args.deviation:
-            raise
-        print(f"{e}: a run records the --deviation given first")
-    chosen = select(units, args, args.minutes, first=True)
-    if not chosen:
-        print("every unit has finished" if all(_finished(args, u) for u in units) else
-              "nothing to run: the next units wait for tuning to be frozen (run `plan`)")
-        return []
-    if tuned_needed and any(u.stage == "study" for u in chosen):
-        raise ConfigError("units: study units need the frozen tuning; finish the tuning units first")
-    print(f"protocol sha256 {digest}; a run would start with: {', '.join(u.name for u in chosen)} "
-          f"(~{sum(u.minutes for u in chosen):.0f} min at the protocol's measured rates; it plans again after "
-          "each round)")
-    for u in chosen:
-        print(f"\n== unit {u.name}")
-        dryrun.report(os.path.join(args.runs, u.stage), [u.group],
-                      estimate=[f"time estimate: ~{u.minutes:.1f} min ({u.runs} runs x the protocol's env steps "
-                                f"at its measured rate for {u.group.config.env})"])
-    return []
-
-
 def main(args: Args) -> list[str]:
     from vaco_jax.analysis import tables
-    from vaco_jax.driver import runner, study
     p, digest = load_protocol(args.protocol)
-    check_protocol(p)
+    check_protocol_file(check_protocol, p, args.protocol)
     check_dry_run(args)
-    if args.stage == "report":
+    where = lambda name: unit_dir(p, name)  # noqa: E731
+    if args.stage == "report":  # guarded like run: the units' protocol, every listed unit's tables
+        check_report_protocol(args.results, digest, args.protocol)
+        check_units_present(args.results, args.runs, where)
         print(report(p, args.results))
         paths = draw_figures(p, args.results, args.figures, args.bootstrap_reps)
         print("figures:", *paths, sep="\n  ")
         return paths
+    if args.stage == "plan" or args.dry_run:  # run checks them in start_run, then copies back what it can
+        check_units_present(args.results, args.runs, where, copy_back=args.stage == "run")
     units, tuned, state = all_units(p, args)
     if args.stage == "plan":
         print(f"protocol {args.protocol} sha256 {digest}")
@@ -455,11 +333,8 @@ def main(args: Args) -> list[str]:
         raise ConfigError(f"minutes={args.minutes!r}: give --minutes (a positive number) or --units")
     if args.dry_run:
         return dry_run_units(units, digest, args, tuned_needed=tuned is None)
-    check_protocol_unchanged(args.results, digest, args.deviation)
-    listed = {r["unit"] for r in _manifest(args.results)}
-    for u in units:  # finished in a run directory but stopped before its tables were copied
-        if u.name not in listed and runner.group_finished(os.path.join(args.runs, u.stage, u.group.subdir)):
-            collect(u, os.path.join(args.runs, u.stage), args.results, digest, 0.0)
+    start_run(units, args, digest, where)
+    units, tuned, state = all_units(p, args)  # with the tables copied back
     start, done, measured, estimated = time.perf_counter(), [], 0.0, 0.0
     while True:  # plan again after every round: finished tuning freezes and opens the study's units
         left = None if args.units else args.minutes - (time.perf_counter() - start) / 60.0
@@ -467,12 +342,12 @@ def main(args: Args) -> list[str]:
         chosen_units = [u for u in select(units, args, left, first=not done, pace=pace) if u.name not in done]
         if not chosen_units:
             if not done:
-                print("every unit has finished" if all(_finished(args, u) for u in units) else
+                print("every unit has finished" if all(finished(args, u) for u in units) else
                       "nothing to run: the next units wait for tuning to be frozen (run `plan`)")
             break
         if any(u.stage == "study" for u in chosen_units) and tuned is None:
-            raise ConfigError("units: study units need the frozen tuning (results/locomotion/tuned.json); finish "
-                              "the tuning units first")
+            tuned_at = os.path.join(args.results, "tuned.json")
+            raise ConfigError(f"units: study units need the frozen tuning ({tuned_at}); finish the tuning units first")
         print(f"protocol sha256 {digest}; next: " + ", ".join(u.name for u in chosen_units)
               + f" (~{sum(u.minutes for u in chosen_units) * pace:.0f} min estimated"
               + (f": the plan's estimate x {pace:.2f}, the pace of this call's units so far)" if done else ")"),
@@ -481,8 +356,7 @@ def main(args: Args) -> list[str]:
             run_dir = os.path.join(args.runs, u.stage)
             spec = {"study": "locomotion", "unit": u.name, "protocol_sha256": digest}
             t0 = time.perf_counter()
-            if study.run_study(run_dir, [u.group], args, spec,
-                               prepare=lambda: study.random_scores(run_dir, [u.group.config.env], u.group.config)):
+            if run_unit(u, run_dir, args, spec):
                 collect(u, run_dir, args.results, digest, time.perf_counter() - t0)
                 done.append(u.name)
                 measured, estimated = measured + (time.perf_counter() - t0) / 60.0, estimated + u.minutes

@@ -16,9 +16,7 @@ import os
 import shutil
 
 from vaco_jax.analysis import results
-
-# the files of a finished group the study commits: copied by the study's ``run`` stage, read back here
-COPIED = ("scores.csv", "curves.csv", "cells.json", "config.json")
+from vaco_jax.studies.kit import COPIED  # the files of a finished unit the study commits, read back here
 
 # The report's figures, per view (every task pooled, then each task alone), from the runs at each
 # method's B = 1 tuning: (file name, figures function, its arguments, views it is drawn for)

@@ -22,6 +22,10 @@ the simulated sweeps' scores and curves, the verdicts), so the ``cpu`` preset ke
 ``results/`` to be committed; the simulator's run directories (checkpoints) live in ``WORK``.
 Both stages are resumable: a real run is finished when its ``score.json`` exists, a simulated sweep
 resumes from its checkpoints; ``--minutes`` stops starting new work once the next piece would not fit.
+``report`` writes no protocol and reads only under the one in ``OUT``, once every real run and sweep has
+finished and holds its tables (the first one that has not, or the tables gone, named); a real run's
+histogram is verified against its checksum, or (a run written before histograms carried one) against
+the consumed batches of its ``record.csv``.
 """
 
 from __future__ import annotations
@@ -188,17 +192,82 @@ def run_real_runs(runs, minutes: float | None, progress: bool = True) -> list[di
     return done
 
 
-def pooled_histogram(out: str, c: dict, method: str, seeds) -> tuple[float, ...]:
-    from vaco_jax.driver.histogram import read_age_histogram
-
+def pooled_histogram(out: str, c: dict, method: str, seeds, checksum: bool = False) -> tuple[float, ...]:
+    """Consumed samples by age, summed over the finished real runs of ``c`` x ``method`` x ``seeds``, each
+    verified (``run_histogram``; ``checksum``: every one must carry its checksum)."""
     total: np.ndarray = np.zeros(0)
     for seed in seeds:
-        path = os.path.join(_real_dir(out, c, method, seed), "age_histogram.csv")
-        if not os.path.exists(os.path.join(_real_dir(out, c, method, seed), "score.json")):
-            raise ConfigError(f"sim: the real run {os.path.dirname(path)} has not finished; run the 'real' stage first")
-        h = np.asarray(read_age_histogram(path))
+        where = _real_dir(out, c, method, seed)
+        if not os.path.exists(os.path.join(where, "score.json")):
+            raise ConfigError(f"sim: the real run {where} has not finished; run the 'real' stage first")
+        h = np.asarray(run_histogram(where, checksum))
         total = np.pad(total, (0, max(0, len(h) - len(total)))) + np.pad(h, (0, max(0, len(total) - len(h))))
     return tuple(float(x) for x in total)
+
+
+def run_histogram(run_dir: str, checksum: bool = True) -> tuple[float, ...]:
+    """A real run's consumed samples by age (its ``age_histogram.csv``), verified against the checksum
+    beside it (every run writes one). A run written before its histogram carried one (``checksum=False``
+    allows it: this study's committed runs) is verified against the consumed batches of its checksummed
+    ``record.csv`` instead. A ResultsError naming the file when it fails."""
+    from vaco_jax.analysis import results
+    from vaco_jax.driver.histogram import read_age_histogram
+
+    path = os.path.join(run_dir, "age_histogram.csv")
+    if checksum or os.path.exists(path + results.CHECKSUM_SUFFIX):
+        return read_age_histogram(path, checksum=True)
+    counts = read_age_histogram(path)
+    if counts != record_histogram(run_dir):
+        raise results.ResultsError(f"{path}: its counts differ from the consumed batches of the record.csv beside "
+                                   "it (the file was changed after the run wrote it)")
+    return counts
+
+
+def record_histogram(run_dir: str) -> tuple[float, ...]:
+    """A real run's consumed samples by age, from its record (``record.csv``: a row per batch), up to the
+    oldest age consumed: what ``age_histogram.csv`` holds."""
+    from vaco_jax.analysis import results
+
+    consumed = [r for r in results.read_table(os.path.join(run_dir, "record.csv")) if r["fate"] == "consumed"]
+    counts = np.bincount([int(r["age"]) for r in consumed], weights=[float(r["samples"]) for r in consumed])
+    last = int(np.max(np.nonzero(counts)[0])) + 1 if counts.any() else 0
+    return tuple(float(x) for x in counts[:last])
+
+
+REAL_TABLES = ("curve.csv", "record.csv", "age_histogram.csv")  # a finished real run's (score.json marks it)
+
+
+def require_units(dirs, marker: str, tables, stage: str) -> None:
+    """``report``'s guard before it reads a number: every unit directory of ``dirs`` has finished (its
+    ``marker`` exists) and holds every one of its ``tables``. A ConfigError naming the first unit not
+    finished (and how many are not), else a ResultsError naming the tables gone, each one line."""
+    from vaco_jax.analysis.results import ResultsError
+
+    dirs = list(dirs)
+    left = [d for d in dirs if not os.path.exists(os.path.join(d, marker))]
+    if left:
+        more = f" ({len(left)} of {len(dirs)} have not)" if len(left) > 1 else ""
+        raise ConfigError(f"report: {left[0]} has not finished; run the '{stage}' stage first{more}")
+    gone = [os.path.join(d, t) for d in dirs for t in tables if not os.path.exists(os.path.join(d, t))]
+    if gone:
+        shown = ", ".join(gone[:3]) + (f" and {len(gone) - 3} more" if len(gone) > 3 else "")
+        raise ResultsError(f"report: {len(gone)} table(s) of finished units are missing: {shown}; restore them, or "
+                           f"delete those units' directories and run the '{stage}' stage again")
+
+
+def cells_of(path: str, weights: tuple, seeds, variant: str) -> list[dict]:
+    """The rows of a finished simulated sweep's ``scores.csv`` that belong to one counterpart's
+    ``weights``: exactly one per seed of ``seeds``, else a ResultsError naming the file (the sweep ran
+    other weights, as when the real histograms changed after the ``sim`` stage ran it, or lost rows)."""
+    from vaco_jax.analysis import results
+
+    key = tuple(float(x) for x in weights)
+    mine = [r for r in results.read_table(path) if tuple(float(x) for x in _weights_of(r)) == key]
+    if sorted(int(r["seed"]) for r in mine) != sorted(seeds):
+        raise results.ResultsError(f"{path}: seeds {sorted(int(r['seed']) for r in mine)} of the {variant} "
+                                   f"counterpart's weights, expected {sorted(seeds)} (did the real runs' histograms "
+                                   "change after the 'sim' stage ran?)")
+    return mine
 
 
 def variant_weights(hist: tuple[float, ...], shift: int | None = None) -> dict[str, tuple[float, ...]]:
@@ -295,17 +364,19 @@ def realised_ages(group_dir: str) -> list[dict]:
     return [{"age_weights": key, "age": a, "samples": int(n)} for key, row in total.items() for a, n in enumerate(row)]
 
 
-def _realised_by_variant(out: str, c: dict, method: str, weights: dict) -> dict[str, np.ndarray]:
-    """``realised_ages.csv`` of a sweep as ``{variant: samples by age}`` (empty if the file is absent)."""
-    return realised_in(os.path.join(_sim_dir(out, c, method), REALISED), weights)
+def _realised_by_variant(out: str, c: dict, method: str, weights: dict,
+                         require: bool = False) -> dict[str, np.ndarray]:
+    """``realised_ages.csv`` of a sweep as ``{variant: samples by age}`` (``realised_in``)."""
+    return realised_in(os.path.join(_sim_dir(out, c, method), REALISED), weights, require)
 
 
-def realised_in(path: str, weights: dict) -> dict[str, np.ndarray]:
+def realised_in(path: str, weights: dict, require: bool = False) -> dict[str, np.ndarray]:
     """A ``realised_ages.csv`` as ``{variant: samples by age}`` for the variants' ``weights`` it holds
-    (empty if the file is absent)."""
+    (empty if the file is absent); with ``require``, a ResultsError naming the file when it is absent or
+    holds no row of a variant's weights."""
     from vaco_jax.analysis import results
 
-    if not os.path.exists(path):
+    if not os.path.exists(path) and not require:
         return {}
     rows = results.read_table(path)
     out_: dict[str, np.ndarray] = {}
@@ -313,6 +384,8 @@ def realised_in(path: str, weights: dict) -> dict[str, np.ndarray]:
         mine = [r for r in rows if tuple(float(x) for x in _weights_of(r)) == tuple(float(x) for x in w)]
         if mine:
             out_[variant] = np.bincount([int(r["age"]) for r in mine], weights=[float(r["samples"]) for r in mine])
+        elif require:
+            raise results.ResultsError(f"{path}: no row of the {variant} counterpart's weights {tuple(w)}")
     return out_
 
 
@@ -342,15 +415,6 @@ def _real_scores(out: str, c: dict, method: str, seeds, num_evals: int) -> list[
     return [real_score(_real_dir(out, c, method, s), num_evals) for s in seeds]
 
 
-def _sim_scores(out: str, c: dict, method: str) -> list[dict]:
-    from vaco_jax.analysis import results
-
-    path = os.path.join(_sim_dir(out, c, method), "scores.csv")
-    if not os.path.exists(path):
-        raise ConfigError(f"report: the simulated sweep {os.path.dirname(path)} has not finished; run the 'sim' stage first")
-    return results.read_table(path)
-
-
 def report_rows(out: str, spec: dict, reps: int = 2000) -> list[dict]:
     """One row per (configuration, method, variant, score): real and simulated means, the scaled
     difference with its CI, and the verdict; plus each configuration's wall clock."""
@@ -358,15 +422,15 @@ def report_rows(out: str, spec: dict, reps: int = 2000) -> list[dict]:
 
     rows = []
     configs = configurations(spec)
+    require_report_units(out, spec)
     for method in spec["methods"]:
         sync = _real_scores(out, configs[0], method, spec["seeds"], spec["num_evals"])
         for c in configs:
             real_runs = _real_scores(out, c, method, spec["seeds"], spec["num_evals"])
             weights = variant_weights(pooled_histogram(out, c, method, spec["seeds"]))
-            sim_rows = _sim_scores(out, c, method)
-            realised = _realised_by_variant(out, c, method, weights)
+            realised = _realised_by_variant(out, c, method, weights, require=True)
             for variant, w in weights.items():
-                mine = [r for r in sim_rows if tuple(float(x) for x in _weights_of(r)) == tuple(float(x) for x in w)]
+                mine = cells_of(os.path.join(_sim_dir(out, c, method), "scores.csv"), w, spec["seeds"], variant)
                 for score in SCORES:
                     scale = abs(float(np.mean([r[score] for r in sync])))
                     x = np.array([[r[score]] for r in mine if not r["diverged"]], float) / scale
@@ -402,19 +466,28 @@ def _weights_of(row: dict) -> tuple:
     return tuple(ast.literal_eval(value)) if isinstance(value, str) else tuple(value)
 
 
+def require_report_units(out: str, spec: dict) -> None:
+    """Every real run and simulated sweep the report reads has finished and holds its tables
+    (``require_units``), before any number is read."""
+    require_units([_real_dir(out, c, m, s) for s in spec["seeds"] for c in configurations(spec)
+                   for m in spec["methods"]], "score.json", REAL_TABLES, "real")
+    require_units([_sim_dir(out, c, m) for c in configurations(spec) for m in spec["methods"]], "scores.csv",
+                  SIM_TABLES, "sim")
+
+
 def report(args: Args, spec: dict) -> list[dict]:
     from vaco_jax.analysis import results
 
     from vaco_jax.analysis import figures
 
     rows = report_rows(args.out, spec, args.bootstrap_reps)
-    results.write_table(os.path.join(args.out, "verdicts.csv"), rows)
-    histograms = {}
+    histograms = {}  # read before anything is written
     for c in configurations(spec):  # the first method's: the actors' lag does not depend on the method
         real_hist = pooled_histogram(args.out, c, spec["methods"][0], spec["seeds"])
-        drawn = _realised_by_variant(args.out, c, spec["methods"][0], variant_weights(real_hist))
+        drawn = _realised_by_variant(args.out, c, spec["methods"][0], variant_weights(real_hist), require=True)
         histograms[c["name"]] = {"real (pooled)": real_hist,
                                  **{f"simulated: {v}": drawn[v] for v in ("histogram", "uniform") if v in drawn}}
+    results.write_table(os.path.join(args.out, "verdicts.csv"), rows)
     paths = [p for score in SCORES for p in figures.plot_sim_vs_real(args.out, rows, histograms, score)]
     print(f"{'configuration':<10} {'method':<9} {'variant':<10} {'age real/sim':>12} {'score':<18} {'real':>9} "
           f"{'sim':>9} {'(sim-real)/sync':>16} {'90% CI':>17}  verdict")
@@ -462,7 +535,10 @@ def main(args: Args):
         return None
     if args.dry_run and args.stage == "report":
         raise ConfigError("dry_run: --dry-run applies to real and sim (plan runs nothing; report writes the tables)")
-    _fix_protocol(args.out, spec, write=not args.dry_run)
+    if args.stage == "report" and not os.path.exists(os.path.join(args.out, "protocol.json")):
+        raise ConfigError(f"report: {os.path.join(args.out, 'protocol.json')} is missing: no stage of the study has "
+                          "run there; run the 'real' stage first")
+    _fix_protocol(args.out, spec, write=not args.dry_run and args.stage != "report")
     if args.dry_run and args.stage == "real":
         print(plan_text(args, spec))
         print("dry run: nothing run or written (the real runs are threads on this machine's cores, timed as they go: "

@@ -20,8 +20,9 @@ Stage 1 is cut into **units**, one compiled group each, in the protocol's order:
    (``vaco_jax.studies.steplag_stage2``).
 
 Each finished unit's small tables are copied under ``results/steplag/`` with a manifest line naming the
-protocol's sha256; a changed protocol needs ``--deviation`` before more units run (as in the first
-study, whose driver this one shares: ``vaco_jax.studies.locomotion``). The rules are
+protocol's sha256 and the CPU model that ran it; a changed protocol needs ``--deviation`` before more
+units run, and ``report`` computes only under the units' protocol and from every listed unit's tables
+(as in the first study, whose driver this one shares: ``vaco_jax.studies.locomotion``). The rules are
 ``vaco_jax.analysis.surfaces``.
 """
 
@@ -35,7 +36,7 @@ from typing import Literal
 from tyro.conf import Positional
 
 from vaco_jax.core.config import Config, ConfigError
-from vaco_jax.studies import locomotion as first
+from vaco_jax.studies import kit
 
 RESULTS = os.path.join("results", "steplag")
 RUNS = os.path.join("runs", "steplag")
@@ -66,19 +67,36 @@ class Args:
     dry_run: bool = False
 
 
-HELP_DEFAULTS = first.HELP_DEFAULTS  # --help (driver/helptext.py)
+HELP_DEFAULTS = {"minutes": "none: run needs --minutes or --units"}  # --help (driver/helptext.py)
 
 
 # ----------------------------------------------------------------------------- the protocol
 
 def check_protocol(p: dict) -> None:
     """Every name and number the protocol uses is valid, before anything is planned."""
-    from vaco_jax.core.knobs import check_knob
+    from vaco_jax.core.knobs import KNOBS, check_knob
     from vaco_jax.envs import available_envs
 
     known = available_envs()
+    missing = [k for k in SECTIONS if k not in p]
+    if missing:
+        raise ConfigError(f"protocol: missing section(s) {', '.join(missing)}; a protocol has {', '.join(SECTIONS)}")
     s1 = p["stage1"]
+    if not isinstance(s1, dict) or not isinstance(s1.get("surfaces"), dict):
+        raise ConfigError("protocol stage1.surfaces: missing, or not an object of surfaces")
+    absent = [k for k in STAGE1_FIELDS if k not in s1]
+    if absent:
+        raise ConfigError(f"protocol stage1: missing {', '.join(absent)}")
     for key, s in s1["surfaces"].items():
+        absent = [k for k in SURFACE_FIELDS if not isinstance(s, dict) or k not in s]
+        if absent:
+            raise ConfigError(f"protocol stage1.surfaces.{key}: missing {', '.join(absent)}")
+        if s["knob"] not in KNOBS:
+            import difflib
+            near = difflib.get_close_matches(str(s["knob"]), list(KNOBS), n=1)
+            raise ConfigError(f"protocol stage1.surfaces.{key}.knob: {s['knob']!r} is not a knob"
+                              + (f" (did you mean {near[0]!r}?)" if near else "")
+                              + f"; allowed values: {', '.join(sorted(KNOBS))}")
         for task in s["tasks"]:
             if task not in known:
                 raise ConfigError(f"protocol stage1.surfaces.{key}.tasks: {task!r} is not valid")
@@ -92,6 +110,28 @@ def check_protocol(p: dict) -> None:
     if "stage2" in p:
         from vaco_jax.studies import steplag_stage2
         steplag_stage2.check(p)
+
+
+SECTIONS = ("engine", "settings", "stage1", "budget")  # the protocol's sections every stage reads
+STAGE1_FIELDS = ("seeds", "score", "surfaces", "normalisation")
+SURFACE_FIELDS = ("method", "knob", "values", "tasks", "lag_depths")
+
+
+def unit_dir(name: str) -> str:
+    """A unit's folder under the results directory (and under the run directories), from its name alone
+    (a listed unit is found even when a lost table changes what the plan holds)."""
+    kind, *rest = name.split("/")
+    where = {"reuse_check": lambda: os.path.join("check", CHECK["task"], CHECK["surface"]),
+             "surface": lambda t, k: os.path.join("surface", t, k),
+             "fill": lambda t, k: os.path.join("surface", t, k, "fill"),
+             "extend": lambda t, k, v: os.path.join("surface", t, k, f"extend={v}"),
+             "seeds": lambda t, k: os.path.join("surface", t, k, "more_seeds"),
+             "stage2": lambda t, a, m: os.path.join("stage2", t, a, m)}
+    try:
+        return where[kind](*rest)
+    except (KeyError, TypeError):
+        raise ConfigError(f"manifest unit {name!r} is not a unit of this study; allowed kinds: "
+                          f"{', '.join(where)}") from None
 
 
 def base_config(p: dict, task: str, key: str) -> Config:
@@ -110,9 +150,9 @@ def _cost(p: dict, task: str, runs: int) -> float:
     return runs * p["settings"]["total_env_steps"] / p["budget"]["rates_env_steps_per_s"][task] / 60.0
 
 
-def _unit(p: dict, name: str, stage: str, config: Config, cells: list, subdir: str) -> first.Unit:
+def _unit(p: dict, name: str, stage: str, config: Config, cells: list, subdir: str) -> kit.Unit:
     from vaco_jax.driver import grid
-    return first.Unit(name, stage, grid.Group(config, tuple(cells), subdir, name), len(cells),
+    return kit.Unit(name, stage, grid.Group(config, tuple(cells), subdir, name), len(cells),
                       _cost(p, config.env, len(cells)))
 
 
@@ -294,8 +334,8 @@ def all_units(p: dict, args: Args) -> tuple[list, str]:
 def plan_text(units: list, reuse: str, args: Args) -> str:
     lines = [f"{'unit':<44}{'runs':>6}{'est. min':>10}  status"]
     for u in units:
-        lines.append(f"{u.name:<44}{u.runs:>6}{u.minutes:>10.1f}  {'done' if first._finished(args, u) else 'to run'}")
-    todo = [u for u in units if not first._finished(args, u)]
+        lines.append(f"{u.name:<44}{u.runs:>6}{u.minutes:>10.1f}  {kit.status(args, u)}")
+    todo = [u for u in units if not kit.finished(args, u)]
     lines.append(f"reuse of the first study's runs: {reuse}")
     lines.append(f"{len(units)} units, {sum(u.runs for u in units)} runs, ~{sum(u.minutes for u in units) / 60:.1f} h "
                  f"at the protocol's rates; to run: {len(todo)} units, ~{sum(u.minutes for u in todo) / 60:.1f} h")
@@ -392,8 +432,7 @@ def report(p: dict, results_dir: str, write: bool = True) -> str:
         lines.append(f"{r['surface']:<14} {r['knob']} lag-robust {r['value']:g} (stability {r['stability']:.2f}); "
                      f"per B {r['per_lag']}; R {r['R']}" + (f"; {r['state']}: {r['pending']}" if r["pending"] else "")
                      + (f"; excluded {r['excluded']}" if r["excluded"] else ""))
-    if write:
-        results.write_table(os.path.join(results_dir, CHOICES), rows)
+    tables = {CHOICES: rows}  # written once everything is computed: a failure leaves every table as it was
     done, names = steplag_stage2.progress(p, results_dir) if "stage2" in p else ([], [])
     if "stage2" in p and len(done) < len(names):
         lines.append(f"stage 2: {len(done)} of {len(names)} units finished; its verdicts are computed once every "
@@ -412,16 +451,16 @@ def report(p: dict, results_dir: str, write: bool = True) -> str:
             lines.append(f"  {key}: {diverged} diverged (scored at the floor), {missing} missing (left out)")
         if v["unscaled"]:
             lines.append(f"  no scale (left out of every verdict): {', '.join(v['unscaled'])}")
-        if write:
-            results.write_table(os.path.join(results_dir, STAGE2_VERDICTS),
-                                [{"family": "primary", **r} for r in v["primary"]]
-                                + [{"family": "per task", **r} for r in v["per_task"]])
-            results.write_table(os.path.join(results_dir, STAGE2_SHAPE), steplag_stage2.shape_rows(v["shape"]))
+        tables[STAGE2_VERDICTS] = ([{"family": "primary", **r} for r in v["primary"]]
+                                   + [{"family": "per task", **r} for r in v["per_task"]])
+        tables[STAGE2_SHAPE] = steplag_stage2.shape_rows(v["shape"])
     elif all(r["state"] == "complete" and r["value"] is not None and r["R_H"] is not None for r in rows):
         choices = {r["surface"]: {"value": r["value"], "R_H": r["R_H"]} for r in rows}
         lines.append("stage 1 is complete; the stage2 section its rules give (commit it into the protocol before "
                      "stage 2's first run):")
         lines.append(json.dumps(steplag_stage2.draft(p, results_dir, choices, _cost), indent=1))
+    for name, table in tables.items() if write else ():
+        results.write_table(os.path.join(results_dir, name), table)  # atomic, its checksum first
     return "\n".join(lines)
 
 
@@ -435,15 +474,18 @@ def hopper_r(rows: list[dict], score: str, norm: dict) -> dict:
 # ----------------------------------------------------------------------------- main
 
 def main(args: Args) -> list[str]:
-    from vaco_jax.driver import study
-    p, digest = first.load_protocol(args.protocol)
-    check_protocol(p)
-    first.check_dry_run(args)
-    if args.stage == "report":
+    p, digest = kit.load_protocol(args.protocol)
+    kit.check_protocol_file(check_protocol, p, args.protocol)
+    kit.check_dry_run(args)
+    if args.stage == "report":  # guarded like run: the units' protocol, every listed unit's tables
+        kit.check_report_protocol(args.results, digest, args.protocol)
+        kit.check_units_present(args.results, args.runs, unit_dir)
         print(report(p, args.results))
         paths = draw_figures(p, args.results, args.figures)
         print("figures:", *paths, sep="\n  ")
         return paths
+    if args.stage == "plan" or args.dry_run:  # run checks them in start_run, then copies back what it can
+        kit.check_units_present(args.results, args.runs, unit_dir, copy_back=args.stage == "run")
     units, reuse = all_units(p, args)
     if args.stage == "plan":
         print(f"protocol {args.protocol} sha256 {digest}")
@@ -452,16 +494,17 @@ def main(args: Args) -> list[str]:
     if not args.units and (args.minutes is None or not args.minutes > 0):
         raise ConfigError(f"minutes={args.minutes!r}: give --minutes (a positive number) or --units")
     if args.dry_run:
-        return first.dry_run_units(units, digest, args)
-    first.check_protocol_unchanged(args.results, digest, args.deviation, args.protocol)
+        return kit.dry_run_units(units, digest, args)
+    kit.start_run(units, args, digest, unit_dir)
+    units, reuse = all_units(p, args)  # with the tables copied back
     start, done, measured, estimated = time.perf_counter(), [], 0.0, 0.0
     while True:  # plan again after every round: the check's outcome and finished surfaces change the units
         left = None if args.units else args.minutes - (time.perf_counter() - start) / 60.0
         pace = measured / estimated if estimated else 1.0
-        chosen = [u for u in first.select(units, args, left, first=not done, pace=pace) if u.name not in done]
+        chosen = [u for u in kit.select(units, args, left, first=not done, pace=pace) if u.name not in done]
         if not chosen:
             if not done:
-                print("every unit has finished" if all(first._finished(args, u) for u in units) else "nothing to run")
+                print("every unit has finished" if all(kit.finished(args, u) for u in units) else "nothing to run")
             break
         print(f"protocol sha256 {digest}; next: " + ", ".join(u.name for u in chosen)
               + f" (~{sum(u.minutes for u in chosen) * pace:.0f} min estimated)", flush=True)
@@ -469,9 +512,8 @@ def main(args: Args) -> list[str]:
             run_dir = os.path.join(args.runs, u.stage)
             spec = {"study": "steplag", "unit": u.name, "protocol_sha256": digest}
             t0 = time.perf_counter()
-            if study.run_study(run_dir, [u.group], args, spec,
-                               prepare=lambda: study.random_scores(run_dir, [u.group.config.env], u.group.config)):
-                first.collect(u, run_dir, args.results, digest, time.perf_counter() - t0)
+            if kit.run_unit(u, run_dir, args, spec):
+                kit.collect(u, run_dir, args.results, digest, time.perf_counter() - t0)
                 done.append(u.name)
                 if u.runs > 1:  # a one-run unit's pace is its compilation: it would misjudge the surfaces'
                     measured, estimated = measured + (time.perf_counter() - t0) / 60.0, estimated + u.minutes

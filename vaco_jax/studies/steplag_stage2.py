@@ -128,8 +128,8 @@ def unit_names(p: dict) -> list[str]:
 
 def progress(p: dict, results_dir: str) -> tuple[list[str], list[str]]:
     """(stage 2's units the manifest lists as finished, every stage-2 unit), in the section's order."""
-    from vaco_jax.studies import locomotion as first
-    done = {m["unit"] for m in first._manifest(results_dir)}
+    from vaco_jax.studies import kit
+    done = {m["unit"] for m in kit.manifest(results_dir)}
     names = unit_names(p)
     return [n for n in names if n in done], names
 
@@ -179,20 +179,22 @@ def unscaled(all_rows: list[dict], norm: dict) -> list[str]:
     return sorted({r["env"] for r in all_rows} - set(norm))
 
 
-def verdicts(p: dict, results_dir: str) -> dict:
+def verdicts(p: dict, results_dir: str, leave_out: tuple = (), tasks: str = "fixed") -> dict:
     """Every stage-2 rule on the committed scores: {'primary' (each row with its method's stage-1 setting
-    stability), 'per_task', 'shape', 'left_out', 'unscaled'}."""
+    stability), 'per_task', 'shape', 'left_out', 'unscaled'}. ``leave_out``: tasks whose runs are set
+    aside first (the leave-one-task-out check); ``tasks``: the primary family's bootstrap over tasks
+    (``confirm.TASK_RESAMPLING``; the committed rule is 'fixed')."""
     from vaco_jax.analysis import confirm
     s2 = p[STAGE]
     rl = s2["rules"]
     r = confirm.Rules(**_rule_numbers(rl))
-    every = rows(results_dir)
+    every = [x for x in rows(results_dir) if x["env"] not in leave_out]
     norm = normalisation(every, results_dir, rl["score"])
     got = [x for x in every if x["env"] in norm]
     arms = list(s2["arms"])
     lag_cells = list(dict.fromkeys((c["lag_model"], int(b)) for c in s2["cells"] for b in c["lag_depths"]))
     shape = rl["shape"]
-    primary = confirm.primary(got, rl["score"], norm, arms, lag_cells, tuple(rl["retention_lags"]), r)
+    primary = confirm.primary(got, rl["score"], norm, arms, lag_cells, tuple(rl["retention_lags"]), r, tasks=tasks)
     # how firmly stage 1 chose each method's setting: a verdict on a setting picked in few of stage 1's
     # resamples is a verdict on that setting, and the row says so
     stability = setting_stability(results_dir)
@@ -322,11 +324,11 @@ def draft(p: dict, results_dir: str, choices: dict, cost) -> dict:
     rule's arms, and the cells trimmed in the protocol's order (the cell
     trims, then four methods) until their cost, at the protocol's rates times the pace stage 1 measured,
     fits what is left of the cap after stage 1's measured hours."""
-    from vaco_jax.studies import locomotion as first
+    from vaco_jax.studies import kit
     others = sorted((k for k in choices if k not in ENTRY), key=lambda k: (-choices[k]["R_H"], k))
     arms = {k: choices[k]["value"] for k in ENTRY if k in choices}
     arms.update({k: choices[k]["value"] for k in others[:2]})
-    manifest = first._manifest(results_dir)
+    manifest = kit.manifest(results_dir)
     spent = sum(float(m["seconds_this_session"]) for m in manifest) / 3600.0
     # the pace of units of many runs (a one-run unit's time is mostly its compilation)
     many = [m for m in manifest if int(m["runs"]) > 1]
