@@ -125,8 +125,8 @@ def _protocol(root: str) -> dict:
 
 
 def _real_runs(root: str) -> dict[tuple[str, str], list[dict]]:
-    """Each finished real run's score, at the simulator's evaluation points (``sim_vs_real.real_score``)."""
-    from vaco_jax.studies.sim_vs_real import real_score
+    """Each finished real run's score, at the simulator's evaluation points (``kit_real.real_score``)."""
+    from vaco_jax.studies.kit_real import real_score
 
     num_evals = int(_protocol(root)["preset"]["num_evals"])
     out: dict[tuple[str, str], list[dict]] = {}
@@ -299,8 +299,8 @@ def locomotion_verdict_summary(root: str) -> str | None:
 
 # (column of scores.csv, header): the per-run diagnostics the locomotion summary reads (docs/diagnostics.md)
 LOCOMOTION_DIAGNOSTICS = (("mean_mean_staleness", "mean age (versions)"),
-                          ("mean_tv_behaviour", "TV to behaviour β"),
-                          ("mean_tv_learner", "TV to π_T (the learner's move)"),
+                          ("mean_tv_behaviour", "sampled TV estimate to β"),
+                          ("mean_tv_learner", "sampled TV estimate to π_T (the learner's move)"),
                           ("mean_filtered_fraction", "filtered fraction"),
                           ("mean_clip_fraction", "clip fraction"),
                           ("mean_entropy", "entropy"))
