@@ -173,7 +173,7 @@ def test_a_written_run_carries_every_files_checksum_and_its_histogram_reads_back
     from vaco_jax.analysis.results import ResultsError
     from vaco_jax.driver.actor_learner import RealRun, write_real_run
     from vaco_jax.driver.histogram import read_age_histogram
-    from vaco_jax.studies.sim_vs_real import record_histogram, run_histogram
+    from vaco_jax.studies.kit_real import record_histogram, run_histogram
 
     record = [{"actor": a, "rollout": 0, "behaviour_version": 0, "started_s": 0.0, "queued_s": 0.1,
                "learner_version": a, "age": a, "taken_s": 0.2, "samples": SAMPLES, "fate": "consumed"} for a in (0, 2)]

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from vaco_jax.core.config import ConfigError
-from vaco_jax.studies import deep_lag, deep_lag_report
+from vaco_jax.studies import deep_lag, deep_lag_report, kit_real
 
 
 def _row(name, family, age, method="ppo_clip"):
@@ -158,14 +158,14 @@ def test_the_contrast_retention_and_verdicts_match_a_slow_reference():
 
 
 def test_the_verdict_rule_at_its_edges():
-    assert deep_lag_report.verdict(-0.15, 0.15, 0.15) == "predicts"
-    assert deep_lag_report.verdict(0.16, 0.3, 0.15) == "differs"
-    assert deep_lag_report.verdict(-0.4, -0.151, 0.15) == "differs"
-    assert deep_lag_report.verdict(-0.1, 0.2, 0.15) == "inconclusive"
-    assert deep_lag_report.verdict(float("nan"), float("nan"), 0.15) == "inconclusive"  # an empty arm: no interval
+    assert kit_real.verdict(-0.15, 0.15, 0.15) == "predicts"
+    assert kit_real.verdict(0.16, 0.3, 0.15) == "differs"
+    assert kit_real.verdict(-0.4, -0.151, 0.15) == "differs"
+    assert kit_real.verdict(-0.1, 0.2, 0.15) == "inconclusive"
+    assert kit_real.verdict(float("nan"), float("nan"), 0.15) == "inconclusive"  # an empty arm: no interval
     import math
 
-    assert all(math.isnan(x) for x in deep_lag_report.bootstrap_ci([[1.0, 2.0], []], lambda a, b: a - b, 10, 0.9))
+    assert all(math.isnan(x) for x in kit_real.bootstrap_ci([[1.0, 2.0], []], lambda a, b: a - b, 10, 0.9))
 
 
 def test_the_study_is_refused_without_two_chosen_configurations(tmp_path):
@@ -244,7 +244,7 @@ def test_the_simulated_sweeps_run_at_the_real_runs_settings(tmp_path, monkeypatc
                 write_age_histogram(os.path.join(where, "age_histogram.csv"), counts, checksum=True)
                 open(os.path.join(where, "score.json"), "w").write("{}")
     calls = []
-    monkeypatch.setattr(deep_lag.svr, "run_sweep", lambda spec, method, variants, seeds, **kw: calls.append(
+    monkeypatch.setattr(kit_real, "run_sweep", lambda spec, method, variants, seeds, **kw: calls.append(
         dict(kw, spec=spec, method=method, variants=variants, seeds=seeds)))
     deep_lag.main(deep_lag.Args("sim", preset="cpu", out=out, work=work, progress=False))
     # programs of at most 40 cells: a main sweep (2 counterparts x 40 seeds) as two blocks of 20 seeds

@@ -147,7 +147,7 @@ def test_the_package_command_names_its_commands():
                          cwd=ROOT)
     assert out.returncode == 2
     assert out.stderr.strip() == ("error: command='trian'; allowed values: train, render, lag-sweep, plot, "
-                                  "locomotion, steplag, study, claims, screen, forward-lag, delta-sweep, mismatch, "
+                                  "locomotion, steplag, bench, study, claims, screen, forward-lag, delta-sweep, mismatch, "
                                   "sim-vs-real, deep-lag, locomotion-pilot, rebuild-docs (python -m vaco_jax COMMAND --help)")
     listing = subprocess.run([sys.executable, "-m", "vaco_jax", "--help"], capture_output=True, text=True,
                              timeout=60, cwd=ROOT)
@@ -170,7 +170,8 @@ def test_every_command_is_an_installed_script_and_an_experiments_file():
         module, attr = target.split(":")
         assert callable(getattr(importlib.import_module(module), attr)), target
     files = {f[:-3] for f in os.listdir(os.path.join(ROOT, "experiments"))
-             if f.endswith(".py") and not f.startswith("single_file_")}  # (those are whole experiments to read)
+             if f.endswith(".py") and not f.startswith("single_file_")  # (those are whole experiments to read,
+             and f != "own_study.py"}  # as is this whole study on the kit, tests/test_own_study.py)
     assert files == {module.rsplit(".", 1)[1] for module, _ in STUDIES.values()}
     for name in files:
         text = open(os.path.join(ROOT, "experiments", f"{name}.py")).read()
@@ -201,3 +202,66 @@ def test_the_architecture_page_names_every_module():
                if not path.endswith(("__init__.py", "__main__.py"))
                and f"`{name.rsplit('.', 1)[-1]}.py`" not in page and f"`{name.rsplit('.', 1)[-1]}`" not in page]
     assert not missing, f"not in docs/architecture.md: {missing}"
+
+
+def _private_names_taken(path: str, module: str, modules: set) -> list[str]:
+    """``other._name`` where ``other`` names a module of the package (by any import of it), and
+    ``from vaco_jax.<other> import _name``, in one module's source: a private name taken across modules."""
+    tree = ast.parse(open(path).read())
+    aliases = {}  # a name bound in this module -> the package module it is
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith("vaco_jax"):
+                    aliases[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("vaco_jax"):
+            for a in node.names:
+                full = f"{node.module}.{a.name}"
+                if full in modules:
+                    aliases[a.asname or a.name] = full
+    wrong = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module in modules and node.module != module:
+            wrong += [f"{node.lineno}: from {node.module} import {a.name}" for a in node.names
+                      if a.name.startswith("_") and not a.name.startswith("__")
+                      and f"{node.module}.{a.name}" not in modules]
+        elif (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")):
+            parts, value = [], node.value
+            while isinstance(value, ast.Attribute):
+                parts.insert(0, value.attr)
+                value = value.value
+            if isinstance(value, ast.Name) and value.id in aliases:
+                owner = ".".join([aliases[value.id]] + parts)
+                if owner in modules and owner != module:
+                    wrong.append(f"{node.lineno}: {owner}.{node.attr}")
+    return sorted(wrong, key=lambda w: (int(w.split(":")[0]), w))
+
+
+def test_no_study_module_takes_a_private_name_of_another_module():
+    """A study uses another module's public names only (a name it shares belongs in the kit, public)."""
+    modules = dict(_modules())
+    wrong = [f"{os.path.relpath(path, ROOT)}:{line}" for module, path in sorted(modules.items())
+             if module.startswith("vaco_jax.studies.")
+             for line in _private_names_taken(path, module, set(modules))]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_private_name_check_sees_each_way_of_taking_one(tmp_path):
+    source = ("import vaco_jax.studies.kit as k\nfrom vaco_jax.studies import sim_vs_real as svr\n"
+              "import vaco_jax.analysis.results\nfrom vaco_jax.studies.kit import _x, load_protocol\n"
+              "def f():\n    return k._a, svr._b(), vaco_jax.analysis.results._c, svr.public, k.__name__, _own\n")
+    path = tmp_path / "m.py"
+    path.write_text(source)
+    modules = {"vaco_jax.studies.kit", "vaco_jax.studies.sim_vs_real", "vaco_jax.analysis.results",
+               "vaco_jax.studies.m"}
+    assert _private_names_taken(str(path), "vaco_jax.studies.m", modules) == [
+        "4: from vaco_jax.studies.kit import _x", "6: vaco_jax.analysis.results._c", "6: vaco_jax.studies.kit._a",
+        "6: vaco_jax.studies.sim_vs_real._b"]
+
+
+def test_the_real_versus_simulated_studies_share_the_kit_not_each_other():
+    graph = _import_graph(top_level_only=False)
+    for study in ("sim_vs_real", "deep_lag", "deep_lag_report"):
+        deps = graph[f"vaco_jax.studies.{study}"]
+        assert "vaco_jax.studies.kit_real" in deps, study
+        assert not deps & {"vaco_jax.studies.sim_vs_real", "vaco_jax.studies.deep_lag"} - {f"vaco_jax.studies.{study}"}

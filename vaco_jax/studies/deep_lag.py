@@ -43,7 +43,7 @@ configurations refused). Three real configurations: ``lockstep`` (``LOCKSTEP``: 
 lockstep, the synchronous reference) and ``age4`` / ``age16``, the configurations ``chosen.csv`` names
 for the targets 4 and 16, each run with both methods (the pilot's knobs) on ``real_seeds`` at the
 study's sizes: ``OUT/real/<configuration>/<method>/seed<k>/``, seed by seed across configurations.
-Their simulated counterparts (``sim``; the sim-vs-real study's, ``sim_vs_real.run_sweep``): for each
+Their simulated counterparts (``sim``; ``kit_real.run_sweep``, as in the sim-vs-real study): for each
 deep configuration and method, the ``ages`` lag model fed the pooled histogram of its real runs
 (``histogram``), a uniform lag of the nearest mean (``uniform``), both on ``sim_seeds``, and the
 histogram moved ``control_shift`` versions older (``control``, a negative control) on
@@ -59,7 +59,7 @@ it lies wholly outside, else *inconclusive*. It also gives each real configurati
 (median env steps/s, seconds to the first evaluation at or above ``return_threshold``, start load),
 and writes ``arms.csv`` (every arm's runs, diverged runs, realised mean age and AUC), ``verdicts.csv``,
 ``wall_clock.csv`` and ``figures/deep_lag.png``. The score is the AUC of
-the evaluation curve at the simulator's evaluation points (``sim_vs_real.real_score``). ``report``
+the evaluation curve at the simulator's evaluation points (``kit_real.real_score``). ``report``
 writes no protocol: it reads under the one the first stage wrote (its checksum verified), once every
 real run and simulated program has finished and holds its tables (the first one that has not, or the
 tables gone, named), every real histogram verified against its checksum, and every program holding one
@@ -69,18 +69,18 @@ row per seed of each counterpart it ran; else it writes nothing.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
-import time
 from typing import Literal
 
 import numpy as np
 from tyro.conf import Positional
 
 from vaco_jax.core.config import ConfigError
-from vaco_jax.studies import sim_vs_real as svr
-from vaco_jax.studies.deep_lag_report import (CONTRAST, SPREAD_SOURCE, VARIANTS, arm_rows, diverged_in, mean_age,
-                                             none_as_nan, pooled, power_table, quantity_rows, require_finished,
-                                             run_summary, score_values, spread, wall_clock_rows)
+from vaco_jax.studies import kit_real
+from vaco_jax.studies.deep_lag_report import (CONTRAST, SPREAD_SOURCE, VARIANTS, arm_rows, diverged_in, none_as_nan,
+                                             power_table, quantity_rows, run_summary, spread, wall_clock_rows)
+from vaco_jax.studies.kit_real import mean_age, pooled, real_dir, require_finished, score_values
 
 TARGETS = (4.0, 16.0)  # mean ages of the simulator's B = 8 (3.5) and B = 32 (15.5), rounded up
 TOLERANCE = 0.25  # a configuration qualifies for a target when |mean age / target - 1| <= this
@@ -196,28 +196,20 @@ def _pilot_dir(out: str, name: str, method: str, seed: int) -> str:
 
 def pilot(args: Args, spec: dict) -> list[dict]:
     """Every pilot run not yet finished (its ``score.json`` marks it finished)."""
-    from vaco_jax.driver.actor_learner import run_real, write_real_run
+    def runs():
+        for seed in spec["pilot_seeds"]:
+            for name in args.configurations or tuple(c[0] for c in CONFIGURATIONS):
+                for method in spec["methods"]:
+                    config, settings = config_of(spec, name, method)
+                    yield _pilot_dir(args.out, name, method, seed), config, settings, seed, f"{name} {method}"
 
-    done = []
-    names = args.configurations or tuple(c[0] for c in CONFIGURATIONS)
-    for seed in spec["pilot_seeds"]:
-        for name in names:
-            for method in spec["methods"]:
-                config, settings = config_of(spec, name, method)
-                where = _pilot_dir(args.out, name, method, seed)
-                if os.path.exists(os.path.join(where, "score.json")):
-                    continue
-                started = time.monotonic()
-                run = run_real(config, settings, seed=seed)
-                score = write_real_run(where, run, config, settings, seed)
-                done.append(score)
-                if args.progress:
-                    row = run_summary(where, spec["steady_from"])
-                    print(f"pilot {name} {method} seed {seed}: mean age {row['mean_age']:.2f} (steady "
-                          f"{row['steady_mean_age']:.2f}, p10-p90 {row['p10']:g}-{row['p90']:g}, max {row['max']:g}), "
-                          f"{score['env_steps_per_second']:.0f} env steps/s, {time.monotonic() - started:.0f} s",
-                          flush=True)
-    return done
+    def line(label, seed, where, score, seconds):
+        row = run_summary(where, spec["steady_from"])
+        return (f"pilot {label} seed {seed}: mean age {row['mean_age']:.2f} (steady {row['steady_mean_age']:.2f}, "
+                f"p10-p90 {row['p10']:g}-{row['p90']:g}, max {row['max']:g}), {score['env_steps_per_second']:.0f} "
+                f"env steps/s, {seconds:.0f} s")
+
+    return kit_real.run_real_runs(runs(), None, args.progress, line)
 
 
 def pilot_rows(out: str, spec: dict) -> list[dict]:
@@ -387,7 +379,7 @@ def programs_of(out: str, study: dict, configs, methods, cells: int) -> list[str
 
 
 def _sweep_spec(spec: dict, study: dict) -> dict:
-    """The numbers ``sim_vs_real.run_sweep`` reads: the study's, the preset's task and sizes."""
+    """The numbers ``kit_real.run_sweep`` reads: the study's, the preset's task and sizes."""
     return {"task": spec["task"], "sizes": spec["sizes"],
             **{k: study[k] for k in ("total_env_steps", "num_evals", "eval_episodes", "buffer_capacity")}}
 
@@ -396,7 +388,7 @@ def real_histogram(out: str, c: dict, methods, seeds) -> tuple[float, ...]:
     """Consumed samples by age, summed over the real runs of ``methods`` x ``seeds`` (every one finished)."""
     total = np.zeros(0)
     for method in methods:
-        h = np.asarray(svr.pooled_histogram(out, c, method, seeds, checksum=True))
+        h = np.asarray(kit_real.pooled_histogram(out, c, method, seeds, checksum=True))
         total = np.pad(total, (0, max(0, len(h) - len(total)))) + np.pad(h, (0, max(0, len(total) - len(h))))
     return tuple(float(x) for x in total)
 
@@ -406,8 +398,8 @@ def variants_of(out: str, study: dict, c: dict, method: str) -> dict[str, tuple[
     synchronous lag (depth 1); a deep configuration the ``VARIANTS`` of its real runs' pooled histogram."""
     if c["family"] == "sync":
         return {"lockstep": (1.0,)}
-    hist = svr.pooled_histogram(out, c, method, study["real_seeds"], checksum=True)
-    return svr.variant_weights(hist, shift=study["control_shift"])
+    hist = kit_real.pooled_histogram(out, c, method, study["real_seeds"], checksum=True)
+    return kit_real.variant_weights(hist, shift=study["control_shift"])
 
 
 def sweeps_of(out: str, study: dict, c: dict, method: str) -> list[tuple[str, list[tuple], tuple[int, ...]]]:
@@ -428,10 +420,10 @@ def study_real(args: Args, spec: dict, study: dict, configs: list[dict]) -> list
             for c in configs:
                 for method in spec["methods"]:
                     config, settings = config_of(spec, c["configuration"], method, study)
-                    yield (svr._real_dir(args.out, c, method, seed), config, settings, seed,
+                    yield (real_dir(args.out, c, method, seed), config, settings, seed,
                            f"{c['name']} ({c['configuration']}) {method}")
 
-    return svr.run_real_runs(runs(), args.minutes, args.progress)
+    return kit_real.run_real_runs(runs(), args.minutes, args.progress)
 
 
 def study_sim(args: Args, spec: dict, study: dict, configs: list[dict]) -> None:
@@ -442,38 +434,37 @@ def study_sim(args: Args, spec: dict, study: dict, configs: list[dict]) -> None:
     (the control of a deep histogram: up to ``control_shift`` more)."""
     todo = [(c, method, sweep) for c in configs for method in spec["methods"]  # every histogram read first
             for sweep in sweeps_of(args.out, study, c, method)]
-    budget = svr._Budget(args.minutes)
-    for c, method, (name, variants, seeds) in todo:
-        for dst, block in program_dirs(args.out, c, method, name, len(variants), seeds, PROGRAM_CELLS[args.preset]):
-            if os.path.exists(os.path.join(dst, "scores.csv")):
-                continue
-            cells = len(variants) * len(block)
-            if not budget.fits(cells):
-                print(f"sim: --minutes {args.minutes:g} reached; rerun to go on")
-                return
-            started = time.monotonic()
-            svr.run_sweep(_sweep_spec(spec, study), method, variants, block, envs_per_actor=c["envs_per_actor"],
-                          num_envs=c["update_envs"],
-                          buffer_capacity=max(study["buffer_capacity"], *map(len, variants)),
-                          knobs=spec["knobs"].get(method, {}),
-                          work=os.path.join(args.work, "sim", c["name"], method, name, os.path.basename(dst)),
-                          dst=dst, progress=args.progress)
-            budget.record(time.monotonic() - started, cells)
+
+    def program(c, method, name, variants, dst, block):
+        def run():
+            kit_real.run_sweep(_sweep_spec(spec, study), method, variants, block, envs_per_actor=c["envs_per_actor"],
+                               num_envs=c["update_envs"],
+                               buffer_capacity=max(study["buffer_capacity"], *map(len, variants)),
+                               knobs=spec["knobs"].get(method, {}),
+                               work=os.path.join(args.work, "sim", c["name"], method, name, os.path.basename(dst)),
+                               dst=dst, progress=args.progress)
+
+        return len(variants) * len(block), run
+
+    kit_real.run_sweeps(((dst, functools.partial(program, c, method, name, variants, dst, block))
+                         for c, method, (name, variants, seeds) in todo
+                         for dst, block in program_dirs(args.out, c, method, name, len(variants), seeds,
+                                                        PROGRAM_CELLS[args.preset])), args.minutes)
 
 
 def study_scores(out: str, spec: dict, study: dict, configs: list[dict], cells: int):
     """(real, sim, diverged, realised): the scores ``quantity_rows`` reads, the count of diverged runs per
     (configuration, method[, variant]), and the simulated samples by realised age per (configuration,
     method, variant), the programs of each sweep (at most ``cells`` cells each) pooled: every program
-    holding one row per seed of its block for each of its counterparts' weights (``svr.cells_of``)."""
+    holding one row per seed of its block for each of its counterparts' weights (``kit_real.cells_of``)."""
     real, sim, diverged, realised = {}, {}, {}, {}
     for c in configs:
         for method in spec["methods"]:
             runs = []
             for seed in study["real_seeds"]:
-                where = svr._real_dir(out, c, method, seed)
+                where = real_dir(out, c, method, seed)
                 require_finished(os.path.join(where, "score.json"), "real")
-                runs.append(svr.real_score(where, study["num_evals"]))
+                runs.append(kit_real.real_score(where, study["num_evals"]))
             real[(c["name"], method)] = score_values(runs)
             diverged[(c["name"], method)] = sum(bool(r["diverged"]) for r in runs)
             weights = variants_of(out, study, c, method)
@@ -485,8 +476,8 @@ def study_scores(out: str, spec: dict, study: dict, configs: list[dict], cells: 
             for v, w in weights.items():
                 mine, drawn = [], []
                 for where, block in programs[SWEEP_OF.get(v, "main")]:
-                    mine += svr.cells_of(os.path.join(where, "scores.csv"), w, block, v)
-                    drawn.append(svr.realised_in(os.path.join(where, svr.REALISED), {v: w}, require=True)[v])
+                    mine += kit_real.cells_of(os.path.join(where, "scores.csv"), w, block, v)
+                    drawn.append(kit_real.realised_in(os.path.join(where, kit_real.REALISED), {v: w}, require=True)[v])
                 sim[(c["name"], method, v)] = score_values(mine)
                 diverged[(c["name"], method, v)] = sum(bool(r["diverged"]) for r in mine)
                 counts = pooled(drawn)
@@ -497,13 +488,13 @@ def study_scores(out: str, spec: dict, study: dict, configs: list[dict], cells: 
 
 def require_study_units(out: str, spec: dict, study: dict, configs: list[dict], cells: int) -> None:
     """Every real run and simulated program the report reads has finished and holds its tables
-    (``svr.require_units``), before any number is read; the real runs' histograms are verified on the way
+    (``kit_real.require_units``), before any number is read; the real runs' histograms are verified on the way
     (they decide the programs' weights)."""
-    real_runs = [svr._real_dir(out, c, m, s) for s in study["real_seeds"] for c in configs for m in spec["methods"]]
-    svr.require_units(real_runs, "score.json", svr.REAL_TABLES, "real")
+    real_runs = [real_dir(out, c, m, s) for s in study["real_seeds"] for c in configs for m in spec["methods"]]
+    kit_real.require_units(real_runs, "score.json", kit_real.REAL_TABLES, "real")
     programs = [where for c in configs for m in spec["methods"] for name, variants, seeds in sweeps_of(out, study, c, m)
                 for where, _ in program_dirs(out, c, m, name, len(variants), seeds, cells)]
-    svr.require_units(programs, "scores.csv", svr.SIM_TABLES, "sim")
+    kit_real.require_units(programs, "scores.csv", kit_real.SIM_TABLES, "sim")
 
 
 def study_report(args: Args, spec: dict, study: dict, configs: list[dict]) -> dict:
@@ -590,7 +581,7 @@ def study_plan_lines(args: Args, spec: dict) -> list[str]:
     except ConfigError as e:
         return lines + [f"  waits for the pilot: {e}"]
     for c in configs:
-        left = sum(not os.path.exists(os.path.join(svr._real_dir(args.out, c, m, s), "score.json"))
+        left = sum(not os.path.exists(os.path.join(real_dir(args.out, c, m, s), "score.json"))
                    for m in spec["methods"] for s in study["real_seeds"])
         programs = sum(not os.path.exists(os.path.join(where, "scores.csv"))
                        for where in programs_of(args.out, study, [c], spec["methods"], PROGRAM_CELLS[args.preset]))
@@ -611,8 +602,7 @@ def main(args: Args):
     args.out = args.out or (os.path.join("results", "deep_lag") if args.preset == "cpu"
                             else os.path.join("runs", "deep_lag_tiny"))
     args.work = args.work or os.path.join("runs", f"deep_lag_{args.preset}")
-    if args.minutes is not None and not args.minutes > 0:
-        raise ConfigError(f"minutes={args.minutes!r} must be a positive number of minutes (or left unset: no limit)")
+    kit_real.check_minutes(args.minutes)
     for name in args.configurations:
         settings_of(name)
     if args.configurations and args.stage not in ("pilot", "choose"):
@@ -642,12 +632,9 @@ def main(args: Args):
         study = STUDY[args.preset]
         configs = study_configurations(args.out, spec, study)  # refused before anything runs or is written
         path = os.path.join(args.out, "study_protocol.json")
-        if args.stage == "report" and not os.path.exists(path):
-            raise ConfigError(f"report: {path} is missing: no stage of the study has run in {args.out}; run the "
-                              "'real' stage first")
-        svr.fix_protocol(path, study_protocol(args.preset, spec, study, configs), write=args.stage != "report",
-                         hint="the study's numbers (STUDY) or chosen.csv's configurations changed since its first "
-                              "stage; restore them or use another --out")
+        kit_real.fix_protocol(path, study_protocol(args.preset, spec, study, configs), stage=args.stage,
+                              hint="the study's numbers (STUDY) or chosen.csv's configurations changed since its "
+                                   "first stage; restore them or use another --out")
         if args.stage == "real":
             return study_real(args, spec, study, configs)
         if args.stage == "sim":

@@ -12,8 +12,7 @@ import os
 
 import numpy as np
 
-from vaco_jax.core.config import ConfigError
-from vaco_jax.studies import sim_vs_real as svr
+from vaco_jax.studies.kit_real import bootstrap_ci, mean_age, real_dir, require_finished, verdict
 
 # ----------------------------------------------------------------------------------- power calculation
 # The study's primary quantities, per deep configuration: the contrast C = (mean AUC of VACO - mean AUC of
@@ -79,33 +78,6 @@ VARIANTS = ("histogram", "uniform", "control")  # a deep configuration's simulat
 CONTRAST = ("vaco", "ppo_clip")  # C = (mean of the first - mean of the second) / the real lockstep mean of the second
 
 
-def bootstrap_ci(arms, statistic, reps: int, confidence: float, seed: int = 0) -> tuple[float, float, float]:
-    """``statistic(*means)`` of the arms' means at the full samples, and its percentile bootstrap interval:
-    each arm's runs resampled with replacement, independently of the others (arm by arm, ``reps`` resamples
-    each, from one generator). Replicates that are not finite are left out; ``nan`` when an arm is empty."""
-    arms = [np.asarray(a, float) for a in arms]
-    if any(a.size == 0 for a in arms):
-        return float("nan"), float("nan"), float("nan")
-    rng = np.random.default_rng(seed)
-    means = [a[rng.integers(0, a.size, size=(reps, a.size))].mean(axis=1) for a in arms]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        point = float(statistic(*[a.mean() for a in arms]))
-        values = np.asarray(statistic(*means), float)
-    values = values[np.isfinite(values)]
-    if not values.size:
-        return point, float("nan"), float("nan")
-    alpha = 1.0 - confidence
-    lo, hi = np.percentile(values, [100.0 * alpha / 2.0, 100.0 * (1.0 - alpha / 2.0)])
-    return point, float(lo), float(hi)
-
-
-def verdict(low: float, high: float, margin: float) -> str:
-    """``predicts`` (the interval inside +-margin), ``differs`` (wholly outside), else ``inconclusive``."""
-    if -margin <= low and high <= margin:
-        return "predicts"
-    return "differs" if low > margin or high < -margin else "inconclusive"
-
-
 def contrast(x_first, x_second, scale):
     """The contrast of two methods' mean scores on the scale of the reference's."""
     return (x_first - x_second) / scale
@@ -152,32 +124,6 @@ def quantity_rows(real: dict, sim: dict, deep: list[str], variants, study: dict,
     return rows
 
 
-def require_finished(path: str, stage: str) -> None:
-    """A ConfigError naming the stage to run when the file a finished stage writes is missing."""
-    if not os.path.exists(path):
-        raise ConfigError(f"report: {os.path.dirname(path)} has not finished; run the '{stage}' stage first")
-
-
-def score_values(rows: list[dict]) -> np.ndarray:
-    """The AUCs of the runs that did not diverge (finite)."""
-    x = np.array([float(r["auc_eval_return"]) for r in rows if not r["diverged"]], float)
-    return x[np.isfinite(x)]
-
-
-def mean_age(counts) -> float:
-    """The mean age of samples counted by age (index = age); nan for None."""
-    return svr._mean_age(None if counts is None else np.asarray(counts, float))
-
-
-def pooled(arrays) -> np.ndarray | None:
-    """Counts by age summed over histograms of different lengths (None ones left out); None when none."""
-    arrays = [np.asarray(a, float) for a in arrays if a is not None]
-    if not arrays:
-        return None
-    n = max(len(a) for a in arrays)
-    return sum(np.pad(a, (0, n - len(a))) for a in arrays)
-
-
 def wall_clock_rows(out: str, spec: dict, study: dict, configs: list[dict]) -> list[dict]:
     """Per real configuration (its methods pooled, then each method): median env steps per second, median
     seconds to the first evaluation (of the simulator's ``num_evals``) at or above ``return_threshold``
@@ -191,7 +137,7 @@ def wall_clock_rows(out: str, spec: dict, study: dict, configs: list[dict]) -> l
             sps, reach, loads, ages = [], [], [], []
             for method in methods:
                 for seed in study["real_seeds"]:
-                    where = svr._real_dir(out, c, method, seed)
+                    where = real_dir(out, c, method, seed)
                     require_finished(os.path.join(where, "score.json"), "real")
                     score = results.read_json(os.path.join(where, "score.json"))
                     curve = results.read_table(os.path.join(where, "curve.csv"))[:study["num_evals"]]
