@@ -7,15 +7,16 @@ directory and in every line of the study's ``manifest.csv``. A changed protocol 
 computed only under the protocol its units ran under (:func:`check_report_protocol`).
 
 A **unit** (:class:`Unit`) is one compiled group with an estimated cost in minutes. ``run --minutes M``
-takes the next unfinished units whose estimates fit (:func:`select`), runs each (:func:`run_unit`) and
-leaves it committed-ready (:func:`collect`: its small tables copied under the results directory, then its
-manifest line, with the CPU model that ran it). Before the first unit, :func:`start_run` does every
+(:func:`run_units`, the loop every study's ``run`` is) takes the next unfinished units whose estimates
+fit (:func:`select`), runs each (:func:`run_unit`) and leaves it committed-ready (:func:`collect`: its
+small tables copied under the results directory, then its manifest line, with the CPU model that ran it). Before the first unit, :func:`start_run` does every
 read-only check, then copies back tables lost from the results directory while the run directories still
 hold them. ``plan`` and ``report`` agree on what is finished: every unit the manifest lists must hold its
 tables (:func:`check_units_present` names any missing or damaged one).
 
 A study module supplies its protocol check, its units (in order), ``unit_dir(name)`` (a unit's folder
-from its name alone) and its report; the rest is here.
+from its name alone), the hooks where its loop differs and its report; the rest is here
+(``docs/studies.md``; ``experiments/own_study.py`` is a whole study on it).
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ import hashlib
 import json
 import os
 import time
+from typing import Literal
+
+from tyro.conf import Positional
 
 from vaco_jax.core.config import ConfigError
 
@@ -39,6 +43,20 @@ class Unit:
     group: object  # grid.Group
     runs: int
     minutes: float
+
+
+@dataclasses.dataclass
+class RunArgs:
+    """The flags every study's ``plan`` / ``run`` / ``report`` takes; a study adds where its files go
+    (``protocol``, ``results``, ``runs``: fields or properties) and its own flags."""
+
+    stage: Positional[Literal["plan", "run", "report"]]  # plan: units, costs, status; run: run units; report: the rules
+    minutes: float | None = None  # run: the next unfinished units whose summed estimated cost fits in this
+    units: tuple[str, ...] = ()  # run: these units (names as `plan` prints them) instead of --minutes
+    deviation: str = ""  # run: record a change of the protocol since earlier units ran (text, dated)
+    dry_run: bool = False  # run: print the units it would start with (plan, memory, time); nothing compiled or written
+    progress: bool = True  # a progress bar per group (--no-progress for logs)
+    max_chunks: int | None = None  # stop every group after this many chunks; rerun to continue
 
 
 JSON_KINDS = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean",
@@ -60,6 +78,18 @@ def load_protocol(path: str) -> tuple[dict, str]:
     if not isinstance(p, dict):
         raise ConfigError(f"protocol {path}: must be a JSON object of sections, not {JSON_KINDS.get(type(p), 'that')}")
     return p, hashlib.sha256(data).hexdigest()
+
+
+def write_protocol(path: str, p: dict) -> str:
+    """Fix a new study's protocol: ``p`` as JSON in ``path``, which must not exist yet (a fixed protocol
+    changes only by editing the file and recording a deviation). Returns the sha256 of the bytes written."""
+    if os.path.exists(path):
+        raise ConfigError(f"protocol: {path} already exists; it is fixed (edit it and record --deviation)")
+    data = (json.dumps(p, indent=2) + "\n").encode()
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "xb") as f:
+        f.write(data)
+    return hashlib.sha256(data).hexdigest()
 
 
 def check_protocol_file(check, p: dict, path: str) -> None:
@@ -238,6 +268,60 @@ def start_run(units: list, args, digest: str, unit_dir) -> None:
             print(f"unit {u.name}: finished under {args.runs}, copied under {args.results}", flush=True)
 
 
+def run_units(plan, args, digest: str, unit_dir, spec, *, units: list | None = None, ready=None, after_unit=None,
+              after_round=None, paced=None, waiting: str = "nothing to run", show_pace: bool = False) -> list[str]:
+    """``run``: :func:`start_run`, then the minutes-bounded loop; returns the names of the units it finished.
+
+    Each round takes the next units that fit in what is left of ``args.minutes`` of wall time
+    (:func:`select`; every named unit with ``args.units``), their estimates scaled by the pace measured
+    so far (this call's minutes over the estimates of the units it finished), runs each into
+    ``args.runs/<stage>`` with the record ``spec(unit)`` and leaves it committed-ready (:func:`collect`),
+    then plans again (``plan()``: a finished unit can open new ones). It stops when nothing fits, after
+    one round with ``args.units`` or ``args.max_chunks`` (the groups stop part-way), or when a hook says so.
+
+    ``plan()``: the study's units in order (``units``: the list already planned, when the caller has it).
+    Hooks, for what differs between studies: ``ready(chosen)`` before a round starts (raises to refuse
+    it); ``after_unit(unit)`` after each unit, finished or not (True ends the round: the plan depends on
+    it); ``after_round(chosen, done)`` after each round's new plan; ``paced(unit)`` whether a finished
+    unit's time counts in the pace (default: every one). ``waiting``: the line printed when the first
+    round finds unfinished units it cannot start; ``show_pace``: a round's estimate says its pace.
+    """
+    start_run(plan() if units is None else units, args, digest, unit_dir)
+    units = plan()  # with the tables copied back
+    start, done, measured, estimated = time.perf_counter(), [], 0.0, 0.0
+    while True:
+        left = None if args.units else args.minutes - (time.perf_counter() - start) / 60.0
+        pace = measured / estimated if estimated else 1.0  # the protocol's rates against this machine's now
+        chosen = [u for u in select(units, args, left, first=not done, pace=pace) if u.name not in done]
+        if not chosen:
+            if not done:
+                print("every unit has finished" if all(finished(args, u) for u in units) else waiting)
+            break
+        if ready is not None:
+            ready(chosen)
+        print(f"protocol sha256 {digest}; next: " + ", ".join(u.name for u in chosen)
+              + f" (~{sum(u.minutes for u in chosen) * pace:.0f} min estimated"
+              + (f": the plan's estimate x {pace:.2f}, the pace of this call's units so far)" if show_pace and done
+                 else ")"), flush=True)
+        for u in chosen:
+            run_dir = os.path.join(args.runs, u.stage)
+            t0 = time.perf_counter()
+            if run_unit(u, run_dir, args, spec(u)):
+                collect(u, run_dir, args.results, digest, time.perf_counter() - t0)
+                done.append(u.name)
+                if paced is None or paced(u):
+                    measured, estimated = measured + (time.perf_counter() - t0) / 60.0, estimated + u.minutes
+                print(f"unit {u.name} finished in {time.perf_counter() - t0:.0f} s", flush=True)
+            if after_unit is not None and after_unit(u):
+                break
+        units = plan()
+        if after_round is not None:
+            after_round(chosen, done)
+        if args.units or args.max_chunks is not None:
+            break
+    return done
+
+
 def copy_tables(src: str, dst: str) -> None:
     """A finished group's tables (``COPIED``) from its run directory to its place under the results."""
     from vaco_jax.analysis import results
@@ -350,6 +434,12 @@ def select(units: list[Unit], args, budget: float | None = None, first: bool = T
         out.append(u)
         spent += u.minutes * pace
     return out
+
+
+def check_minutes(args) -> None:
+    """``run`` needs a budget: ``--minutes`` (a positive number) or ``--units``."""
+    if not args.units and (args.minutes is None or not args.minutes > 0):
+        raise ConfigError(f"minutes={args.minutes!r}: give --minutes (a positive number) or --units")
 
 
 def check_dry_run(args) -> None:

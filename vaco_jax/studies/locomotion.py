@@ -44,15 +44,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import time
 from typing import Literal
 
 from tyro.conf import Positional
 
 from vaco_jax.core.config import Config, ConfigError
 from vaco_jax.studies.kit import (Unit, check_dry_run, check_protocol_file, check_report_protocol, check_units_present,
-                                  collect, dry_run_units, finished, load_protocol, run_unit, select,
-                                  start_run, status)
+                                  check_minutes, dry_run_units, finished, load_protocol, run_units, status)
+from vaco_jax.studies.kit import select  # noqa: F401  (the selection the loop uses, as this study's `select`)
 from vaco_jax.studies.locomotion_report import LAG_AWARE, draw_figures, report
 
 RESULTS = os.path.join("results", "locomotion")
@@ -329,44 +328,29 @@ def main(args: Args) -> list[str]:
         print(f"protocol {args.protocol} sha256 {digest}")
         print(plan_text(p, units, state, args))
         return []
-    if not args.units and (args.minutes is None or not args.minutes > 0):
-        raise ConfigError(f"minutes={args.minutes!r}: give --minutes (a positive number) or --units")
+    check_minutes(args)
     if args.dry_run:
         return dry_run_units(units, digest, args, tuned_needed=tuned is None)
-    start_run(units, args, digest, where)
-    units, tuned, state = all_units(p, args)  # with the tables copied back
-    start, done, measured, estimated = time.perf_counter(), [], 0.0, 0.0
-    while True:  # plan again after every round: finished tuning freezes and opens the study's units
-        left = None if args.units else args.minutes - (time.perf_counter() - start) / 60.0
-        pace = measured / estimated if estimated else 1.0  # the protocol's rates against this machine's now
-        chosen_units = [u for u in select(units, args, left, first=not done, pace=pace) if u.name not in done]
-        if not chosen_units:
-            if not done:
-                print("every unit has finished" if all(finished(args, u) for u in units) else
-                      "nothing to run: the next units wait for tuning to be frozen (run `plan`)")
-            break
-        if any(u.stage == "study" for u in chosen_units) and tuned is None:
+    latest = {"tuned": tuned}
+
+    def plan() -> list[Unit]:
+        units, latest["tuned"], latest["state"] = all_units(p, args)
+        return units
+
+    def ready(chosen_units: list[Unit]) -> None:  # the study's steps come from the frozen tuning
+        if any(u.stage == "study" for u in chosen_units) and latest["tuned"] is None:
             tuned_at = os.path.join(args.results, "tuned.json")
             raise ConfigError(f"units: study units need the frozen tuning ({tuned_at}); finish the tuning units first")
-        print(f"protocol sha256 {digest}; next: " + ", ".join(u.name for u in chosen_units)
-              + f" (~{sum(u.minutes for u in chosen_units) * pace:.0f} min estimated"
-              + (f": the plan's estimate x {pace:.2f}, the pace of this call's units so far)" if done else ")"),
-              flush=True)
-        for u in chosen_units:
-            run_dir = os.path.join(args.runs, u.stage)
-            spec = {"study": "locomotion", "unit": u.name, "protocol_sha256": digest}
-            t0 = time.perf_counter()
-            if run_unit(u, run_dir, args, spec):
-                collect(u, run_dir, args.results, digest, time.perf_counter() - t0)
-                done.append(u.name)
-                measured, estimated = measured + (time.perf_counter() - t0) / 60.0, estimated + u.minutes
-                print(f"unit {u.name} finished in {time.perf_counter() - t0:.0f} s", flush=True)
+
+    def after_round(chosen_units: list[Unit], done: list[str]) -> None:
         if any(u.stage == "study" for u in chosen_units) and done:
             tables.summarise(os.path.join(args.runs, "study"), reps=args.bootstrap_reps)
-        units, tuned, state = all_units(p, args)  # freezes the tuning when its last unit has just finished
-        print(f"tuning: {state}", flush=True)
-        if args.units or args.max_chunks is not None:
-            break
+        print(f"tuning: {latest['state']}", flush=True)  # frozen once its last unit has just finished
+
+    done = run_units(plan, args, digest, where, lambda u: {"study": "locomotion", "unit": u.name,
+                                                           "protocol_sha256": digest},
+                     units=units, ready=ready, after_round=after_round, show_pace=True,
+                     waiting="nothing to run: the next units wait for tuning to be frozen (run `plan`)")
     if done:
         print("FINDINGS.md's summary reads these results: run `python experiments/rebuild_docs.py` and commit "
               f"{args.results} with it", flush=True)

@@ -22,7 +22,7 @@ Stage 1 is cut into **units**, one compiled group each, in the protocol's order:
 Each finished unit's small tables are copied under ``results/steplag/`` with a manifest line naming the
 protocol's sha256 and the CPU model that ran it; a changed protocol needs ``--deviation`` before more
 units run, and ``report`` computes only under the units' protocol and from every listed unit's tables
-(as in the first study, whose driver this one shares: ``vaco_jax.studies.locomotion``). The rules are
+(as in the first study: both run on the study kit, ``vaco_jax.studies.kit``). The rules are
 ``vaco_jax.analysis.surfaces``.
 """
 
@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import time
 from typing import Literal
 
 from tyro.conf import Positional
@@ -491,40 +490,19 @@ def main(args: Args) -> list[str]:
         print(f"protocol {args.protocol} sha256 {digest}")
         print(plan_text(units, reuse, args))
         return []
-    if not args.units and (args.minutes is None or not args.minutes > 0):
-        raise ConfigError(f"minutes={args.minutes!r}: give --minutes (a positive number) or --units")
+    kit.check_minutes(args)
     if args.dry_run:
         return kit.dry_run_units(units, digest, args)
-    kit.start_run(units, args, digest, unit_dir)
-    units, reuse = all_units(p, args)  # with the tables copied back
-    start, done, measured, estimated = time.perf_counter(), [], 0.0, 0.0
-    while True:  # plan again after every round: the check's outcome and finished surfaces change the units
-        left = None if args.units else args.minutes - (time.perf_counter() - start) / 60.0
-        pace = measured / estimated if estimated else 1.0
-        chosen = [u for u in kit.select(units, args, left, first=not done, pace=pace) if u.name not in done]
-        if not chosen:
-            if not done:
-                print("every unit has finished" if all(kit.finished(args, u) for u in units) else "nothing to run")
-            break
-        print(f"protocol sha256 {digest}; next: " + ", ".join(u.name for u in chosen)
-              + f" (~{sum(u.minutes for u in chosen) * pace:.0f} min estimated)", flush=True)
-        for u in chosen:
-            run_dir = os.path.join(args.runs, u.stage)
-            spec = {"study": "steplag", "unit": u.name, "protocol_sha256": digest}
-            t0 = time.perf_counter()
-            if kit.run_unit(u, run_dir, args, spec):
-                kit.collect(u, run_dir, args.results, digest, time.perf_counter() - t0)
-                done.append(u.name)
-                if u.runs > 1:  # a one-run unit's pace is its compilation: it would misjudge the surfaces'
-                    measured, estimated = measured + (time.perf_counter() - t0) / 60.0, estimated + u.minutes
-                print(f"unit {u.name} finished in {time.perf_counter() - t0:.0f} s", flush=True)
-            if u.name == "reuse_check":
-                print(f"reuse of the first study's runs: {reuse_state(p, args.results)}", flush=True)
-                break  # the plan depends on the check's outcome
-        units, reuse = all_units(p, args)
-        if args.units or args.max_chunks is not None:
-            break
-    return done
+
+    def after_unit(u) -> bool:  # the plan depends on the check's outcome
+        if u.name == "reuse_check":
+            print(f"reuse of the first study's runs: {reuse_state(p, args.results)}", flush=True)
+        return u.name == "reuse_check"
+
+    # a one-run unit's pace is its compilation: it would misjudge the surfaces'
+    return kit.run_units(lambda: all_units(p, args)[0], args, digest, unit_dir,
+                         lambda u: {"study": "steplag", "unit": u.name, "protocol_sha256": digest},
+                         units=units, after_unit=after_unit, paced=lambda u: u.runs > 1)
 
 
 def cli() -> None:
