@@ -21,9 +21,9 @@ from vaco_jax.core.config import Config
 # the commands whose flags are Config fields and DRIVER_FLAGS (sweeps), and the study commands
 SWEEPS = ("train", "lag-sweep", "forward-lag", "delta-sweep", "mismatch")
 DRY_RUN = ("train", "lag-sweep", "forward-lag", "delta-sweep", "mismatch", "screen", "study", "locomotion",
-           "steplag", "sim-vs-real", "locomotion-pilot")
+           "steplag", "bench", "sim-vs-real", "locomotion-pilot")
 TYRO = ("train", "render", "lag-sweep", "forward-lag", "delta-sweep", "mismatch", "screen", "study", "locomotion",
-        "steplag", "sim-vs-real", "deep-lag")
+        "steplag", "bench", "sim-vs-real", "deep-lag")
 CONFIG_FIELDS = {f.name for f in dataclasses.fields(Config)}
 
 

@@ -11,6 +11,7 @@ COMMANDS = {
     "plot": ("vaco_jax.studies.plot", "redraw every figure of a run directory from the files on disk"),
     "locomotion": ("vaco_jax.studies.locomotion", "the locomotion study under its frozen protocol (plan, run, report)"),
     "steplag": ("vaco_jax.studies.steplag", "the step size x lag study under its protocol (plan, run, report)"),
+    "bench": ("vaco_jax.studies.bench", "a new fix through the step size x lag study's committed protocol"),
     "study": ("vaco_jax.studies.study", "the pendulum-suite evidence study (tune, then the designs)"),
     "claims": ("vaco_jax.studies.claims", "the decision rule: a verdict per claim from a study's scores"),
     "screen": ("vaco_jax.studies.screen", "which tasks are learnable and lag-sensitive on a budget"),
