@@ -57,7 +57,7 @@ def test_the_update_is_the_same_without_the_pi_t_diagnostic(method, lag_model):
     for a, b in zip(jax.tree.leaves(on), jax.tree.leaves(off)):
         np.testing.assert_array_equal(a, b)
     assert set(on_diag) == set(off_diag)
-    learner_diags = ("tv_learner", "abs_log_ratio_learner_mean", "abs_log_ratio_learner_p99")
+    learner_diags = ("tv_learner", "tv_learner_bounded", "abs_log_ratio_learner_mean", "abs_log_ratio_learner_p99")
     for name in on_diag:
         if name not in learner_diags:
             np.testing.assert_array_equal(on_diag[name], off_diag[name], err_msg=name)
