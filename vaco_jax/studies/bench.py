@@ -332,14 +332,7 @@ def table_rows(base: str) -> list[dict]:
 
 def stage2_rows(results_dir: str) -> list[dict]:
     """Every stage-2 run under ``results_dir/stage2/<task>/<arm>/<lag model>``, with its arm and lag model."""
-    from vaco_jax.analysis import results
-    base, out = os.path.join(results_dir, "stage2"), []
-    for root, _, files in sorted(os.walk(base)) if os.path.isdir(base) else []:
-        if "scores.csv" in files:
-            task, arm, lag_model = os.path.relpath(root, base).split(os.sep)[-3:]
-            out += [{**r, "arm": arm, "lag_model": lag_model}
-                    for r in results.read_table(os.path.join(root, "scores.csv"))]
-    return out
+    return kit.placed_rows(os.path.join(results_dir, "stage2"), ("arm", "lag_model"))
 
 
 def stage2_scale(rows: list[dict], random_dir: str, score: str) -> dict:

@@ -145,15 +145,8 @@ def complete(p: dict, results_dir: str) -> bool:
 
 def rows(results_dir: str) -> list[dict]:
     """Every committed stage-2 run, with its ``arm`` and ``lag_model`` from its unit's place."""
-    from vaco_jax.analysis import results
-    base = os.path.join(results_dir, STAGE)
-    out = []
-    for root, _, files in sorted(os.walk(base)) if os.path.isdir(base) else []:
-        if "scores.csv" in files:
-            task, arm, lag_model = os.path.relpath(root, base).split(os.sep)[-3:]
-            out += [{**r, "arm": arm, "lag_model": lag_model}
-                    for r in results.read_table(os.path.join(root, "scores.csv"))]
-    return out
+    from vaco_jax.studies import kit
+    return kit.placed_rows(os.path.join(results_dir, STAGE), ("arm", "lag_model"))
 
 
 def normalisation(all_rows: list[dict], results_dir: str, score: str) -> dict:
