@@ -28,10 +28,9 @@ from vaco_jax.driver.grid import Group, plan_text
 # one env (1 x 2,048, 10 x 32). Each entry: (training, evaluation: None where the training rate includes
 # it or it was not measured apart); the evaluation's rate counts every episode at the episode length.
 # Measured on a 2-core AMD EPYC (BENCHMARKS.md): the grid's training rates are the whole command's
-# (compilation and evaluation included, 2026-12-03, "Training rate at the locomotion study's settings");
-# every other entry is the grid's rate times its ratio to the grid's training rate measured side by side
-# by `python -m benchmarks.study_rate` (2026-12-07, the machine shared with other jobs: "A study at the
-# engine's speed").
+# (compilation and evaluation included: "Training rate at the locomotion study's settings"); every
+# other entry is the grid's rate times its ratio to the grid's training rate measured side by side by
+# `python -m benchmarks.study_rate` ("A study at the engine's speed": when, and under what load).
 # inverted_double_pendulum's grid: Config's 64 envs x 32 steps, 4 x 8, PPO-Clip, steady state without
 # evaluation ("A grid as one program vs separate runs").
 MEASURED_RATES = {

@@ -60,7 +60,7 @@ TINY = {"tasks": ("point_mass",), "lag_depths": (1, 4), "seeds": (0, 1), "stage2
         "reps": 200, "settings": {"num_envs": 8, "unroll_length": 16, "total_env_steps": 8 * 16 * 16, "num_evals": 4,
                                   "eval_episodes": 4, "episode_length": 50, "num_epochs": 2, "num_minibatches": 2,
                                   "buffer_capacity": 4, "learning_rate": 3e-3},
-        "unit_seconds": 20.0}  # a tiny unit, mostly compilation (2-core AMD EPYC, 2026-12-07)
+        "unit_seconds": 20.0}  # a tiny unit: mostly compilation (BENCHMARKS.md has no rate for it)
 
 
 @dataclasses.dataclass
