@@ -1,4 +1,4 @@
-"""Tasks as a source of variance (vaco_jax/studies/lagshape.py): the leave-one-task-out recomputation
+"""Tasks as a source of variance (vaco_jax/studies/lagshape_tasks.py): the leave-one-task-out recomputation
 calls the committed stage-2 rules, and the hierarchical bootstrap resamples tasks."""
 
 import math
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from vaco_jax.analysis import confirm, results, rules
-from vaco_jax.studies import lagshape
+from vaco_jax.studies import lagshape_tasks as lagshape
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPLAG = os.path.join(ROOT, "results", "steplag")

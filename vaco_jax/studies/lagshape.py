@@ -1,19 +1,21 @@
-"""Tasks as a source of variance in the step size x lag study's stage-2 verdicts (``results/lagshape/``).
+"""The lag real systems make (``results/lagshape/``): a study on the kit, its protocol fixed before its runs.
 
-Two tables, computed from the committed stage-2 scores (``results/steplag/stage2``) by the committed
-rules (``steplag_stage2.verdicts``, which calls ``analysis.confirm``), never replacing them:
+Five parts (``protocol.json``, explained in ``protocol.md``):
 
-* ``leave_one_task_out.csv``: every stage-2 verdict (the primary family, the per-task rows, the lag-shape
-  rule's pairs and its overall call) recomputed with one task's runs set aside, a row per (task left
-  out, verdict), beside the committed verdict and whether it changed. The normalisation is per task, so
-  the other tasks' scores are unchanged; what changes is which tasks a pooled test averages over.
-* ``hierarchical_verdicts.csv``: the primary family with the tasks resampled too (a two-stage bootstrap:
-  tasks with replacement, then each drawn task's runs; ``confirm.hierarchical_replicates``), Holm and
-  the verdict call unchanged, beside the committed (tasks fixed) row. The committed rule treats the
-  tasks as fixed; this one asks whether a verdict holds for tasks like these.
+* ``publish``: the simulator's ``publish`` lag model (interval 8, ages 1..8, all actors alike, correlated
+  from one update to the next) against the deep-lag study's real ``publish8`` runs, by the deep-lag rule
+  (``publish_check.csv``): does it close the gap the i.i.d. histogram leaves in PPO-Clip's retention?
+* ``age19``: the deep-lag study's age-19 comparisons again, under a margin derived from the negative
+  control's own simulated effect (half of it), from the committed tables alone (``age19_check.csv``).
+* ``shape``: uniform, fixed and publish lag at matched mean ages 7 and 15, PPO-Clip and VACO at the
+  step-size x lag study's lag-robust settings, on Hopper-v4 and Walker2d-v4.
+* ``tuning`` then ``study``: PPO-Clip's and VACO's surfaces under fixed lag, a lag-robust setting each by
+  the committed rule, then both at those settings on fresh seeds (best against best).
+* ``pilot``: Ant-v4, PPO-Clip at B = 32 for 3M steps, 3 seeds: is 1M steps a usable reference?
 
-``python -m vaco_jax.studies.lagshape loto`` writes both (each with its ``.sha256``) and prints what
-changed.
+``python -m vaco_jax.studies.lagshape plan | run --minutes M | report`` (``loto``: the tasks-as-variance
+tables of ``lagshape_tasks``). The reports of ``shape``, ``tuning`` and ``study`` are written before their
+units run; this module reports ``publish`` and ``age19``.
 """
 
 from __future__ import annotations
@@ -22,135 +24,213 @@ import dataclasses
 import os
 from typing import Literal
 
+import numpy as np
 from tyro.conf import Positional
 
-LOTO = "leave_one_task_out.csv"
-HIERARCHICAL = "hierarchical_verdicts.csv"
-STAGE2_VERDICTS = "stage2_verdicts.csv"  # steplag.STAGE2_VERDICTS, the committed table
-STAGE2_SHAPE = "stage2_shape.csv"
-KEY = ("family", "test", "arm", "lag_model", "lag_depth")  # a verdict's identity across the tables
-NUMBERS = ("point", "low", "high", "difference", "difference_low", "difference_high", "p_value", "p_holm")
+from vaco_jax.core.config import Config, ConfigError
+from vaco_jax.studies import kit
+
+RESULTS = os.path.join("results", "lagshape")
+DEEP_LAG = os.path.join("results", "deep_lag")
+STEPLAG = os.path.join("results", "steplag")
+PARTS = ("publish", "pilot", "shape", "tuning")  # the order units run in (``study`` follows ``tuning``'s choice)
 
 
 @dataclasses.dataclass
-class Args:
-    command: Positional[Literal["loto"]]  # loto: write leave_one_task_out.csv and hierarchical_verdicts.csv
-    steplag: str = "results/steplag"  # the step size x lag study's results (protocol.json, stage2/, tables)
-    out: str = "results/lagshape"  # where the two tables go
+class Args(kit.RunArgs):
+    stage: Positional[Literal["plan", "run", "report", "loto"]] = "plan"  # loto: lagshape_tasks' two tables
+    results: str = RESULTS  # protocol, manifest, the units' tables and the reports
+    runs: str = os.path.join("runs", "lagshape")  # the units' run directories (checkpoints)
+    deep_lag: str = DEEP_LAG  # the deep-lag study's committed results (the real runs publish/age19 compare with)
+    steplag: str = STEPLAG  # the step size x lag study's results (settings, arms, normalisation; loto)
+    protocol = property(lambda self: os.path.join(self.results, "protocol.json"))
 
 
-def load(steplag_dir: str) -> dict:
-    """The step size x lag study's protocol (its ``stage2`` section holds the rules' numbers)."""
-    from vaco_jax.studies import kit
+def config_of(p: dict, task: str, method: str, **fields) -> Config:
+    """The study's settings (the step size x lag study's) on ``task``, one method and its fields; a group's
+    ``lag_depth`` is its smallest (its cells carry their own; the publish model checks its interval against it)."""
+    s = {k: tuple(v) if isinstance(v, list) else v for k, v in p["settings"].items()}
+    return Config(env=task, backend=p["engine"]["backend"], method=method, **{**s, **fields})
 
-    p, _ = kit.load_protocol(os.path.join(steplag_dir, "protocol.json"))
-    return p
+
+def minutes(group) -> float:
+    """A unit's estimated minutes: its training and evaluation env steps at the measured rates of its shape."""
+    from vaco_jax.driver import dryrun
+
+    rate, eval_rate = dryrun.group_rate(group)
+    return (dryrun.env_steps(group) / rate + (dryrun.eval_steps(group) / eval_rate if eval_rate else 0.0)) / 60.0
 
 
-def verdict_rows(p: dict, steplag_dir: str, leave_out: tuple = (), tasks: str = "fixed") -> list[dict]:
-    """Every stage-2 verdict as rows keyed by ``KEY``: the primary and per-task rows as
-    ``stage2_verdicts.csv`` has them, then the shape rule's pairs (``family`` 'shape', ``arm`` the pair)
-    and its overall call (``arm`` 'overall')."""
-    from vaco_jax.studies import steplag_stage2
+def unit(stage: str, subdir: str, config: Config, cells) -> kit.Unit:
+    from vaco_jax.driver import grid
 
-    v = steplag_stage2.verdicts(p, steplag_dir, leave_out=leave_out, tasks=tasks)
-    out = [{"family": "primary", **r} for r in v["primary"]] + [{"family": "per task", **r} for r in v["per_task"]]
-    shape = v["shape"]
-    models = " ".join(shape["models"])
-    for pair in shape["pairs"]:
-        out.append({"family": "shape", "test": "contrast change", "arm": pair["pair"], "lag_model": models,
-                    "lag_depth": shape["lag_depth"], "tasks": pair["tasks"], "point": pair.get("change"),
-                    "low": pair.get("low"), "high": pair.get("high"), "p_value": pair.get("p_value"),
-                    "p_holm": pair.get("p_holm"), "verdict": pair["verdict"]})
-    out.append({"family": "shape", "test": "contrast change", "arm": "overall", "lag_model": models,
-                "lag_depth": shape["lag_depth"], "verdict": shape["overall"]})
+    g = grid.Group(config, tuple(cells), subdir, f"{stage}/{subdir}")
+    return kit.Unit(f"{stage}/{subdir}", stage, g, len(g.cells), minutes(g))
+
+
+def unit_dir(name: str) -> str:
+    return name  # "<stage>/<subdir>": its folder under the results and under the run directories
+
+
+def arm_fields(arm: dict) -> dict:
+    return {k: v for k, v in arm.items() if k != "method"}
+
+
+def units(p: dict) -> list[kit.Unit]:
+    """Every unit the protocol fixes so far, in the order they run (``PARTS``)."""
+    from vaco_jax.driver import grid
+
+    out = []
+    c = p["publish"]
+    for method, arm in c["arms"].items():
+        for block in c["seed_blocks"]:
+            config = config_of(p, c["task"], arm["method"], lag_depth=c["lag_depth"], **{**c["settings"], **arm_fields(arm)})
+            out.append(unit("publish", f"{method}/seeds{block[0]}-{block[-1]}", config,
+                            grid.grid([c["lag_depth"]], block)))
+    c = p["pilot"]
+    config = config_of(p, c["task"], c["arm"]["method"], **{**c["settings"], **arm_fields(c["arm"])})
+    out.append(unit("pilot", f"{c['task']}/B{c['lag_depth']}", config, grid.grid([c["lag_depth"]], c["seeds"])))
+    c = p["shape"]
+    for task in c["tasks"]:
+        for method, arm in c["arms"].items():
+            for model, shape in c["models"].items():
+                config = config_of(p, task, arm["method"], lag_model=model, lag_depth=min(shape["lag_depths"]),
+                                   **arm_fields(arm), **{k: v for k, v in shape.items() if k != "lag_depths"})
+                out.append(unit("shape", f"{task}/{method}/{model}", config, grid.grid(shape["lag_depths"], c["seeds"])))
+    c = p["tuning"]
+    for task in c["tasks"]:
+        for method, s in c["surfaces"].items():
+            config = config_of(p, task, s["method"], lag_model=c["lag_model"])
+            out.append(unit("tuning", f"{task}/{method}", config,
+                            grid.grid(c["lag_depths"], c["seeds"], **{s["knob"]: list(s["values"])})))
     return out
 
 
-def _key(row: dict) -> tuple:
-    # per-task rows share (test, arm, lag model, B) across tasks: their task tells them apart
-    return tuple(str(row.get(k)) for k in KEY) + ((row["tasks"],) if row["family"] == "per task" else ())
+def check_protocol(p: dict) -> None:
+    """Every unit builds (each Config checks its own fields) and the rules' numbers are in range."""
+    for name in ("publish", "age19", "shape", "tuning", "study", "pilot"):
+        if name not in p:
+            raise ConfigError(f"protocol section {name!r} missing")
+    if not 0 < p["publish"]["rule"]["margin"] < 1 or not 0 < p["age19"]["margin_share"] < 1:
+        raise ConfigError("publish.rule.margin and age19.margin_share must lie in (0, 1)")
+    units(p)
 
 
-def committed_rows(steplag_dir: str) -> list[dict]:
-    """The committed verdicts (``stage2_verdicts.csv``, ``stage2_shape.csv``) in :func:`verdict_rows`' form."""
+# ----------------------------------------------------------------------------------- the two reports here
+def real_scores(p: dict, deep_lag: str) -> dict:
+    """{(configuration, method): AUCs}: the deep-lag study's real runs (lockstep, age4), scored at the
+    simulator's evaluation points, and its simulated lockstep as ('lockstep', method, 'lockstep')."""
+    from vaco_jax.studies import kit_real
+
+    c, out = p["publish"], {}
+    for method in c["arms"]:
+        for name in ("lockstep", c["real_configuration"]):
+            runs = [kit_real.real_score(kit_real.real_dir(deep_lag, {"name": name}, method, s), c["rule"]["num_evals"])
+                    for s in c["real_seeds"]]
+            out[(name, method)] = kit_real.score_values(runs)
+        path = os.path.join(deep_lag, "sim", "lockstep", method, "lockstep", c["sim_lockstep_programs"], "scores.csv")
+        out[("lockstep", method, "lockstep")] = kit_real.score_values(
+            kit_real.cells_of(path, (1.0,), c["sim_lockstep_seeds"], "lockstep"))
+    return out
+
+
+def publish_rows(p: dict, args: Args) -> list[dict]:
+    """The deep-lag rule on the publish counterpart, beside the committed histogram and uniform verdicts."""
+    from vaco_jax.analysis import results
+    from vaco_jax.studies import deep_lag_report, kit_real
+
+    c, scores = p["publish"], real_scores(p, args.deep_lag)
+    real, sim, ages = {k: v for k, v in scores.items() if len(k) == 2}, {}, {}
+    for method in c["arms"]:
+        rows = kit.placed_rows(os.path.join(args.results, "publish", method), ("block",))
+        sim[(c["real_configuration"], method, "publish")] = kit_real.score_values(rows)
+        sim[("lockstep", method, "lockstep")] = scores[("lockstep", method, "lockstep")]
+        ages[method] = float(np.mean([float(r["mean_mean_staleness"]) for r in rows]))
+        if sorted(int(r["seed"]) for r in rows) != sorted(s for b in c["seed_blocks"] for s in b):
+            raise ConfigError(f"report: the publish runs of {method} lack seeds; run every publish unit first")
+    methods = tuple(c["contrast"])
+    out = deep_lag_report.quantity_rows(real, sim, [c["real_configuration"]], ["publish"], c["rule"], methods)
+    committed = {(r["quantity"], r["method"], r["variant"]): r for r in
+                 results.read_table(os.path.join(args.deep_lag, "verdicts.csv"))
+                 if r["configuration"] == c["real_configuration"]}
+    for r in out:
+        r["sim_mean_age"] = float(np.mean([ages[m] for m in (methods if r["quantity"] == "contrast" else (r["method"],))]))
+        for v in ("histogram", "uniform"):
+            k = committed[(r["quantity"], r["method"], v)]
+            r[f"{v}_sim"], r[f"{v}_difference"], r[f"{v}_verdict"] = float(k["sim"]), float(k["difference"]), k["verdict"]
+    return out
+
+
+def age19_rows(p: dict, deep_lag: str) -> list[dict]:
+    """The deep-lag study's age-19 rows, each variant's committed interval judged against a margin of
+    ``margin_share`` x |simulated control - simulated histogram| of its quantity (the control's own effect)."""
+    from vaco_jax.analysis import results
+    from vaco_jax.studies import kit_real
+
+    c = p["age19"]
+    rows = [r for r in results.read_table(os.path.join(deep_lag, "verdicts.csv")) if r["configuration"] == c["configuration"]]
+    sims = {(r["quantity"], r["method"], r["variant"]): float(r["sim"]) for r in rows}
+    out = []
+    for r in rows:
+        effect = sims[(r["quantity"], r["method"], "control")] - sims[(r["quantity"], r["method"], "histogram")]
+        margin = c["margin_share"] * abs(effect)
+        out.append({"quantity": r["quantity"], "configuration": r["configuration"], "method": r["method"],
+                    "variant": r["variant"], "real": float(r["real"]), "sim": float(r["sim"]),
+                    "difference": float(r["difference"]), "low": float(r["low"]), "high": float(r["high"]),
+                    "control_effect": effect, "margin": margin, "verdict": kit_real.verdict(float(r["low"]),
+                                                                                          float(r["high"]), margin),
+                    "committed_margin": float(r["margin"]), "committed_verdict": r["verdict"],
+                    "real_mean_age": float(r["real_mean_age"])})
+    return out
+
+
+def report(p: dict, args: Args) -> dict:
     from vaco_jax.analysis import results
 
-    rows = results.read_table(os.path.join(steplag_dir, STAGE2_VERDICTS))
-    shape = results.read_table(os.path.join(steplag_dir, STAGE2_SHAPE))
-    for r in shape:
-        rows.append({"family": "shape", "test": "contrast change", "arm": r["pair"], "lag_model": r["models"],
-                     "lag_depth": r["lag_depth"], "tasks": r["tasks"], "verdict": r["verdict"]})
-    if shape:
-        rows.append({"family": "shape", "test": "contrast change", "arm": "overall", "lag_model": shape[0]["models"],
-                     "lag_depth": shape[0]["lag_depth"], "verdict": shape[0]["overall"]})
-    return rows
-
-
-def tasks_of(steplag_dir: str) -> list[str]:
-    from vaco_jax.studies import steplag_stage2
-
-    return sorted({r["env"] for r in steplag_stage2.rows(steplag_dir)})
-
-
-def leave_one_task_out(p: dict, steplag_dir: str) -> list[dict]:
-    """A row per (task left out, stage-2 verdict): the recomputed numbers and verdict beside the committed
-    verdict; a per-task row of the task left out is absent (``verdict`` 'left out')."""
-    committed = {_key(r): r for r in committed_rows(steplag_dir)}
-    out = []
-    for task in tasks_of(steplag_dir):
-        got = {_key(r): r for r in verdict_rows(p, steplag_dir, leave_out=(task,))}
-        for key, c in committed.items():
-            r = got.get(key)
-            verdict = r["verdict"] if r is not None else "left out"
-            out.append({"left_out": task, "family": c["family"], "test": c["test"], "arm": c["arm"],
-                        "lag_model": c["lag_model"], "lag_depth": c["lag_depth"], "tasks": (r or {}).get("tasks", ""),
-                        **{n: (r or {}).get(n) for n in NUMBERS}, "verdict": verdict,
-                        "committed_tasks": c.get("tasks", ""), "committed_verdict": c["verdict"],
-                        "changed": r is not None and verdict != c["verdict"]})
+    listed = {m["unit"] for m in kit.manifest(args.results)}
+    out = {"age19": age19_rows(p, args.deep_lag)}
+    if all(u.name in listed for u in units(p) if u.stage == "publish"):
+        out["publish"] = publish_rows(p, args)
+    else:
+        print("publish: not every publish unit has finished; publish_check.csv waits for them")
+    for name, rows in out.items():  # computed first, then written
+        results.write_table(os.path.join(args.results, p[name]["table"]), rows)
+    for name, rows in out.items():
+        print(f"{p[name]['table']}:")
+        for r in rows:
+            extra = f" (histogram {r['histogram_verdict']}, uniform {r['uniform_verdict']})" if name == "publish" else ""
+            print(f"  {r['quantity']:<9} {r['method']:<16} {r['variant']:<9} real {r['real']:.3f} sim {r['sim']:.3f} "
+                  f"sim-real {r['difference']:+.3f} [{r['low']:+.3f}, {r['high']:+.3f}] margin {r['margin']:.3f}: "
+                  f"{r['verdict']}{extra}")
     return out
 
 
-def hierarchical(p: dict, steplag_dir: str) -> list[dict]:
-    """The primary family with the tasks resampled, a row per test beside the committed row."""
-    committed = {_key(r): r for r in committed_rows(steplag_dir) if r["family"] == "primary"}
-    out = []
-    for r in verdict_rows(p, steplag_dir, tasks="resampled"):
-        if r["family"] != "primary":
-            continue
-        c = committed[_key(r)]
-        out.append({"test": r["test"], "arm": r["arm"], "reference": r["reference"], "lag_model": r["lag_model"],
-                    "lag_depth": r["lag_depth"], "tasks": r["tasks"], "point": r.get("point"),
-                    **{f"committed_{n}": c.get(n) for n in ("low", "high", "difference_low", "difference_high",
-                                                           "p_holm")},
-                    **{f"resampled_{n}": r.get(n) for n in ("low", "high", "difference_low", "difference_high",
-                                                           "p_value", "p_holm")},
-                    "committed_verdict": c["verdict"], "verdict": r["verdict"], "changed": r["verdict"] != c["verdict"]})
-    return out
-
-
-def _describe(row: dict) -> str:
-    return f"{row['test']} {row['arm']} {row['lag_model']} B={row['lag_depth']}"
-
-
-def main(args: Args) -> list[str]:
-    from vaco_jax.analysis import results
-
-    p = load(args.steplag)
-    loto, hier = leave_one_task_out(p, args.steplag), hierarchical(p, args.steplag)
-    os.makedirs(args.out, exist_ok=True)
-    results.write_table(os.path.join(args.out, LOTO), loto)
-    results.write_table(os.path.join(args.out, HIERARCHICAL), hier)
-    lines = [f"wrote {os.path.join(args.out, LOTO)} ({len(loto)} rows), {os.path.join(args.out, HIERARCHICAL)} "
-             f"({len(hier)} rows)"]
-    for r in loto:
-        if r["changed"]:
-            lines.append(f"without {r['left_out']}: {_describe(r)}: {r['committed_verdict']} -> {r['verdict']}")
-    for r in hier:
-        if r["changed"]:
-            lines.append(f"tasks resampled: {_describe(r)}: {r['committed_verdict']} -> {r['verdict']}")
-    print("\n".join(lines))
-    return lines
+def main(args: Args):
+    if args.stage == "loto":
+        from vaco_jax.studies import lagshape_tasks
+        return lagshape_tasks.main(lagshape_tasks.Args("loto", steplag=args.steplag, out=args.results))
+    if not os.path.exists(args.protocol):
+        raise ConfigError(f"protocol: {args.protocol} is missing (the study's protocol is committed with the code)")
+    p, digest = kit.load_protocol(args.protocol)
+    kit.check_protocol_file(check_protocol, p, args.protocol)
+    kit.check_dry_run(args)
+    if args.stage == "report":
+        kit.check_report_protocol(args.results, digest, args.protocol)
+        kit.check_units_present(args.results, args.runs, unit_dir)
+        return report(p, args)
+    if args.stage == "plan" or args.dry_run:
+        kit.check_units_present(args.results, args.runs, unit_dir)
+    planned = units(p)
+    if args.stage == "plan":
+        print(f"protocol {args.protocol} sha256 {digest}", *(
+            f"{u.name:<44}{u.runs:>5} runs  ~{u.minutes:6.1f} min  {kit.status(args, u)}" for u in planned),
+              f"{'total':<44}{sum(u.runs for u in planned):>5} runs  ~{sum(u.minutes for u in planned) / 60:.1f} h "
+              "(the confirmatory units follow the fixed-lag surfaces' choice)", sep="\n")
+        return []
+    kit.check_minutes(args)
+    spec = lambda u: {"study": "lagshape", "unit": u.name, "protocol_sha256": digest}  # noqa: E731
+    return (kit.dry_run_units(planned, digest, args) if args.dry_run
+            else kit.run_units(lambda: units(p), args, digest, unit_dir, spec, units=planned))
 
 
 def cli() -> None:
