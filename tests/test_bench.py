@@ -16,7 +16,7 @@ from vaco_jax.analysis import confirm, results
 from vaco_jax.core import pieces
 from vaco_jax.core.config import ConfigError
 from vaco_jax.core.methods import METHODS, register_method
-from vaco_jax.studies import bench, kit
+from vaco_jax.studies import bench, bench_report, kit
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMITTED = os.path.join(ROOT, "results", "steplag")
@@ -110,12 +110,12 @@ def test_the_committed_ppo_clip_runs_give_its_committed_setting_and_rules(tmp_pa
     assert st["stability"]["share"] == committed["stability"]
     assert [u.name for u in bench.units(plan, str(out)) if u.name.startswith("stage2/")][:1] == [
         "stage2/Hopper-v4/ppo_clip_bench/uniform"]
-    v = bench.verdicts(plan, str(out), COMMITTED)
+    v = bench_report.verdicts(plan, str(out), COMMITTED)
     mine = [r for r in v["primary"] if r["arm"] == "ppo_clip_bench"]
     assert len(mine) == 5 and {r["verdict"] for r in mine} <= {"equivalent", "inconclusive"}
     assert {r["point"] for r in mine if r["test"].startswith("P(")} == {0.5}
     assert {r["difference"] for r in mine} == {0.0}
-    old = bench.committed_verdicts(COMMITTED)
+    old = bench_report.committed_verdicts(COMMITTED)
     again = {(r["test"], r["arm"], r["lag_model"], int(r["lag_depth"])): r["point"] for r in v["primary"]
              if r["arm"] != "ppo_clip_bench"}
     assert again.keys() == old.keys() and all(again[k] == pytest.approx(float(old[k]["point"]), abs=1e-12) for k in old)

@@ -162,8 +162,9 @@ def _write_by_lag(results_dir, p, key, task, means_by_lag, sub=""):
     """One task's rows of a surface whose normalised score is means_by_lag[B][v] (same on every seed)."""
     from vaco_jax.analysis import results
     steplag, _ = _steplag()
+    from vaco_jax.studies import steplag_stage1
     s = p["stage1"]["surfaces"][key]
-    lo, hi = steplag.normalisation(p, key)[task]
+    lo, hi = steplag_stage1.normalisation(p, key)[task]
     rows = [{"env": task, "method": s["method"], "lag_depth": b, "seed": seed, s["knob"]: v,
              "auc_eval_return": lo + m * (hi - lo), "diverged": False}
             for b, means in means_by_lag.items() for v, m in means.items() for seed in p["stage1"]["seeds"]]
@@ -176,7 +177,8 @@ def test_spo_extended_twice_at_its_upper_edge_asks_for_no_third(tmp_path, monkey
     """SPO's optimum at its upper edge after 5.4 and 16.2 are in on both tasks: the edge's two extensions
     are spent, so nothing more is asked (no 48.6 unit in the plan)."""
     steplag, T = _steplag()
-    monkeypatch.setattr(steplag, "STABILITY_REPS", 100)  # the rule applied next; its resamples do not matter here
+    from vaco_jax.studies import steplag_stage1
+    monkeypatch.setattr(steplag_stage1, "STABILITY_REPS", 100)  # the rule applied next; its resamples do not matter here
     p = T._protocol()
     res = str(tmp_path / "results")
     vals = p["stage1"]["surfaces"]["spo"]["values"]
@@ -184,7 +186,7 @@ def test_spo_extended_twice_at_its_upper_edge_asks_for_no_third(tmp_path, monkey
         T._write_surface(res, p, "spo", dict(zip(vals, (0.1, 0.2, 0.3, 0.5, 0.7))), task=task)
         T._write_surface(res, p, "spo", {5.4: 0.8}, task=task, sub="extend=5.4")
         T._write_surface(res, p, "spo", {16.2: 0.9}, task=task, sub="extend=16.2")
-    points, state = steplag.extensions_state(p, res, "spo", "unknown")
+    points, state = steplag_stage1.extensions_state(p, res, "spo", "unknown")
     assert state == "complete" and points == []
     names = [u.name for u in steplag.all_units(p, T._args(tmp_path))[0]]
     assert "extend/Hopper-v4/spo/16.2" in names and not any("/spo/48.6" in n for n in names)
@@ -194,6 +196,7 @@ def test_extensions_are_counted_on_their_own_edge(tmp_path):
     """M2PO's upper edge extended twice, its optimum at B = 1 now at the lower edge (never extended): the
     lower edge gets its first extension and the upper edge none."""
     steplag, T = _steplag()
+    from vaco_jax.studies import steplag_stage1
     p = T._protocol()
     res = str(tmp_path / "results")
     vals = [float(v) for v in p["stage1"]["surfaces"]["m2po"]["values"]]
@@ -205,7 +208,7 @@ def test_extensions_are_counted_on_their_own_edge(tmp_path):
     for group, sub in ((vals, ""), ([high1], f"extend={high1:g}"), ([high2], f"extend={high2:g}")):
         _write_by_lag(res, p, "m2po", "Hopper-v4", {1: {v: at_1[v] for v in group}, 32: {v: at_32[v] for v in group}},
                       sub=sub)
-    points, state = steplag.extensions_state(p, res, "m2po", "unknown")
+    points, state = steplag_stage1.extensions_state(p, res, "m2po", "unknown")
     assert state == "complete" and points == [pytest.approx(vals[0] ** 2 / vals[1], rel=1e-3)]
 
 

@@ -111,10 +111,11 @@ def test_the_locomotion_bullet_is_its_verdicts():
 
 def _best_at(p: dict, key: str, lag_depth: int) -> float:
     """A Hopper-v4 surface's best mean AUC at ``lag_depth`` over stage 1's own seeds, diverged runs left out."""
-    from vaco_jax.studies import steplag
+    from vaco_jax.studies import steplag, steplag_stage1
 
-    rows = steplag.surface_rows(p, os.path.join(ROOT, steplag.RESULTS), "Hopper-v4", key,
-                                steplag.reuse_state(p, os.path.join(ROOT, steplag.RESULTS)), base_only=True)
+    rows = steplag_stage1.surface_rows(p, os.path.join(ROOT, steplag.RESULTS), "Hopper-v4", key,
+                                       steplag_stage1.reuse_state(p, os.path.join(ROOT, steplag.RESULTS)),
+                                       base_only=True)
     by_value: dict = {}
     for r in rows:
         if int(r["lag_depth"]) == lag_depth and not tables.is_diverged(r):

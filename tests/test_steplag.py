@@ -103,13 +103,13 @@ def test_the_driver_extends_tis_and_mis_on_log_c(tmp_path):
     import sys
     sys.path.insert(0, os.path.dirname(__file__))
     import test_steplag_stage2 as T
-    from vaco_jax.studies import steplag
+    from vaco_jax.studies import steplag, steplag_stage1
 
     p = T._protocol()
     res = str(tmp_path / "results")
     vals = p["stage1"]["surfaces"]["tis"]["values"]
     T._write_surface(res, p, "tis", {vals[0]: 0.9, vals[1]: 0.5, vals[2]: 0.4, vals[3]: 0.3, vals[4]: 0.2}, spread=0.05)
-    points, state = steplag.extensions_state(p, res, "tis", "unknown")
+    points, state = steplag_stage1.extensions_state(p, res, "tis", "unknown")
     assert state == "complete" and points == [pytest.approx(1.026, abs=1e-3)]
     names = {u.name for u in steplag.all_units(p, T._args(tmp_path))[0]}
     assert "extend/Hopper-v4/tis/1.026" in names
@@ -158,7 +158,7 @@ def _args(tmp_path, stage="plan"):
 
 def test_the_plan_reuses_the_first_study_and_runs_the_check_first(tmp_path):
     from vaco_jax.studies import kit
-    from vaco_jax.studies import steplag
+    from vaco_jax.studies import steplag, steplag_stage1
 
     p, _ = kit.load_protocol(steplag.PROTOCOL)
     steplag.check_protocol(p)
@@ -168,7 +168,7 @@ def test_the_plan_reuses_the_first_study_and_runs_the_check_first(tmp_path):
     assert by["surface/Hopper-v4/ppo_clip"].runs == 45 - 12  # 12 cells from the first study
     assert by["surface/Hopper-v4/vaco_learner"].runs == 45  # never run before
     assert by["surface/Hopper-v4/m2po"].runs == 30  # Hopper only, B in 1, 32
-    reused = steplag.reused_cells(p, "Hopper-v4", "ppo_clip")
+    reused = steplag_stage1.reused_cells(p, "Hopper-v4", "ppo_clip")
     assert {(b, v) for b, _, v in reused} == {(1, 0.2), (8, 0.2), (32, 0.2), (32, 0.6)}
     cells = {(c.lag_depth, c.seed, c.knob_dict()["clip_epsilon"]) for c in by["surface/Hopper-v4/ppo_clip"].group.cells}
     assert not cells & set(reused)
@@ -179,11 +179,11 @@ def test_the_plan_reuses_the_first_study_and_runs_the_check_first(tmp_path):
 def test_a_failed_reuse_check_adds_fill_units(tmp_path, same):
     from vaco_jax.analysis import results
     from vaco_jax.studies import kit
-    from vaco_jax.studies import steplag
+    from vaco_jax.studies import steplag, steplag_stage1
 
     p, _ = kit.load_protocol(steplag.PROTOCOL)
     c = steplag.CHECK
-    then = steplag.reused_cells(p, c["task"], c["surface"])[(c["lag_depth"], c["seed"], c["value"])]
+    then = steplag_stage1.reused_cells(p, c["task"], c["surface"])[(c["lag_depth"], c["seed"], c["value"])]
     d = tmp_path / "results" / "check" / c["task"] / c["surface"]
     os.makedirs(d)
     auc = float(then["auc_eval_return"]) if same else float(then["auc_eval_return"]) + 1e-3
@@ -236,7 +236,7 @@ def test_an_extension_in_on_one_task_only_still_plans_its_other_tasks(tmp_path):
     import sys
     sys.path.insert(0, os.path.dirname(__file__))
     import test_steplag_stage2 as T
-    from vaco_jax.studies import steplag
+    from vaco_jax.studies import steplag, steplag_stage1
 
     p = T._protocol()
     res = str(tmp_path / "results")
@@ -244,17 +244,17 @@ def test_an_extension_in_on_one_task_only_still_plans_its_other_tasks(tmp_path):
     grid = {vals[0]: 0.1, vals[1]: 0.2, vals[2]: 0.3, vals[3]: 0.5, vals[4]: 0.8}  # best at the upper edge
     for task in ("Hopper-v4", "Walker2d-v4"):
         T._write_surface(res, p, "spo", grid, task=task, spread=0.02)
-    points, state = steplag.extensions_state(p, res, "spo", "unknown")
+    points, state = steplag_stage1.extensions_state(p, res, "spo", "unknown")
     assert state == "complete" and points == [pytest.approx(5.4)]
     T._write_surface(res, p, "spo", {5.4: 0.9}, task="Hopper-v4", sub="extend=5.4")
-    points, state = steplag.extensions_state(p, res, "spo", "unknown")
+    points, state = steplag_stage1.extensions_state(p, res, "spo", "unknown")
     assert state == "complete" and points == [pytest.approx(5.4)]  # Walker2d-v4's unit is still to run
     names = [u.name for u in steplag.all_units(p, T._args(tmp_path))[0]]
     assert "extend/Hopper-v4/spo/5.4" in names and "extend/Walker2d-v4/spo/5.4" in names
     assert not any("16.2" in n for n in names)  # nothing beyond it is decided on one task
-    assert next(r for r in steplag.stage1_rows(p, res) if r["surface"] == "spo")["state"] == "extension pending"
+    assert next(r for r in steplag_stage1.stage1_rows(p, res) if r["surface"] == "spo")["state"] == "extension pending"
     T._write_surface(res, p, "spo", {5.4: 0.9}, task="Walker2d-v4", sub="extend=5.4")
-    points, state = steplag.extensions_state(p, res, "spo", "unknown")
+    points, state = steplag_stage1.extensions_state(p, res, "spo", "unknown")
     assert state == "complete" and points == [pytest.approx(16.2)]  # still best at the edge: one more
     names = [u.name for u in steplag.all_units(p, T._args(tmp_path))[0]]
     assert {"extend/Hopper-v4/spo/5.4", "extend/Walker2d-v4/spo/5.4", "extend/Hopper-v4/spo/16.2",

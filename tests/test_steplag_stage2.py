@@ -12,7 +12,7 @@ import pytest
 from vaco_jax.analysis import results
 from vaco_jax.core.config import ConfigError
 from vaco_jax.studies import kit
-from vaco_jax.studies import steplag
+from vaco_jax.studies import kit_steplag, steplag, steplag_stage1
 from vaco_jax.studies import steplag_stage2 as S2
 
 
@@ -27,7 +27,7 @@ def _protocol():
 def _write_surface(results_dir, p, key, means, seeds=(0, 1, 2), spread=0.0, sub="", task="Hopper-v4"):
     """Surface rows on one task whose normalised score is means[v] (a number, or one per seed) + spread * noise."""
     s = p["stage1"]["surfaces"][key]
-    lo, hi = steplag.normalisation(p, key)[task]
+    lo, hi = steplag_stage1.normalisation(p, key)[task]
     rng = np.random.default_rng(0)
     rows = []
     for v, m in means.items():
@@ -53,22 +53,22 @@ def test_an_unstable_choice_adds_seeds_to_the_values_within_noise_then_decides_a
     p = _protocol()
     res = str(tmp_path / "results")
     vals = _unstable(res, p)
-    noisy, lacking = steplag.more_seeds(p, res, "m2po", "unknown")
+    noisy, lacking = steplag_stage1.more_seeds(p, res, "m2po", "unknown")
     assert set(noisy) == {vals[1], vals[2]} and lacking == ["Hopper-v4"]
     units = {u.name: u for u in steplag.all_units(p, _args(tmp_path))[0]}
     u = units["seeds/Hopper-v4/m2po"]
     cells = {(c.lag_depth, c.seed, c.knob_dict()["second_moment_budget"]) for c in u.group.cells}
     assert cells == {(b, s, v) for b in (1, 32) for s in steplag.MORE_SEEDS for v in noisy}
-    row = next(r for r in steplag.stage1_rows(p, res) if r["surface"] == "m2po")
+    row = next(r for r in steplag_stage1.stage1_rows(p, res) if r["surface"] == "m2po")
     assert row["state"] == "more seeds pending" and row["contest"].startswith("every value")
     # the added seeds favour vals[2]: the rule, computed once more among the two on seeds 0-5, picks it
     _write_surface(res, p, "m2po", {vals[1]: 0.6, vals[2]: 0.8}, seeds=steplag.MORE_SEEDS, sub="more_seeds")
-    assert steplag.more_seeds(p, res, "m2po", "unknown") == (noisy, [])
-    row = next(r for r in steplag.stage1_rows(p, res) if r["surface"] == "m2po")
+    assert steplag_stage1.more_seeds(p, res, "m2po", "unknown") == (noisy, [])
+    row = next(r for r in steplag_stage1.stage1_rows(p, res) if r["surface"] == "m2po")
     assert row["state"] == "complete" and row["value"] == vals[2] and row["excluded"] == ""
     assert row["contest"] == f"values within noise {vals[1]:g} {vals[2]:g} on seeds 0 1 2 3 4 5"
     # no extension is asked for on the added seeds' account, and the unit stays listed (as done)
-    assert steplag.extensions_state(p, res, "m2po", "unknown") == ([], "complete")
+    assert steplag_stage1.extensions_state(p, res, "m2po", "unknown") == ([], "complete")
 
 
 def test_the_added_seeds_are_pending_until_every_task_has_them(tmp_path):
@@ -79,13 +79,13 @@ def test_the_added_seeds_are_pending_until_every_task_has_them(tmp_path):
     means = {vals[0]: 0.2, vals[1]: [0.9, 0.5, 0.7], vals[2]: [0.5, 0.9, 0.71], vals[3]: 0.3, vals[4]: 0.1}
     for task in ("Hopper-v4", "Walker2d-v4"):
         _write_surface(res, p, key, means, task=task)
-    noisy, lacking = steplag.more_seeds(p, res, key, "unknown")
+    noisy, lacking = steplag_stage1.more_seeds(p, res, key, "unknown")
     assert len(noisy) == 2 and lacking == ["Hopper-v4", "Walker2d-v4"]
     _write_surface(res, p, key, {v: 0.7 for v in noisy}, seeds=steplag.MORE_SEEDS, sub="more_seeds")
-    assert steplag.more_seeds(p, res, key, "unknown") == (noisy, ["Walker2d-v4"])
+    assert steplag_stage1.more_seeds(p, res, key, "unknown") == (noisy, ["Walker2d-v4"])
     names = {u.name for u in steplag.all_units(p, _args(tmp_path))[0]}
     assert {"seeds/Hopper-v4/vaco_learner", "seeds/Walker2d-v4/vaco_learner"} <= names
-    assert next(r for r in steplag.stage1_rows(p, res) if r["surface"] == key)["state"] == "more seeds pending"
+    assert next(r for r in steplag_stage1.stage1_rows(p, res) if r["surface"] == key)["state"] == "more seeds pending"
 
 
 def _with_stage2(p, **change):
@@ -193,7 +193,7 @@ def test_stage2_verdicts_from_committed_scores(tmp_path):
     _stage2_scores(res)
     got = S2.rows(res)
     assert {(r["arm"], r["lag_model"]) for r in got} == {(a, m) for a in ("ppo_clip", "vaco") for m in ("uniform", "fixed")}
-    norm = S2.normalisation(got, res, "auc_eval_return")
+    norm = kit_steplag.stage2_scale(got, res, "auc_eval_return")
     assert norm["Hopper-v4"][0] == 20.0 and norm["Hopper-v4"][1] == pytest.approx(2000, abs=30)
     v = S2.verdicts(q, res)
     calls = {(r["test"], r["lag_model"], r["lag_depth"]): r["verdict"] for r in v["primary"]}
@@ -292,7 +292,7 @@ def test_the_committed_rules_recompute_from_the_per_run_scores(tmp_path):
     res = steplag.RESULTS
     committed = os.path.join(res, steplag.CHOICES)
     assert os.path.exists(committed), "run `python experiments/steplag.py report` and commit its tables"
-    results.write_table(str(tmp_path / "choices.csv"), steplag.stage1_rows(p, res))
+    results.write_table(str(tmp_path / "choices.csv"), steplag_stage1.stage1_rows(p, res))
     with open(committed) as f, open(tmp_path / "choices.csv") as g:
         assert f.read() == g.read()
     if "stage2" in p and S2.complete(p, res):
@@ -372,7 +372,7 @@ def test_unit_folders_follow_from_the_names_as_the_plan_makes_them(tmp_path):
     p = _with_stage2(_protocol())
     res = str(tmp_path / "results")
     c = steplag.CHECK  # a failed reuse check: fill units
-    then = steplag.reused_cells(p, c["task"], c["surface"])[(c["lag_depth"], c["seed"], c["value"])]
+    then = steplag_stage1.reused_cells(p, c["task"], c["surface"])[(c["lag_depth"], c["seed"], c["value"])]
     os.makedirs(os.path.join(res, "check", c["task"], c["surface"]))
     results.write_table(os.path.join(res, "check", c["task"], c["surface"], "scores.csv"),
                         [{**then, "auc_eval_return": float(then["auc_eval_return"]) + 1.0}])

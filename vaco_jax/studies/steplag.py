@@ -22,8 +22,9 @@ Stage 1 is cut into **units**, one compiled group each, in the protocol's order:
 Each finished unit's small tables are copied under ``results/steplag/`` with a manifest line naming the
 protocol's sha256 and the CPU model that ran it; a changed protocol needs ``--deviation`` before more
 units run, and ``report`` computes only under the units' protocol and from every listed unit's tables
-(as in the first study: both run on the study kit, ``vaco_jax.studies.kit``). The rules are
-``vaco_jax.analysis.surfaces``.
+(as in the first study: both run on the study kit, ``vaco_jax.studies.kit``). Stage 1's protocol check,
+its reuse of the first study and its rules on each surface are ``vaco_jax.studies.steplag_stage1`` (the
+rules: ``vaco_jax.analysis.surfaces``, applied as ``kit_steplag`` applies them for ``vaco-bench`` too).
 """
 
 from __future__ import annotations
@@ -36,12 +37,13 @@ from tyro.conf import Positional
 
 from vaco_jax.core.config import Config, ConfigError
 from vaco_jax.studies import kit
+from vaco_jax.studies.kit_steplag import MORE_SEEDS
+from vaco_jax.studies.steplag_stage1 import (CHECK, base_config, normalisation, reuse_state, reused_cells,
+                                             stage1_rows, surface_state)
 
 RESULTS = os.path.join("results", "steplag")
 RUNS = os.path.join("runs", "steplag")
 PROTOCOL = os.path.join(RESULTS, "protocol.json")
-FIRST = os.path.join("results", "locomotion")
-CHECK = {"task": "Hopper-v4", "surface": "ppo_clip", "lag_depth": 8, "seed": 0, "value": 0.2}
 
 
 @dataclasses.dataclass
@@ -72,48 +74,13 @@ HELP_DEFAULTS = {"minutes": "none: run needs --minutes or --units"}  # --help (d
 # ----------------------------------------------------------------------------- the protocol
 
 def check_protocol(p: dict) -> None:
-    """Every name and number the protocol uses is valid, before anything is planned."""
-    from vaco_jax.core.knobs import KNOBS, check_knob
-    from vaco_jax.envs import available_envs
-
-    known = available_envs()
-    missing = [k for k in SECTIONS if k not in p]
-    if missing:
-        raise ConfigError(f"protocol: missing section(s) {', '.join(missing)}; a protocol has {', '.join(SECTIONS)}")
-    s1 = p["stage1"]
-    if not isinstance(s1, dict) or not isinstance(s1.get("surfaces"), dict):
-        raise ConfigError("protocol stage1.surfaces: missing, or not an object of surfaces")
-    absent = [k for k in STAGE1_FIELDS if k not in s1]
-    if absent:
-        raise ConfigError(f"protocol stage1: missing {', '.join(absent)}")
-    for key, s in s1["surfaces"].items():
-        absent = [k for k in SURFACE_FIELDS if not isinstance(s, dict) or k not in s]
-        if absent:
-            raise ConfigError(f"protocol stage1.surfaces.{key}: missing {', '.join(absent)}")
-        if s["knob"] not in KNOBS:
-            import difflib
-            near = difflib.get_close_matches(str(s["knob"]), list(KNOBS), n=1)
-            raise ConfigError(f"protocol stage1.surfaces.{key}.knob: {s['knob']!r} is not a knob"
-                              + (f" (did you mean {near[0]!r}?)" if near else "")
-                              + f"; allowed values: {', '.join(sorted(KNOBS))}")
-        for task in s["tasks"]:
-            if task not in known:
-                raise ConfigError(f"protocol stage1.surfaces.{key}.tasks: {task!r} is not valid")
-            if not p["budget"]["rates_env_steps_per_s"].get(task):
-                raise ConfigError(f"protocol budget.rates_env_steps_per_s: no rate for {task!r}")
-        for v in s["values"]:
-            check_knob(s["knob"], float(v))
-        base_config(p, s["tasks"][0], key)  # the method and its options compose
-        if len(s["values"]) < 5 or max(s["values"]) / min(s["values"]) < 30:
-            raise ConfigError(f"protocol stage1.surfaces.{key}.values: at least 5 points spanning 30x")
+    """Every name and number the protocol uses is valid, before anything is planned: stage 1's sections
+    (``steplag_stage1.check``), then stage 2's once it is fixed (``steplag_stage2.check``)."""
+    from vaco_jax.studies import steplag_stage1
+    steplag_stage1.check(p)
     if "stage2" in p:
         from vaco_jax.studies import steplag_stage2
         steplag_stage2.check(p)
-
-
-SECTIONS = ("engine", "settings", "stage1", "budget")  # the protocol's sections every stage reads
-STAGE1_FIELDS = ("seeds", "score", "surfaces", "normalisation")
-SURFACE_FIELDS = ("method", "knob", "values", "tasks", "lag_depths")
 
 
 def unit_dir(name: str) -> str:
@@ -133,18 +100,6 @@ def unit_dir(name: str) -> str:
                           f"{', '.join(where)}") from None
 
 
-def base_config(p: dict, task: str, key: str) -> Config:
-    s = p["stage1"]["surfaces"][key]
-    return Config(env=task, method=s["method"], backend=p["engine"]["backend"], **{
-        k: tuple(v) if isinstance(v, list) else v for k, v in p["settings"].items()}, **s.get("options", {}))
-
-
-def normalisation(p: dict, key: str) -> dict:
-    """{task: (random, reference)} of a surface's tasks: the protocol's fixed floor and scale."""
-    n = p["stage1"]["normalisation"]
-    return {t: (n["random"][t], n["reference"][t]) for t in p["stage1"]["surfaces"][key]["tasks"]}
-
-
 def _cost(p: dict, task: str, runs: int) -> float:
     return runs * p["settings"]["total_env_steps"] / p["budget"]["rates_env_steps_per_s"][task] / 60.0
 
@@ -155,136 +110,7 @@ def _unit(p: dict, name: str, stage: str, config: Config, cells: list, subdir: s
                       _cost(p, config.env, len(cells)))
 
 
-# ----------------------------------------------------------------------------- reuse of the first study
-
-REUSED = ("ppo_clip", "ppo_kl", "spo", "vaco")
-
-
-def reused_cells(p: dict, task: str, key: str) -> dict:
-    """{(B, seed, value): the first study's row} for the surface's cells the first study ran with the same
-    settings: B = 1-tuned value at every B, lag-aware value at B = 32, seeds of stage 1."""
-    from vaco_jax.analysis import results
-    if key not in REUSED or task not in ("Hopper-v4", "Walker2d-v4"):
-        return {}
-    tuned = results.read_json(os.path.join(FIRST, "tuned.json"))["chosen"][key]
-    seeds = set(p["stage1"]["seeds"])
-    out = {}
-    for sub, value, lags in (("", tuned["1"]["value"], (1, 8, 32)),
-                             ("variant=lag_aware", tuned["16"]["value"], (32,))):
-        path = os.path.join(FIRST, "study", task, key, sub, "scores.csv")
-        for r in results.read_table(path):
-            if int(r["seed"]) in seeds and int(r["lag_depth"]) in lags:
-                out[(int(r["lag_depth"]), int(r["seed"]), float(value))] = {**r, "value": float(value)}
-    return out
-
-
-def reuse_state(p: dict, results_dir: str) -> str:
-    """'unknown' (the check has not run), 'holds' or 'fails'."""
-    from vaco_jax.analysis import results
-    path = os.path.join(results_dir, "check", CHECK["task"], CHECK["surface"], "scores.csv")
-    if not os.path.exists(path):
-        return "unknown"
-    now = results.read_table(path)[0]
-    then = reused_cells(p, CHECK["task"], CHECK["surface"])[(CHECK["lag_depth"], CHECK["seed"], CHECK["value"])]
-    return "holds" if float(now["auc_eval_return"]) == float(then["auc_eval_return"]) else "fails"
-
-
 # ----------------------------------------------------------------------------- units
-
-def surface_rows(p: dict, results_dir: str, task: str, key: str, reuse: str, base_only: bool = False) -> list[dict]:
-    """Every committed row of a surface on one task (its units and, when reuse holds, the first study's);
-    ``base_only``: the stage's own seeds only (not the stability rule's added ones)."""
-    from vaco_jax.analysis import results
-    knob = p["stage1"]["surfaces"][key]["knob"]
-    rows = []
-    base = os.path.join(results_dir, "surface", task, key)
-    for root, _, files in sorted(os.walk(base)) if os.path.isdir(base) else []:
-        if "scores.csv" in files:
-            rows += [{**r, "value": float(r[knob])} for r in results.read_table(os.path.join(root, "scores.csv"))]
-    if reuse == "holds":
-        rows += list(reused_cells(p, task, key).values())
-    if base_only:
-        rows = [r for r in rows if int(r["seed"]) in set(p["stage1"]["seeds"])]
-    return rows
-
-
-def surface_state(p: dict, results_dir: str, key: str, reuse: str) -> dict:
-    """Stage 1's rules on one surface's committed rows, computed once: ``every`` and ``base`` (the stage's
-    own seeds) rows, ``state`` ("incomplete" or "complete"), the extension ``points`` the edge rule asks
-    for, the stability on the stage's own seeds (``base_stability``, None until it applies), the values
-    that get the added seeds (``noisy``) and the tasks still lacking them (``lacking``), and the
-    ``contest`` rows the lag-robust rule is applied to with their description."""
-    from vaco_jax.analysis import surfaces
-    s = p["stage1"]["surfaces"][key]
-    score, norm = p["stage1"]["score"], normalisation(p, key)
-    every = [r for t in s["tasks"] for r in surface_rows(p, results_dir, t, key, reuse)]
-    own = set(p["stage1"]["seeds"])
-    base = [r for r in every if int(r["seed"]) in own]
-    out = {"every": every, "base": base, "state": "incomplete", "points": [], "extended": [], "base_stability": None,
-           "noisy": [], "lacking": [], "contest_rows": base,
-           "contest": f"every value on seeds {' '.join(map(str, p['stage1']['seeds']))}"}
-    # extensions: decided on the stage's own seeds once every task of the surface is complete (the
-    # stability rule's added seeds decide only among the values within noise)
-    expected = len(s["tasks"]) * len(s["lag_depths"]) * len(p["stage1"]["seeds"])
-    values_run = sorted({r["value"] for r in base})
-    grid_values = sorted(map(float, s["values"]))
-    out["extended"] = [v for v in values_run if v < grid_values[0] or v > grid_values[-1]]
-    short = [v for v in values_run if sum(1 for r in base if r["value"] == v) < expected]
-    if not base or not set(grid_values) <= set(values_run) or set(short) - set(out["extended"]):
-        return out
-    if short:  # an extension is in on some tasks, not all: its other units run before anything is decided
-        out["state"], out["points"] = "complete", short
-        return out
-    optima = [surfaces.robust_choice(base, score, norm)["value"]] + list(surfaces.per_lag_optima(base, score, norm).values())
-    done = {"low": sum(v < grid_values[0] for v in values_run), "high": sum(v > grid_values[-1] for v in values_run)}
-    out["state"] = "complete"
-    out["points"] = surfaces.edge_extensions(values_run, optima, done, in_log=s["knob"] in LOG_LOG_KNOBS)
-    if out["points"]:
-        return out
-    # the stability rule: when the lag-robust setting's stability on the stage's own seeds is below the
-    # threshold, every value picked in at least 5% of the resamples (at least two: the picks sum to 1) gets
-    # seeds 3, 4, 5 at every task and B of the surface
-    stab = surfaces.stability(base, score, norm, reps=STABILITY_REPS)
-    out["base_stability"] = stab
-    if stab["stable"]:
-        return out
-    have = {(r["env"], int(r["lag_depth"]), int(r["seed"]), r["value"]) for r in every}
-    out["noisy"] = list(stab["within_noise"])
-    out["lacking"] = [t for t in s["tasks"] if not all((t, int(b), seed, v) in have for b in s["lag_depths"]
-                                                       for seed in MORE_SEEDS for v in stab["within_noise"])]
-    if not out["lacking"]:  # the added seeds are in on every task: the contest is among the values within noise
-        out["contest_rows"] = [r for r in every if r["value"] in out["noisy"]]
-        out["contest"] = (f"values within noise {' '.join(f'{v:g}' for v in out['noisy'])} on seeds "
-                          f"{' '.join(map(str, list(p['stage1']['seeds']) + list(MORE_SEEDS)))}")
-    return out
-
-
-def extensions_state(p: dict, results_dir: str, key: str, reuse: str) -> tuple[list, str]:
-    """(the extension points the edge rule asks for, "incomplete" or "complete")."""
-    st = surface_state(p, results_dir, key, reuse)
-    return st["points"], st["state"]
-
-
-# knobs whose grid is log-spaced in log v (protocol.md: TIS's and MIS's cap acts through log C), so an edge
-# extension steps on log v
-LOG_LOG_KNOBS = ("weight_cap",)
-MORE_SEEDS = (3, 4, 5)  # the stability rule's added seeds (protocol: stage1.stability.more_seeds)
-STABILITY_REPS = 2000  # the stability rule's resamples (protocol: stage1.stability.rule)
-
-
-def more_seeds(p: dict, results_dir: str, key: str, reuse: str) -> tuple[list[float], list[str]]:
-    """(the values that get the stability rule's added seeds, the tasks still lacking them)."""
-    st = surface_state(p, results_dir, key, reuse)
-    return st["noisy"], st["lacking"]
-
-
-def contest_rows(p: dict, results_dir: str, key: str, reuse: str) -> tuple[list[dict], str]:
-    """The rows the lag-robust rule is applied to, and which contest they are: every value on the stage's
-    seeds, or, once the stability rule's added seeds are in on every task, the values within noise on
-    all their seeds (the rule and its stability computed once more, among them)."""
-    st = surface_state(p, results_dir, key, reuse)
-    return st["contest_rows"], st["contest"]
-
 
 def all_units(p: dict, args: Args) -> tuple[list, str]:
     from vaco_jax.driver import grid
@@ -376,45 +202,6 @@ STAGE2_VERDICTS = "stage2_verdicts.csv"  # stage 2's primary and per-task rows, 
 STAGE2_SHAPE = "stage2_shape.csv"  # stage 2's lag-shape rule, a row per pair of methods, written by ``report``
 
 
-def _text(d: dict) -> str:
-    return "; ".join(f"{k:g}: {v:.4g}" if isinstance(k, float) else f"{k}: {v:g}" for k, v in d.items()
-                     if v is not None)
-
-
-def stage1_rows(p: dict, results_dir: str) -> list[dict]:
-    """One row per surface: its state and, where every task is in, stage 1's rules on its runs (the
-    lag-robust setting, its stability and picks over the contest's rows, R per value on the stage's own
-    seeds and in the contest, the per-lag optima, R restricted to Hopper-v4 at B in 1, 32 for the entry
-    rule, and the values excluded)."""
-    from vaco_jax.analysis import surfaces
-    reuse = reuse_state(p, results_dir)
-    s1 = p["stage1"]
-    out = []
-    for key, s in s1["surfaces"].items():
-        st = surface_state(p, results_dir, key, reuse)
-        every, base, rows = st["every"], st["base"], st["contest_rows"]
-        row = {"surface": key, "method": s["method"], "knob": s["knob"], "runs": len(every),
-               "tasks_in": " ".join(t for t in s["tasks"] if any(r["env"] == t for r in every))}
-        if st["state"] != "complete":
-            out.append({**row, "state": "incomplete"})
-            continue
-        norm = normalisation(p, key)
-        choice = surfaces.robust_choice(rows, s1["score"], norm)
-        stab = st["base_stability"] if rows is base and st["base_stability"] is not None \
-            else surfaces.stability(rows, s1["score"], norm, reps=STABILITY_REPS)
-        points, lacking = st["points"], st["lacking"]
-        out.append({**row, "state": "extension pending" if points else "more seeds pending" if lacking else "complete",
-                    "contest": st["contest"], "value": choice["value"], "stability": stab["share"],
-                    "picks": _text(stab["picks"]), "R": _text(choice["R"]),
-                    "R_stage_seeds": _text(surfaces.robust_choice(base, s1["score"], norm)["R"]),
-                    "per_lag": "; ".join(f"B={b}: " + ("every value equal" if v is None else f"{v:g}")
-                                         for b, v in surfaces.per_lag_optima(base, s1["score"], norm).items()),
-                    "R_H": hopper_r(rows, s1["score"], norm).get(choice["value"]),
-                    "excluded": "; ".join(f"{v:g}: {' '.join(x)}" for v, x in choice["excluded"].items()),
-                    "pending": " ".join(f"{v:g}" for v in points) if points else " ".join(lacking) if lacking else ""})
-    return out
-
-
 def report(p: dict, results_dir: str, write: bool = True) -> str:
     """Stage 1's rules on every surface (``choices.csv``); then stage 2's verdicts when its section is
     fixed (``stage2_verdicts.csv``), or, once stage 1 is complete, the draft of that section."""
@@ -461,13 +248,6 @@ def report(p: dict, results_dir: str, write: bool = True) -> str:
     for name, table in tables.items() if write else ():
         results.write_table(os.path.join(results_dir, name), table)  # atomic, its checksum first
     return "\n".join(lines)
-
-
-def hopper_r(rows: list[dict], score: str, norm: dict) -> dict:
-    """R restricted to Hopper-v4 at B in {1, 32} (the part every surface has): stage 2's entry rule."""
-    from vaco_jax.analysis import surfaces
-    part = [r for r in rows if r["env"] == "Hopper-v4" and int(r["lag_depth"]) in (1, 32)]
-    return surfaces.robust_choice(part, score, {"Hopper-v4": norm["Hopper-v4"]})["R"] if part else {}
 
 
 # ----------------------------------------------------------------------------- main

@@ -20,7 +20,8 @@ The section:
     }
 
 Units ``stage2/<task>/<arm>/<lag model>`` (one compiled group each) write to
-``results/steplag/stage2/<task>/<arm>/<lag model>/``. The normalisation is stage 2's own: per task, the
+``results/steplag/stage2/<task>/<arm>/<lag model>/``. The normalisation is stage 2's own
+(``kit_steplag.stage2_scale``, which ``vaco-bench`` applies too): per task, the
 uniform-random return measured beside its runs and the mean score of its PPO-Clip runs at B = 1 (Ant-v4
 has no earlier reference; P(X > Y) does not depend on it, the differences and retentions do, a little,
 and their bootstrap takes the scale as fixed). The primary family is every (lag model, B) head-to-head
@@ -34,6 +35,7 @@ import os
 
 from vaco_jax.analysis.tables import is_diverged
 from vaco_jax.core.config import ConfigError
+from vaco_jax.studies.kit_steplag import rule_numbers, stage2_scale
 
 STAGE = "stage2"
 ENTRY = ("ppo_clip", "vaco", "vaco_learner")  # always in stage 2 (stage 1's entry rule)
@@ -81,7 +83,7 @@ def check(p: dict) -> None:
                 raise ConfigError(f"protocol stage2.cells[{i}].tasks: {t!r} is not valid")
             if not p["budget"]["rates_env_steps_per_s"].get(t):
                 raise ConfigError(f"protocol budget.rates_env_steps_per_s: no rate for {t!r}")
-    confirm.Rules(**_rule_numbers(s2["rules"]))
+    confirm.Rules(**rule_numbers(s2["rules"]))
     ran = {(c["lag_model"], int(b)) for c in s2["cells"] for b in c["lag_depths"]}
     rl = s2["rules"]
     need = {("uniform", int(b)) for b in rl["retention_lags"]} | {(m, int(rl["shape"]["lag_depth"]))
@@ -89,11 +91,6 @@ def check(p: dict) -> None:
     if not need <= ran:
         raise ConfigError(f"protocol stage2.rules: retention_lags and shape need cells "
                           f"{sorted(need - ran)} that stage2.cells does not run")
-
-
-def _rule_numbers(rules: dict) -> dict:
-    return {k: rules[k] for k in ("margin", "retention_margin", "alpha", "floor", "reps", "seed", "confidence",
-                                  "equivalence_confidence")}
 
 
 def _entries(p: dict):
@@ -149,24 +146,6 @@ def rows(results_dir: str) -> list[dict]:
     return kit.placed_rows(os.path.join(results_dir, STAGE), ("arm", "lag_model"))
 
 
-def normalisation(all_rows: list[dict], results_dir: str, score: str) -> dict:
-    """``{task: (random, reference)}``: the random return measured beside stage 2's runs and the mean
-    score of its PPO-Clip runs at B = 1 (uniform lag, diverged runs left out); a task lacking either, or
-    whose reference does not exceed its random return, has no scale (:func:`unscaled` says why)."""
-    import numpy as np
-
-    from vaco_jax.analysis import results
-    random = results.load_random_scores(os.path.join(results_dir, STAGE)) or {}
-    out = {}
-    for task in sorted({r["env"] for r in all_rows}):
-        ref = [float(r[score]) for r in all_rows if r["env"] == task and r["arm"] == "ppo_clip"
-               and r["lag_model"] == "uniform" and int(r["lag_depth"]) == 1
-               and not is_diverged(r) and np.isfinite(float(r[score]))]
-        if ref and task in random and float(np.mean(ref)) > float(random[task]):
-            out[task] = (float(random[task]), float(np.mean(ref)))
-    return out
-
-
 def unscaled(all_rows: list[dict], norm: dict) -> list[str]:
     """The tasks with runs but no scale (left out of every verdict; the report names them)."""
     return sorted({r["env"] for r in all_rows} - set(norm))
@@ -180,9 +159,9 @@ def verdicts(p: dict, results_dir: str, leave_out: tuple = (), tasks: str = "fix
     from vaco_jax.analysis import confirm
     s2 = p[STAGE]
     rl = s2["rules"]
-    r = confirm.Rules(**_rule_numbers(rl))
+    r = confirm.Rules(**rule_numbers(rl))
     every = [x for x in rows(results_dir) if x["env"] not in leave_out]
-    norm = normalisation(every, results_dir, rl["score"])
+    norm = stage2_scale(every, results_dir, rl["score"])
     got = [x for x in every if x["env"] in norm]
     arms = list(s2["arms"])
     lag_cells = list(dict.fromkeys((c["lag_model"], int(b)) for c in s2["cells"] for b in c["lag_depths"]))
@@ -252,7 +231,7 @@ def draw(p: dict, results_dir: str, title_note: str = ""):
     from vaco_jax.analysis.plotting import (dodge_factors, figure_title, line_handle, method_style, panel_figure,
                                             place_legend)
     every = rows(results_dir)
-    norm = normalisation(every, results_dir, p[STAGE]["rules"]["score"])
+    norm = stage2_scale(every, results_dir, p[STAGE]["rules"]["score"])
     got = [r for r in every if r["env"] in norm]
     if not got:
         return None
