@@ -282,7 +282,7 @@ def test_the_study_end_to_end_on_point_mass(tmp_path, capsys):
 
     from vaco_jax.analysis import results
 
-    from vaco_jax.studies import findings_tables
+    from vaco_jax.studies import deep_lag_findings
 
     out, work = str(tmp_path / "results" / "deep_lag"), str(tmp_path / "work")
     def args(stage, **kw):
@@ -315,7 +315,7 @@ def test_the_study_end_to_end_on_point_mass(tmp_path, capsys):
     assert "--minutes 1e-06 reached" in capsys.readouterr().out
     with pytest.raises(ConfigError, match="run the 'sim' stage first"):
         deep_lag.main(args("report"))
-    assert findings_tables.deep_lag_table(str(tmp_path)).startswith("No verdict yet")
+    assert deep_lag_findings.deep_lag_table(str(tmp_path)).startswith("No verdict yet")
     deep_lag.main(args("sim"))
     # programs of at most 2 cells: a main sweep (2 counterparts) one program per seed, a 1-counterpart sweep one
     for c, sweeps in (("lockstep", ("lockstep",)), ("age4", ("main", "control")), ("age16", ("main", "control"))):
@@ -354,10 +354,10 @@ def test_the_study_end_to_end_on_point_mass(tmp_path, capsys):
             assert arms[(c, m, "histogram")]["auc_mean"] / arms[("lockstep", m, "lockstep")]["auc_mean"] == \
                 pytest.approx(hist["sim"])
             assert arms[(c, m, "real")]["mean_age"] > 1 and arms[(c, m, "control")]["mean_age"] > arms[(c, m, "histogram")]["mean_age"]
-    block = findings_tables.deep_lag_table(str(tmp_path))
+    block = deep_lag_findings.deep_lag_table(str(tmp_path))
     assert block.count("| contrast |") == 6 and block.count("| retention |") == 12
     assert "| age16 (publish8) | VACO | control | 2 |" in block and "| age4 (queue2x4) | both | 4 |" in block
-    line = findings_tables.deep_lag_summary(str(tmp_path))
+    line = deep_lag_findings.deep_lag_summary(str(tmp_path))
     counts = {v: sum(r["verdict"] == "predicts" for r in rows if r["variant"] == v) for v in deep_lag.VARIANTS}
     assert "verdicts over the 6 rows per counterpart" in line and re.search(r"finished: (\d+) of \1;", line)
     assert all(f"{v}: {counts[v]} predicts," in line for v in deep_lag.VARIANTS)
@@ -375,7 +375,7 @@ def test_a_sweep_runs_as_programs_of_at_most_the_cells_allowed():
 
 def test_the_first_screen_counts_the_simulated_programs_of_the_protocol(tmp_path):
     from vaco_jax.analysis import results
-    from vaco_jax.studies import findings_tables
+    from vaco_jax.studies import deep_lag_findings
 
     out = tmp_path / "results" / "deep_lag"
     out.mkdir(parents=True)
@@ -389,7 +389,7 @@ def test_the_first_screen_counts_the_simulated_programs_of_the_protocol(tmp_path
         (out / "sim" / part).mkdir(parents=True)
         (out / "sim" / part / "scores.csv").write_text("seed\n1000\n")
     (out / "sim" / "age16/vaco/main/seeds1000-1019").mkdir(parents=True)  # started, not finished
-    line = findings_tables.deep_lag_summary(str(tmp_path))
+    line = deep_lag_findings.deep_lag_summary(str(tmp_path))
     # per method: lockstep 1 program, age4 and age16 2 (main) + 1 (control) each
     assert "simulated programs finished: 3 of 14; no verdict yet (the simulated sweeps follow the real" in line
     for c in configs:  # every real run in: the report is what is left
@@ -397,7 +397,7 @@ def test_the_first_screen_counts_the_simulated_programs_of_the_protocol(tmp_path
             for seed in study["real_seeds"]:
                 (out / "real" / c["name"] / m / f"seed{seed}").mkdir(parents=True)
                 results.write_json(str(out / "real" / c["name"] / m / f"seed{seed}" / "score.json"), {"mean_age": 1.0})
-    line = findings_tables.deep_lag_summary(str(tmp_path))
+    line = deep_lag_findings.deep_lag_summary(str(tmp_path))
     assert "age4 40 (mean age 1.00)" in line and "report` runs once every simulated program has finished" in line
 
 

@@ -384,7 +384,7 @@ def test_the_sim_vs_real_block_reads_the_real_runs_then_the_verdicts(tmp_path):
     assert rd.main(["--root", str(root)]) == 0
     text = (root / "FINDINGS.md").read_text()
     assert "No verdict yet" not in text
-    assert rd.findings_tables.sim_vs_real_summary(str(root)) == (
+    assert rd.sim_vs_real_findings.sim_vs_real_summary(str(root)) == (
         "- **The sim-vs-real study** (`results/sim_vs_real/`, Hopper-v4, 5 real runs): verdicts over the 2 "
         "asynchronous (configuration, method, score) rows — histogram: 1 predicts, 1 differs, 0 inconclusive. The "
         "control must be called *differs*; *inconclusive* means the interval is wider than the margin.")

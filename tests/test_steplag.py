@@ -213,8 +213,11 @@ def test_the_first_screen_names_a_surface_with_no_run_as_to_run(tmp_path):
     """``choices.csv`` leaves ``tasks_in`` empty for a surface with no run; read back it is NaN, and the
     first screen must say "to run", not "on nan"."""
     from vaco_jax.analysis import results
-    from vaco_jax.studies import findings_tables, steplag
+    from vaco_jax.studies import steplag, steplag_findings
 
+    # the tables the first screen reads are the ones ``report`` writes
+    assert (steplag_findings.CHOICES, steplag_findings.STAGE2_VERDICTS, steplag_findings.STAGE2_SHAPE) == (
+        steplag.CHOICES, steplag.STAGE2_VERDICTS, steplag.STAGE2_SHAPE)
     res = tmp_path / "results" / "steplag"
     res.mkdir(parents=True)
     shutil.copy(os.path.join("results", "steplag", "protocol.json"), res / "protocol.json")
@@ -225,7 +228,7 @@ def test_the_first_screen_names_a_surface_with_no_run_as_to_run(tmp_path):
          "state": "incomplete", **blank},
         {"surface": "ppo_clip", "method": "ppo_clip", "knob": "clip_epsilon", "runs": 45, "tasks_in": "Hopper-v4",
          "state": "incomplete", **blank}])
-    line = findings_tables.steplag_summary(str(tmp_path))
+    line = steplag_findings.steplag_summary(str(tmp_path))
     assert "vcpo to run" in line and "ppo_clip on Hopper-v4" in line and "nan" not in line
 
 

@@ -239,11 +239,11 @@ def test_no_interim_verdict_before_the_last_unit(tmp_path):
 def test_the_stage2_findings_block_grows_with_the_units_then_shows_the_verdicts(tmp_path):
     import json
 
-    from vaco_jax.studies import findings_tables
+    from vaco_jax.studies import steplag_findings
     q = _with_stage2(_protocol(), arms={"ppo_clip": 0.2, "vaco": 0.2})
     res = tmp_path / "results" / "steplag"
     os.makedirs(res)
-    no_section = findings_tables.steplag_stage2_table  # before the section exists
+    no_section = steplag_findings.steplag_stage2_table  # before the section exists
     assert no_section(str(tmp_path)).startswith("No step size × lag study")
     with open(res / "protocol.json", "w") as f:
         json.dump({k: v for k, v in _protocol().items() if k != "stage2"}, f)
@@ -252,9 +252,9 @@ def test_the_stage2_findings_block_grows_with_the_units_then_shows_the_verdicts(
         json.dump(q, f)
     _stage2_scores(str(res), diverge=("Hopper-v4", "vaco", "uniform", 32, 203))
     names = S2.unit_names(q)
-    assert "none of its 6 units has finished yet" in findings_tables.steplag_stage2_table(str(tmp_path))
+    assert "none of its 6 units has finished yet" in steplag_findings.steplag_stage2_table(str(tmp_path))
     _finish(str(res), names[:2])
-    text = findings_tables.steplag_stage2_table(str(tmp_path))
+    text = steplag_findings.steplag_stage2_table(str(tmp_path))
     assert "2 of 6 units finished" in text and "No verdict yet" in text
     rows = [line for line in text.splitlines() if line.startswith("| Hopper-v4")]
     assert len(rows) == 2 and "PPO-Clip, clip_epsilon = 0.2" in rows[0] and "VACO, tv_budget = 0.2" in rows[1]
@@ -262,11 +262,11 @@ def test_the_stage2_findings_block_grows_with_the_units_then_shows_the_verdicts(
     kept = [float(r["auc_eval_return"]) for r in results.read_table(str(res / "stage2/Hopper-v4/vaco/uniform/scores.csv"))
             if int(r["lag_depth"]) == 32 and not r["diverged"]]
     assert f"{np.mean(kept):,.0f} ± {np.std(kept, ddof=1):,.0f} (9; 1 diverged)" in rows[1]
-    assert "Stage 2 is fixed in the protocol" in findings_tables.steplag_summary(str(tmp_path))
-    assert "2 of its 6 units finished, no verdict before the last" in findings_tables.steplag_summary(str(tmp_path))
+    assert "Stage 2 is fixed in the protocol" in steplag_findings.steplag_summary(str(tmp_path))
+    assert "2 of its 6 units finished, no verdict before the last" in steplag_findings.steplag_summary(str(tmp_path))
     _finish(str(res), names[2:])
     steplag.report(q, str(res))
-    text = findings_tables.steplag_stage2_table(str(tmp_path))
+    text = steplag_findings.steplag_stage2_table(str(tmp_path))
     assert "6 of 6 units finished" in text and "No verdict yet" not in text
     assert "| P(X > PPO-Clip) | VACO, tv_budget = 0.2 | uniform | 32 |" in text and "**better**" in text
     # the equivalence call's own difference and 90% interval stand beside each verdict
@@ -274,7 +274,7 @@ def test_the_stage2_findings_block_grows_with_the_units_then_shows_the_verdicts(
     r = v[0]
     d = f"{r['difference']:+.3f} [{r['difference_low']:+.3f}, {r['difference_high']:+.3f}]".replace("-", "−")
     assert "difference [90% interval]" in text and d in text
-    summary = findings_tables.steplag_summary(str(tmp_path))
+    summary = steplag_findings.steplag_summary(str(tmp_path))
     assert "6 of its 6 units finished; its primary family (`stage2_verdicts.csv`, " in summary
     from vaco_jax.analysis.confirm import VERDICTS
     counts = {k: [x["verdict"] for x in v].count(k) for k in VERDICTS}

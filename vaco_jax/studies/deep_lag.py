@@ -78,6 +78,7 @@ from tyro.conf import Positional
 
 from vaco_jax.core.config import ConfigError
 from vaco_jax.studies import kit_real
+from vaco_jax.studies.deep_lag_programs import PROGRAM_CELLS, program_dirs, programs_of, seed_blocks
 from vaco_jax.studies.deep_lag_report import (CONTRAST, SPREAD_SOURCE, VARIANTS, arm_rows, diverged_in, none_as_nan,
                                              power_table, quantity_rows, run_summary, spread, wall_clock_rows)
 from vaco_jax.studies.kit_real import mean_age, pooled, real_dir, require_finished, score_values
@@ -103,10 +104,11 @@ PRESETS = {
                                                                       "vaco": {"tv_budget": 0.06}},
                 pilot_seeds=(0,), pilot_env_steps=96 * 2048, num_evals=2, eval_episodes=2, buffer_capacity=32,
                 sizes={}, steady_from=STEADY_FROM),
-    # the tiny pure-JAX task, for tests: seconds
+    # the tiny pure-JAX task, for tests: seconds (one epoch of one minibatch: a test's time here is tracing and
+    # compiling each run's and each program's update, which a loop of one step makes cheaper)
     "tiny": dict(task="point_mass", methods=("ppo_clip", "vaco"), knobs={}, pilot_seeds=(0,),
                  pilot_env_steps=24 * 8 * 16, num_evals=2, eval_episodes=2, buffer_capacity=32,
-                 sizes=dict(unroll_length=16, episode_length=50, num_epochs=1, num_minibatches=2), steady_from=4),
+                 sizes=dict(unroll_length=16, episode_length=50, num_epochs=1, num_minibatches=1), steady_from=4),
 }
 
 
@@ -338,44 +340,6 @@ def study_protocol(preset: str, spec: dict, study: dict, configs: list[dict]) ->
 
 
 SWEEP_OF = {"lockstep": "lockstep", "control": "control"}  # a variant's sweep (sweeps_of); the others: "main"
-
-# The most cells one simulated program runs. A sweep with more (a main sweep: 2 counterparts x 40 seeds, ~2 h
-# here at ~85 s a cell) runs as programs over blocks of its seeds, each of which fits a group of runs; the
-# cells, their seeds and their numbers are the protocol's, only how they are grouped into programs is not.
-PROGRAM_CELLS = {"cpu": 40, "tiny": 2}
-
-
-def _sim_dir(out: str, c: dict, method: str, sweep: str) -> str:
-    return os.path.join(out, "sim", c["name"], method, sweep)
-
-
-def seed_blocks(seeds, variants: int, cells: int) -> list[tuple[int, ...]]:
-    """A sweep's seeds in the blocks its programs run: each block at most ``cells`` cells (``variants`` x
-    its seeds; at least one seed), in order."""
-    seeds, per = tuple(seeds), max(1, cells // variants)
-    return [seeds[i:i + per] for i in range(0, len(seeds), per)]
-
-
-def sweep_shapes(study: dict, family: str) -> list[tuple[str, int, tuple[int, ...]]]:
-    """(sweep, counterparts, seeds) of one configuration's sweeps as the protocol has them, before its real
-    histograms exist (``sweeps_of`` gives the weights; a main sweep whose histogram and uniform counterparts
-    coincide runs one)."""
-    if family == "sync":
-        return [("lockstep", 1, tuple(study["sim_seeds"]))]
-    return [("main", 2, tuple(study["sim_seeds"])), ("control", 1, tuple(study["control_seeds"]))]
-
-
-def program_dirs(out: str, c: dict, method: str, sweep: str, variants: int, seeds, cells: int) -> list[tuple]:
-    """(directory, seeds) of each program of one sweep: ``<sweep>/seeds<first>-<last>/`` under ``OUT/sim``."""
-    return [(os.path.join(_sim_dir(out, c, method, sweep), f"seeds{b[0]}-{b[-1]}"), b)
-            for b in seed_blocks(seeds, variants, cells)]
-
-
-def programs_of(out: str, study: dict, configs, methods, cells: int) -> list[str]:
-    """Every simulated program's directory of ``configs`` x ``methods``, finished or not (a finished one
-    holds ``scores.csv``): what ``plan`` and FINDINGS count."""
-    return [where for c in configs for m in methods for name, n, seeds in sweep_shapes(study, c["family"])
-            for where, _ in program_dirs(out, c, m, name, n, seeds, cells)]
 
 
 def _sweep_spec(spec: dict, study: dict) -> dict:

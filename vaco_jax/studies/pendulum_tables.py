@@ -2,7 +2,7 @@
 learner cost, where it ran) and of the task screens (``results/screens*/``), read from ``results/``
 alone. ``rebuild_docs.BLOCKS`` names them; each takes the build (``rebuild_docs.Build``: where inputs
 are read, ``src``, and outputs were just written, ``dst``) and returns a markdown table, or a line
-saying what is not built yet.
+saying what is not built yet; ``pendulum_summary`` gives the first screen's lines on the study.
 """
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ from __future__ import annotations
 import glob
 import math
 import os
+import re
 
 from vaco_jax.analysis import results
-from vaco_jax.studies import findings_tables
+from vaco_jax.studies.kit_findings import num, table
 
 STUDY = os.path.join("results", "study")  # one run directory per design (experiments/study.py)
 MAIN_DESIGN = "lag"
@@ -21,8 +22,6 @@ TUNED_WIDE = os.path.join("results", "study_lr_wide", "tuned.json")  # a check o
 WIDE_LAG = os.path.join("results", "study_lr_wide", "lag")  # the lag design with those step sizes
 CLAIMS = os.path.join("results", "claims.csv")
 CLAIMS_AUC = os.path.join("results", "claims_auc.csv")  # the same rule on auc_eval_return
-
-_num, _table = findings_tables.num, findings_tables.table
 
 
 def _finite(x) -> bool:
@@ -45,7 +44,7 @@ def _learnable_text(row: dict, screen) -> str:
     if row["chosen"]:
         return "**yes**"
     if row["learnable"]:
-        just = _num(row["learned_fraction"], ".2f") == _num(screen.LEARN_FRACTION, ".2f")
+        just = num(row["learned_fraction"], ".2f") == num(screen.LEARN_FRACTION, ".2f")
         return "yes (just)" if just else "yes"
     return "no (saturated by half)" if row["learned_fraction"] >= screen.LEARN_FRACTION else "no"
 
@@ -82,12 +81,12 @@ def screens_table(*paths: str, steps: bool = False, lr: bool = False) -> str:
             loss = r["lag_loss_b16"] if r["learned_fraction"] >= screen.MIN_PROGRESS else math.nan
             rows.append([r["env"]] + ([_screen_setting(path, r["env"], "total_env_steps", ",")] if steps else [])
                         + ([_screen_setting(path, r["env"], "learning_rate", "g")] if lr else [])
-                        + [_num(r["random"], ".1f"), _num(r["ppo_clip_b1"], ".1f"),
-                           _num(r["learned_fraction"], ".2f"), _num(half, ".2f"), _num(r["ppo_clip_b16"], ".1f"),
-                           _num(loss, ".2f"), _learnable_text(r, screen), _sensitive_text(r, screen)])
-    return _table(["task"] + (["env steps per run"] if steps else []) + (["learning rate"] if lr else [])
-                  + ["random", "PPO-Clip B = 1", "learned", "B = 1 at half / final", "B = 16",
-                     "loss at B = 16", "learnable", "lag-sensitive"], rows)
+                        + [num(r["random"], ".1f"), num(r["ppo_clip_b1"], ".1f"),
+                           num(r["learned_fraction"], ".2f"), num(half, ".2f"), num(r["ppo_clip_b16"], ".1f"),
+                           num(loss, ".2f"), _learnable_text(r, screen), _sensitive_text(r, screen)])
+    return table(["task"] + (["env steps per run"] if steps else []) + (["learning rate"] if lr else [])
+                 + ["random", "PPO-Clip B = 1", "learned", "B = 1 at half / final", "B = 16",
+                    "loss at B = 16", "learnable", "lag-sensitive"], rows)
 
 
 # ----------------------------------------------------------------------------- the study
@@ -101,14 +100,34 @@ def claims_table(build, which: str = CLAIMS) -> str:
         return NO_STUDY
     rows = []
     for r in results.read_table(build.dst(which)):
-        ci = f"[{_num(r['ci_low'], '.3g')}, {_num(r['ci_high'], '.3g')}]" if _finite(r["ci_low"]) else "—"
+        ci = f"[{num(r['ci_low'], '.3g')}, {num(r['ci_high'], '.3g')}]" if _finite(r["ci_low"]) else "—"
         claim = f"{r['claim']}: {r['statement']}" if isinstance(r["statement"], str) else str(r["claim"])
         rests = r["rests_on"] if isinstance(r["rests_on"], str) and r["rests_on"] else ""
         if r["verdict"] == "no data" and isinstance(r["why"], str):  # say why it was not called
             rests = r["why"]
         rows.append([claim, r["verdict"], r["statistic"] if isinstance(r["statistic"], str) else "",
-                     _num(r["point"], ".3g"), ci, rests])
-    return _table(["claim", "verdict", "statistic", "point", "95% CI", "rests on (no data: why)"], rows)
+                     num(r["point"], ".3g"), ci, rests])
+    return table(["claim", "verdict", "statistic", "point", "95% CI", "rests on (no data: why)"], rows)
+
+
+def _claim_verdicts(path: str) -> str:
+    """``1 holds, 2 holds, ...``: the verdict of each whole claim (not its parts) in a claims table."""
+    rows = results.read_table(path)
+    whole = [r for r in rows if re.fullmatch(r"\d+( \[\w+\])?", str(r["claim"]))]
+    return ", ".join(f"{r['claim']} {r['verdict']}" for r in whole)
+
+
+def pendulum_summary(build) -> list[str]:
+    """FINDINGS.md's first-screen lines on the pendulum-suite study: each whole claim's verdict on the final
+    return and on the AUC, from the ``claims.csv`` files just written (none before they exist)."""
+    if not os.path.exists(build.dst(CLAIMS)):
+        return []
+    return [f"- **The pendulum-suite study** (`results/study/`, four tasks: the pendulums, reacher, FingerSpin; "
+            f"`results/claims.csv`): claims {_claim_verdicts(build.dst(CLAIMS))} on the final return"
+            + (f"; on the AUC {_claim_verdicts(build.dst(CLAIMS_AUC))}" if os.path.exists(build.dst(CLAIMS_AUC))
+               else "") + ". Its two pendulums sit at their ceiling on the final return and leave the "
+            "final-return claims (no data where nothing else is left); the area under the curve keeps them. "
+            "These verdicts cannot tell VACO from a tuned PPO-Clip; the locomotion study is the test.", ""]
 
 
 def tuned_table(build, tuned: str = TUNED) -> str:
@@ -125,9 +144,9 @@ def tuned_table(build, tuned: str = TUNED) -> str:
             pick = chosen[task][method]
             best = next(g for g in pick["grid"] if all(g[k] == v for k, v in pick["chosen"].items()))
             knobs = ", ".join(f"{k} = {v:.3g}" for k, v in pick["chosen"].items())
-            rows.append([task, plotting.method_label(method), knobs, _num(best["mean_auc"], ",.1f"),
-                         _num(best["mean_final"], ",.1f"), str(len(pick["grid"]))])
-    return _table(["task", "method", "chosen", "mean AUC", "mean final", "pairs tried"], rows)
+            rows.append([task, plotting.method_label(method), knobs, num(best["mean_auc"], ",.1f"),
+                         num(best["mean_final"], ",.1f"), str(len(pick["grid"]))])
+    return table(["task", "method", "chosen", "mean AUC", "mean final", "pairs tried"], rows)
 
 
 def machine_table(build) -> str:
@@ -149,7 +168,7 @@ def machine_table(build) -> str:
                      str(meta.get("git_commit") or "—")[:7], str(meta.get("started", "—"))])
     if not rows:
         return f"_Not built: no run directory under `{STUDY}` yet._\n"
-    return _table(["run directory", "CPU", "cores", "devices", "versions", "commit", "started"], rows)
+    return table(["run directory", "CPU", "cores", "devices", "versions", "commit", "started"], rows)
 
 
 def _iqm_text(row: dict | None, spec: str) -> str:
@@ -158,7 +177,7 @@ def _iqm_text(row: dict | None, spec: str) -> str:
     if row["aggregate"] != "iqm":
         return {"all_diverged": "every run diverged", "all_missing": "no run has a score"}.get(
             row["aggregate"], "no run left")
-    return f"{_num(row['point'], spec)} [{_num(row['low'], spec)}, {_num(row['high'], spec)}]"
+    return f"{num(row['point'], spec)} [{num(row['low'], spec)}, {num(row['high'], spec)}]"
 
 
 def _iqm_rows(label: str, summary: list[dict]) -> list[list[str]]:
@@ -198,8 +217,8 @@ def study_iqm_table(build) -> str:
     rows = []
     for label, subset in parts:
         rows += _iqm_rows(label, tables.summary_rows(subset, random, reps=reps, scores=("final_eval_return",)))
-    return _table(["task", "method", "B", "IQM, raw [95% CI]", "IQM, normalised [95% CI]", "runs", "diverged"],
-                  rows)
+    return table(["task", "method", "B", "IQM, raw [95% CI]", "IQM, normalised [95% CI]", "runs", "diverged"],
+                 rows)
 
 
 def wide_iqm_table(build) -> str:
@@ -215,8 +234,8 @@ def wide_iqm_table(build) -> str:
     rows = []
     for score, label in (("final_eval_return", "final return"), ("auc_eval_return", "area under the curve")):
         rows += _iqm_rows(label, tables.summary_rows(scores, random, reps=reps, scores=(score,)))
-    return _table(["score", "method", "B", "IQM, raw [95% CI]", "IQM, normalised [95% CI]", "runs", "diverged"],
-                  rows)
+    return table(["score", "method", "B", "IQM, raw [95% CI]", "IQM, normalised [95% CI]", "runs", "diverged"],
+                 rows)
 
 
 def cost_table(build) -> str:
@@ -237,11 +256,11 @@ def cost_table(build) -> str:
               for m in ("a3po", "decoupled_recompute")}
         where = next((m for m in reversed(measured) if task in m.get("tasks", [])), {})  # the latest
         a, d = (sum(v) / len(v) if v else float("nan") for v in ms.values())
-        rows.append([task, str(len(ms["a3po"])), _num(a, ".2f"), _num(d, ".2f"), _num(a / d, ".3f"),
+        rows.append([task, str(len(ms["a3po"])), num(a, ".2f"), num(d, ".2f"), num(a / d, ".3f"),
                      f"{where.get('cpu', '—')}, {where.get('cpu_count', '—')} cores, jax {where.get('jax', '—')}",
                      str(where.get("date", "—"))])
-    return _table(["task", "rounds", f"{plotting.method_label('a3po')} ms", f"{plotting.method_label('decoupled_recompute')} ms",
-                   "ratio of means", "machine", "measured"], rows)
+    return table(["task", "rounds", f"{plotting.method_label('a3po')} ms", f"{plotting.method_label('decoupled_recompute')} ms",
+                  "ratio of means", "machine", "measured"], rows)
 
 
 def screens_folder_table(build, folder: str) -> str:

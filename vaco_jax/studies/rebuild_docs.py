@@ -36,7 +36,8 @@ import tempfile
 from typing import Callable
 
 from vaco_jax.analysis import results
-from vaco_jax.studies import findings_tables, pendulum_tables
+from vaco_jax.studies import (deep_lag_findings, locomotion_findings, pendulum_tables, sim_vs_real_findings,
+                              steplag_findings)
 from vaco_jax.studies.pendulum_tables import CLAIMS, CLAIMS_AUC, MAIN_DESIGN, STUDY, TUNED_WIDE
 
 COMMAND = "python experiments/rebuild_docs.py"
@@ -103,70 +104,17 @@ class Build:
         return any(os.path.exists(self.src(STUDY, d, "run.json")) for d in claims.study_designs())
 
 
-_num, _table = findings_tables.num, findings_tables.table
-
-
-LOCOMOTION = os.path.join("results", "locomotion")
 PEER = os.path.join("results", "peer_check")
 
 
-def _claim_verdicts(path: str) -> str:
-    """``1 holds, 2 holds, ...``: the verdict of each whole claim (not its parts) in a claims table."""
-    rows = results.read_table(path)
-    whole = [r for r in rows if re.fullmatch(r"\d+( \[\w+\])?", str(r["claim"]))]
-    return ", ".join(f"{r['claim']} {r['verdict']}" for r in whole)
-
-
-def _deviations(loco: str) -> str:
-    """The locomotion protocol's recorded deviations (``deviations.csv``), dated, or that there is none."""
-    path = os.path.join(loco, "deviations.csv")
-    rows = results.read_table(path) if os.path.exists(path) else []
-    if not rows:
-        return "No deviation from the protocol is recorded (`results/locomotion/deviations.csv` absent)."
-    return (f"Deviations from the protocol (`results/locomotion/deviations.csv`), {len(rows)}: "
-            + "; ".join(f"{r['date']}: {r['deviation']}" for r in rows) + ".")
-
-
 def summary_block(build: Build) -> str:
-    """FINDINGS.md's first screen: where each study stands, read from ``results/`` alone."""
-    from vaco_jax.analysis import peer, plotting
+    """FINDINGS.md's first screen: where each study stands, read from ``results/`` alone (each study's
+    lines from its own findings module)."""
+    from vaco_jax.analysis import peer
 
     out = ["Where each study stands, read from `results/` by `python experiments/rebuild_docs.py` (the dated "
            "record follows below).", ""]
-    loco = build.src(LOCOMOTION)
-    if os.path.exists(os.path.join(loco, "protocol.json")):
-        import json
-
-        with open(os.path.join(loco, "protocol.json")) as f:  # written by hand, fixed by its sha256 in the manifest
-            protocol = json.load(f)
-        units = [r["unit"] for r in results.read_table(os.path.join(loco, "manifest.csv"))] \
-            if os.path.exists(os.path.join(loco, "manifest.csv")) else []
-        stages = {}
-        for u in units:
-            stages.setdefault(u.split("/")[0], []).append(u)
-        done = "; ".join(f"{stage} {len(us)} ({', '.join(u.split('/', 1)[1] for u in us)})" for stage, us in stages.items())
-        verdicts = os.path.join(loco, "verdicts.csv")
-        out.append(f"- **The locomotion study** (`results/locomotion/`, protocol `protocol.md`; "
-                   f"{', '.join(protocol['tasks'])}; {', '.join(plotting.method_label(m) for m in protocol['methods'])}): "
-                   f"{len(units)} units finished — {done or 'none'}. "
-                   + (findings_tables.locomotion_verdict_summary(build.root) if os.path.exists(verdicts) else
-                      "No verdict yet: `python experiments/locomotion.py report` applies the protocol's rules once "
-                      "the study units are done; `plan` lists what is left.")
-                   + " " + _deviations(loco))
-        out.append("")
-        tuned_path = os.path.join(loco, "tuned.json")
-        if os.path.exists(tuned_path):
-            chosen = results.read_json(tuned_path)["chosen"]
-            depths = sorted({b for by in chosen.values() for b in by}, key=int)
-            rows = []
-            for method in plotting.sort_methods(chosen):
-                by = chosen[method]
-                first = next(iter(by.values()))
-                rows.append([plotting.method_label(method), first["knob"]]
-                            + [f"{by[b]['value']:g} (AUC {_num(max(g['mean'] for g in by[b]['grid']), ',.0f')})"
-                               if b in by else "—" for b in depths])
-            out += ["  Step knobs frozen by the tuning (Hopper-v4, tuning seeds; mean AUC of the choice):", "",
-                    _table(["method", "knob"] + [f"tuned at B = {b}" for b in depths], rows)]
+    out += locomotion_findings.locomotion_summary(build.root)
     if os.path.isdir(build.src(PEER)):
         recs = peer.records(build.src(PEER))
         parts = []
@@ -181,17 +129,11 @@ def summary_block(build: Build) -> str:
                 "does not cover the publication named beside it (`results/peer_check/`, "
                 "`python -m benchmarks.peer_check --table`; inside means the published mean ± 2 std): "
                 + "; ".join(parts) + ".", ""]
-    for line in (findings_tables.sim_vs_real_summary(build.root), findings_tables.deep_lag_summary(build.root),
-                 findings_tables.steplag_summary(build.root)):
+    for line in (sim_vs_real_findings.sim_vs_real_summary(build.root), deep_lag_findings.deep_lag_summary(build.root),
+                 steplag_findings.steplag_summary(build.root)):
         if line:
             out += [line, ""]
-    if os.path.exists(build.dst(CLAIMS)):
-        out += [f"- **The pendulum-suite study** (`results/study/`, four tasks: the pendulums, reacher, FingerSpin; "
-                f"`results/claims.csv`): claims {_claim_verdicts(build.dst(CLAIMS))} on the final return"
-                + (f"; on the AUC {_claim_verdicts(build.dst(CLAIMS_AUC))}" if os.path.exists(build.dst(CLAIMS_AUC))
-                   else "") + ". Its two pendulums sit at their ceiling on the final return and leave the "
-                "final-return claims (no data where nothing else is left); the area under the curve keeps them. "
-                "These verdicts cannot tell VACO from a tuned PPO-Clip; the locomotion study is the test.", ""]
+    out += pendulum_tables.pendulum_summary(build)
     loco_figures = sorted(glob.glob(os.path.join(build.src("docs", "figures", "locomotion"), "*.png")))
     out += ["- **Figures**: `docs/figures/study_*.png` (the pendulum-suite study: `python experiments/rebuild_docs.py`); "
             + (f"`docs/figures/locomotion/` ({len(loco_figures)} figures of the locomotion study, pooled and per "
@@ -226,12 +168,12 @@ BLOCKS: dict[str, Callable[[Build], str]] = {
     "study_iqm": pendulum_tables.study_iqm_table,
     "study_cost": pendulum_tables.cost_table,
     "summary": summary_block,
-    "locomotion_units": lambda b: findings_tables.locomotion_units_table(b.root),
-    "locomotion_verdicts": lambda b: findings_tables.locomotion_verdicts_table(b.root),
-    "locomotion_diagnostics": lambda b: findings_tables.locomotion_diagnostics_table(b.root),
-    "sim_vs_real": lambda b: findings_tables.sim_vs_real_table(b.root),
-    "deep_lag": lambda b: findings_tables.deep_lag_table(b.root),
-    "steplag_stage2": lambda b: findings_tables.steplag_stage2_table(b.root),
+    "locomotion_units": lambda b: locomotion_findings.locomotion_units_table(b.root),
+    "locomotion_verdicts": lambda b: locomotion_findings.locomotion_verdicts_table(b.root),
+    "locomotion_diagnostics": lambda b: locomotion_findings.locomotion_diagnostics_table(b.root),
+    "sim_vs_real": lambda b: sim_vs_real_findings.sim_vs_real_table(b.root),
+    "deep_lag": lambda b: deep_lag_findings.deep_lag_table(b.root),
+    "steplag_stage2": lambda b: steplag_findings.steplag_stage2_table(b.root),
 }
 
 
