@@ -370,35 +370,54 @@ def test_new_methods_are_registered_with_label_colour_marker_and_step_knob():
     assert len(colours) == len(set(colours))
 
 
-def test_each_new_step_knob_is_a_traced_sweep_axis_of_one_program(tmp_path):
+def test_each_new_step_knob_is_a_traced_sweep_axis_of_one_program(tmp_path, capsys):
     """``--sweep`` over every new method's step knob: each method stays one group (one compiled program)
-    whose cells carry the knob's values; a knob applies to the groups whose method reads it."""
+    whose cells carry the knob's values; a knob applies to the groups whose method reads it. Every group's
+    traced values hold its cells' knob values, and its chunk traces with them as vmapped tracers (a knob
+    read in Python control flow or made static fails there; tracing needs no XLA compile); one group, TIS
+    with its two knobs, runs, and its rows carry the values."""
     import os
-    import subprocess
-    import sys
 
     from vaco_jax.analysis.results import read_csv
+    from vaco_jax.driver.cli import parse_args
+    from vaco_jax.driver.program import group_program
+    from vaco_jax.studies import lag_sweep
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     sweeps = {"m2po": ("second_moment_budget", (0.02, 0.08)), "tis": ("weight_cap", (1.5, 3.0)),
               "mis": ("weight_cap", (1.5, 3.0)), "gipo": ("trust_width", (0.3, 1.0)),
               "sapo": ("gate_temperature", (0.5, 2.0)), "impact": ("clip_epsilon", (0.1, 0.3)),
               "vcpo": ("ratio_cap", (2.0, 8.0))}
     axes = {f"{k}={','.join(map(str, v))}" for k, v in sweeps.values()}
     out = str(tmp_path / "run")
-    cmd = [sys.executable, os.path.join(root, "experiments", "lag_sweep.py"), "--preset", "tiny", "--tasks",
-           "point_mass", "--episode-length", "40", "--seeds", "0", "--lag-depths", "1", "2", "--out", out,
-           "--no-progress", "--no-figures", "--bootstrap-reps", "200", "--methods", *sweeps, "--sweep", *sorted(axes)]
-    res = subprocess.run(cmd, capture_output=True, text=True, cwd=root, timeout=900)
-    assert res.returncode == 0, res.stderr[-3000:]
-    plan = res.stdout.split("plan: ")[1]
+    common = ["--preset", "tiny", "--tasks", "point_mass", "--episode-length", "40", "--seeds", "0", "--lag-depths",
+              "1", "2", "--out", out, "--no-progress", "--no-figures", "--bootstrap-reps", "200"]
+    args = parse_args(lag_sweep.Args, common + ["--methods", *sweeps, "--sweep", *sorted(axes), "--dry-run"])
+    lag_sweep.main(args)
+    plan = capsys.readouterr().out.split("plan: ")[1]
     assert plan.startswith(f"{len(sweeps)} group(s), one compiled program each")
-    for method, (knob, values) in sweeps.items():
-        rows = read_csv(os.path.join(out, "point_mass", method, "scores.csv"))
-        assert {(r["lag_depth"], r[knob]) for r in rows} == {(b, v) for b in (1, 2) for v in values}, method
+    assert not os.path.exists(out)
+    groups = lag_sweep.plan(args, lag_sweep.resolve(args))
+    assert [g.label for g in groups] == [f"point_mass/{m}" for m in sweeps]
+    for group, (method, (knob, values)) in zip(groups, sweeps.items()):
+        cells = group.cells
+        assert {(c.lag_depth, c.knob_dict()[knob]) for c in cells} == {(b, v) for b in (1, 2) for v in values}, method
         # TIS, MIS and IMPACT read both clip_epsilon and weight_cap: the cells multiply by every knob a method reads
-        assert len(rows) == (8 if method in ("tis", "mis", "impact") else 4), method
-        assert all(r["diverged"] in (False, "False", 0) for r in rows)
+        assert len(cells) == (8 if method in ("tis", "mis", "impact") else 4), method
+        program = group_program(group.config, list(cells), devices=1)
+        held = {jax.tree_util.keystr(path): np.asarray(leaf)
+                for path, leaf in jax.tree_util.tree_flatten_with_path(program.traced.method)[0]
+                if getattr(path[-1], "name", None) in {k for k, _ in sweeps.values()}}
+        for name in {k for c in cells for k in c.knob_dict()}:  # each swept knob is one leaf over the grid
+            (leaf,) = [v for p, v in held.items() if p.endswith(f".{name}")]
+            np.testing.assert_allclose(leaf, [c.knob_dict()[name] for c in cells], err_msg=f"{method}.{name}")
+        jax.eval_shape(lambda k, t: program.train_chunk(program.init(k, t), t), program.keys, program.traced)
+
+    lag_sweep.main(parse_args(lag_sweep.Args, common + ["--methods", "tis", "--sweep", "clip_epsilon=0.1,0.3",
+                                                        "weight_cap=1.5,3.0"]))
+    rows = read_csv(os.path.join(out, "point_mass", "tis", "scores.csv"))
+    assert {(r["lag_depth"], r["clip_epsilon"], r["weight_cap"]) for r in rows} == \
+        {(b, e, w) for b in (1, 2) for e in (0.1, 0.3) for w in (1.5, 3.0)}
+    assert all(r["diverged"] in (False, "False", 0) for r in rows)
 
 
 def test_help_lists_each_new_method_with_its_description():
