@@ -104,11 +104,10 @@ PRESETS = {
                                                                       "vaco": {"tv_budget": 0.06}},
                 pilot_seeds=(0,), pilot_env_steps=96 * 2048, num_evals=2, eval_episodes=2, buffer_capacity=32,
                 sizes={}, steady_from=STEADY_FROM),
-    # the tiny pure-JAX task, for tests: seconds (one epoch of one minibatch: a test's time here is tracing and
-    # compiling each run's and each program's update, which a loop of one step makes cheaper)
+    # the tiny pure-JAX task, for tests: seconds
     "tiny": dict(task="point_mass", methods=("ppo_clip", "vaco"), knobs={}, pilot_seeds=(0,),
                  pilot_env_steps=24 * 8 * 16, num_evals=2, eval_episodes=2, buffer_capacity=32,
-                 sizes=dict(unroll_length=16, episode_length=50, num_epochs=1, num_minibatches=1), steady_from=4),
+                 sizes=dict(unroll_length=16, episode_length=50, num_epochs=1, num_minibatches=2), steady_from=4),
 }
 
 
