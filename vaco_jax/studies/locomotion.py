@@ -87,14 +87,12 @@ HELP_DEFAULTS = {"minutes": "none: run needs --minutes or --units"}  # --help (d
 
 def check_protocol(p: dict) -> None:
     """Every name the protocol uses exists, before anything is planned."""
-    from vaco_jax.envs import available_envs
+    from vaco_jax.envs import available_envs, env_source
     from vaco_jax.core.methods import METHODS
 
-    known = available_envs()
-
     for task in p["tasks"] + [p["tuning"]["task"]] + p["ablations"]["tasks"]:
-        if task not in known:
-            raise ConfigError(f"protocol tasks: {task!r} is not valid; allowed values: {', '.join(known)}")
+        if env_source(task) is None:  # Brax's and Playground's registries are imported only for a name outside ours
+            raise ConfigError(f"protocol tasks: {task!r} is not valid; allowed values: {', '.join(available_envs())}")
     for m in list(p["methods"]) + list(p["ablations"]["methods"]):
         if m not in METHODS:
             raise ConfigError(f"protocol methods: {m!r} is not valid; allowed values: {', '.join(METHODS)}")

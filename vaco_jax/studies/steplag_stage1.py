@@ -25,9 +25,8 @@ SURFACE_FIELDS = ("method", "knob", "values", "tasks", "lag_depths")
 def check(p: dict) -> None:
     """Every name and number of the sections stage 1 reads is valid, before anything is planned."""
     from vaco_jax.core.knobs import KNOBS, check_knob
-    from vaco_jax.envs import available_envs
+    from vaco_jax.envs import env_source  # Brax's and Playground's registries imported only for other names
 
-    known = available_envs()
     missing = [k for k in SECTIONS if k not in p]
     if missing:
         raise ConfigError(f"protocol: missing section(s) {', '.join(missing)}; a protocol has {', '.join(SECTIONS)}")
@@ -48,7 +47,7 @@ def check(p: dict) -> None:
                               + (f" (did you mean {near[0]!r}?)" if near else "")
                               + f"; allowed values: {', '.join(sorted(KNOBS))}")
         for task in s["tasks"]:
-            if task not in known:
+            if env_source(task) is None:
                 raise ConfigError(f"protocol stage1.surfaces.{key}.tasks: {task!r} is not valid")
             if not p["budget"]["rates_env_steps_per_s"].get(task):
                 raise ConfigError(f"protocol budget.rates_env_steps_per_s: no rate for {task!r}")
