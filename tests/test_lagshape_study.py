@@ -99,7 +99,10 @@ def test_the_publish_report_is_the_deep_lag_rule_on_the_publish_arm(protocol, tm
                     hist[int(r["seed"])] = float(r["auc_eval_return"])
         _write_publish_scores(str(tmp_path), method, blocks, hist)
     args = lagshape.Args("report", results=str(tmp_path), deep_lag=DEEP_LAG)
-    rows = {(r["quantity"], r["method"]): r for r in lagshape.publish_rows(protocol, args)}
+    rows = {(r["quantity"], r["method"]): r for r in lagshape.publish_rows(protocol, args, ("ppo_clip", "vaco"))}
+    alone = lagshape.publish_rows(protocol, args, ("ppo_clip",))  # before VACO's units: PPO-Clip's retention only
+    assert [(r["quantity"], r["method"]) for r in alone] == [("retention", "ppo_clip")]
+    assert alone[0] == rows[("retention", "ppo_clip")]
     committed = {(r["quantity"], r["method"]): r for r in results.read_table(os.path.join(DEEP_LAG, "verdicts.csv"))
                  if r["configuration"] == "age4" and r["variant"] == "histogram"}
     for key in [("retention", "ppo_clip"), ("retention", "vaco"), ("contrast", "vaco - ppo_clip")]:
