@@ -64,8 +64,9 @@ def test_imports_only_go_downward():
     assert not wrong, "\n".join(wrong)
 
 
-def _import_graph(top_level_only: bool) -> dict:
-    modules = dict(_modules())
+def _import_graph(top_level_only: bool, modules: dict | None = None) -> dict:
+    """{module: the package modules it imports} over ``modules`` ({name: path}; the package's by default)."""
+    modules = dict(_modules()) if modules is None else modules
     graph = {}
     for module, path in modules.items():
         deps = set()
@@ -206,7 +207,6 @@ STUDY_MODULES_STILL_OVER = (
     "kit_real",  # the real-versus-simulated kit
     "locomotion",  # the first locomotion study's driver
     "locomotion_report",  # its report stage
-    "steplag_stage2",  # the step size x lag study's stage 2: its section, units, verdicts, figure and draft
     "lag_sweep",  # the lag sweep and the run-directory helpers other studies take from it
 )
 
@@ -294,3 +294,44 @@ def test_the_real_versus_simulated_studies_share_the_kit_not_each_other():
         deps = graph[f"vaco_jax.studies.{study}"]
         assert "vaco_jax.studies.kit_real" in deps, study
         assert not deps & {"vaco_jax.studies.sim_vs_real", "vaco_jax.studies.deep_lag"} - {f"vaco_jax.studies.{study}"}
+
+
+STUDY_CHAIN_MAX = 2  # the longest chain of imports among study modules (a study, its parts, the kits)
+
+
+def _longest_chain(graph: dict, prefix: str = "vaco_jax.studies") -> list[str]:
+    """The longest chain of imports among the modules named ``prefix`` or under it (every import: at load
+    time or inside a function), as its modules in order; a graph with a circle is the cycle tests' case."""
+    inside = {m: sorted(d for d in deps if d == prefix or d.startswith(prefix + "."))
+              for m, deps in graph.items() if m == prefix or m.startswith(prefix + ".")}
+    memo: dict = {}
+
+    def chain(m: str, seen: tuple) -> list[str]:
+        if m not in memo:
+            tails = [chain(d, seen + (m,)) for d in inside.get(m, ()) if d not in seen]
+            memo[m] = [m] + max(tails, key=len, default=[])
+        return memo[m]
+
+    return max((chain(m, ()) for m in sorted(inside)), key=len, default=[])
+
+
+def test_the_longest_chain_of_imports_among_study_modules_is_at_most_2():
+    """A study imports its parts and the kits, and they import no study: a chain of more than two imports
+    (a study -> a part -> another study's part) ties a study to another's insides, which belong in a kit."""
+    chain = _longest_chain(_import_graph(top_level_only=False))
+    assert len(chain) - 1 <= STUDY_CHAIN_MAX, (
+        f"a chain of {len(chain) - 1} imports among study modules (at most {STUDY_CHAIN_MAX}): "
+        + " -> ".join(m.rsplit(".", 1)[1] for m in chain) + "; move what the last ones share down into a kit")
+
+
+def test_the_chain_check_counts_every_kind_of_import(tmp_path):
+    modules = {}
+    for name, source in (("a", "from vaco_jax.studies import b\nimport vaco_jax.studies.d\n"),
+                         ("b", "def f():\n    from vaco_jax.studies.c import g\n"),
+                         ("c", "import vaco_jax.studies.d\n"), ("d", "import vaco_jax.core.config\n")):
+        path = tmp_path / f"{name}.py"
+        path.write_text(source)
+        modules[f"vaco_jax.studies.{name}"] = str(path)
+    assert _longest_chain(_import_graph(False, modules)) == [
+        "vaco_jax.studies.a", "vaco_jax.studies.b", "vaco_jax.studies.c", "vaco_jax.studies.d"]
+    assert _longest_chain(_import_graph(True, modules)) == ["vaco_jax.studies.a", "vaco_jax.studies.b"]

@@ -19,13 +19,14 @@ of simulated - real lies inside +-margin, *differs* when the interval lies wholl
 
 A **study's protocol file** (``fix_protocol``) is written by its first stage and must equal the study's
 numbers in every later one; ``require_units`` keeps a report to units that have finished and hold their
-tables. The sim-vs-real and deep-lag studies are declarations on this module; of the studies it
-imports only ``lag_sweep``, whose lag sweep runs the simulated counterparts.
+tables. The sim-vs-real and deep-lag studies are declarations on this module; it imports no study
+module: the driver runs the simulated counterparts' lag sweeps (``sweep_groups``, ``study.run_study``).
 """
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import os
 import time
@@ -255,36 +256,61 @@ def variant_weights(hist: tuple[float, ...], shift: int) -> dict[str, tuple[floa
     return {"histogram": p, "uniform": (1.0,) * depth, "control": (0.0,) * shift + p}
 
 
+@dataclasses.dataclass(frozen=True)
+class SweepFlags:
+    """The run flags ``study.run_study`` reads, as this kit's lag sweeps set them (no shard, no single
+    cell, no tracking: those are a study command's own flags)."""
+
+    progress: bool = True
+    dry_run: bool = False
+    max_chunks: int | None = None
+
+
+def sweep_groups(spec: dict, method: str, variants, seeds, *, envs_per_actor: int, num_envs: int | None = None,
+                 buffer_capacity: int | None = None, knobs: dict | None = None) -> list:
+    """The one group (``grid.Group``) of :func:`run_sweep`'s lag sweep: ``spec``'s task at its numbers, the
+    ``ages`` lag model with ``variants`` as the cells' ``age_weights`` axis x ``seeds`` (each cell's lag depth
+    its weights' last age + 1), validated; nothing compiled."""
+    from vaco_jax.core.config import Config
+    from vaco_jax.driver import grid
+
+    variants = [tuple(w) for w in variants]
+    config = Config.for_task(spec["task"], method=method, total_env_steps=spec["total_env_steps"],
+                             num_evals=spec["num_evals"], eval_episodes=spec["eval_episodes"],
+                             buffer_capacity=buffer_capacity or spec["buffer_capacity"], **spec["sizes"])
+    if num_envs:
+        config = config.replace(num_envs=num_envs)
+    longest = max(map(len, variants))
+    if config.buffer_capacity < longest:  # the policy buffer holds the oldest age a variant draws
+        raise ConfigError(f"buffer_capacity={config.buffer_capacity} must be >= {longest}, the ages of the "
+                          "longest variant's weights")
+    config = grid.with_knobs([config.replace(lag_model="ages", age_weights=variants[0],
+                                             envs_per_actor=envs_per_actor)], knobs or {})[0]
+    cells = tuple(grid.grid((config.effective_lag_depth(),), seeds))
+    group = grid.Group(config, cells, os.path.join(spec["task"], method), f"{spec['task']}/{method}")
+    return grid.apply_sweep([group], {"age_weights": variants})
+
+
 def run_sweep(spec: dict, method: str, variants, seeds, *, envs_per_actor: int, work: str, dst: str,
               num_envs: int | None = None, buffer_capacity: int | None = None, knobs: dict | None = None,
               progress: bool = True, bootstrap_reps: int = 200, dry_run: bool = False) -> None:
     """One lag sweep of ``spec``'s task and numbers (``task``, ``total_env_steps``, ``num_evals``,
-    ``eval_episodes``, ``buffer_capacity``, ``sizes``): the ``ages`` lag model with ``variants`` (weight
-    vectors) as its ``age_weights`` axis x ``seeds``, ``envs_per_actor`` envs per simulated actor. It runs
-    in ``work``; its small tables (``SIM_TABLES``) are copied to ``dst`` when it finishes. ``num_envs``
-    (default: the task's, or ``sizes``'), ``buffer_capacity`` (default: ``spec``'s) and ``knobs`` (a method's
-    knobs: ``clip_epsilon``, ``tv_budget``) override."""
-    from vaco_jax.analysis import results
-    from vaco_jax.core.config import Config
-    from vaco_jax.studies import lag_sweep
+    ``eval_episodes``, ``buffer_capacity``, ``sizes``): :func:`sweep_groups`' group, ``envs_per_actor`` envs
+    per simulated actor, run by the driver (``study.run_study``) in ``work`` with the random policy's scores
+    beside it and its summary (``bootstrap_reps`` resamples); its small tables (``SIM_TABLES``) are copied to
+    ``dst`` when it finishes. ``num_envs`` (default: the task's, or ``sizes``'), ``buffer_capacity``
+    (default: ``spec``'s) and ``knobs`` (a method's knobs: ``clip_epsilon``, ``tv_budget``) override."""
+    from vaco_jax.analysis import results, tables
+    from vaco_jax.driver import study
 
-    axis = ",".join(str(w) for w in variants)
-    config = Config.for_task(spec["task"], method=method, total_env_steps=spec["total_env_steps"],
-                             num_evals=spec["num_evals"], eval_episodes=spec["eval_episodes"],
-                             buffer_capacity=spec["buffer_capacity"], **spec["sizes"])
-    sizes = {k: v for k, v in spec["sizes"].items() if k in ("num_envs", "unroll_length")}
-    extra = {k: v for k, v in spec["sizes"].items() if k not in sizes}
-    lag_sweep.main(lag_sweep.Args(
-        preset="tiny", tasks=(spec["task"],), methods=(method,), lag_model="ages", sweep=(f"age_weights={axis}",),
-        seeds=tuple(seeds), total_env_steps=spec["total_env_steps"],
-        num_envs=num_envs or sizes.get("num_envs", config.num_envs),
-        unroll_length=sizes.get("unroll_length", config.unroll_length),
-        num_evals=spec["num_evals"], eval_episodes=spec["eval_episodes"],
-        buffer_capacity=buffer_capacity or spec["buffer_capacity"], envs_per_actor=envs_per_actor, out=work,
-        progress=progress, figures=False, bootstrap_reps=bootstrap_reps, dry_run=dry_run, **extra, **(knobs or {})))
-    if dry_run:
+    groups = sweep_groups(spec, method, variants, seeds, envs_per_actor=envs_per_actor, num_envs=num_envs,
+                          buffer_capacity=buffer_capacity, knobs=knobs)
+    config = groups[0].config
+    if not study.run_study(work, groups, SweepFlags(progress=progress, dry_run=dry_run), spec,
+                           prepare=lambda: study.random_scores(work, [config.env], config)):
         return
-    src = os.path.join(work, spec["task"], method)
+    tables.summarise(work, reps=bootstrap_reps)
+    src = os.path.join(work, groups[0].subdir)
     os.makedirs(dst, exist_ok=True)
     results.write_table(os.path.join(dst, REALISED), realised_ages(src))
     for name in COPIED:

@@ -2,7 +2,10 @@
 study itself (``steplag``, ``steplag_stage1``, ``steplag_stage2``) and ``vaco-bench`` (``bench``,
 ``bench_report``), which puts a new method through the same protocol. Both apply stage 1's rules to a
 surface (:func:`surface_rules`) and stage 2's scale to its runs (:func:`stage2_scale`), with the same
-numbers; each declares its own units and report. It imports no study module.
+numbers; each declares its own units and report. Stage 2's unit names (:func:`stage2_entries`), its progress
+and its verdicts on the committed runs (:func:`stage2_verdicts`) are here too, for the study, its FINDINGS
+tables (``steplag_findings``) and the lag-shape study's leave-one-task-out check (``lagshape_tasks``).
+It imports no study module.
 """
 
 from __future__ import annotations
@@ -106,4 +109,98 @@ def stage2_scale(rows: list[dict], random_dir: str, score: str) -> dict:
                and not is_diverged(r) and np.isfinite(float(r[score]))]
         if ref and task in random and float(np.mean(ref)) > float(random[task]):
             out[task] = (float(random[task]), float(np.mean(ref)))
+    return out
+
+
+# ----------------------------------------------------------------------------- stage 2's units and verdicts
+STAGE2 = "stage2"  # the protocol's section, and the folder of its units and runs
+
+
+def stage2_entries(p: dict):
+    """(name, task, arm, cell entry) for each stage-2 unit, in the section's order: per cell entry, per
+    task, per arm. The one place a unit's name is made."""
+    s2 = p[STAGE2]
+    for c in s2["cells"]:
+        for task in c["tasks"]:
+            for arm in s2["arms"]:
+                yield f"{STAGE2}/{task}/{arm}/{c['lag_model']}", task, arm, c
+
+
+def stage2_unit_names(p: dict) -> list[str]:
+    """Stage 2's unit names in the section's order (no configuration built)."""
+    return [name for name, *_ in stage2_entries(p)]
+
+
+def stage2_progress(p: dict, manifest: list[dict]) -> tuple[list[str], list[str]]:
+    """(stage 2's units ``manifest`` (``kit.manifest``'s rows) lists as finished, every stage-2 unit), in the
+    section's order."""
+    done = {m["unit"] for m in manifest}
+    names = stage2_unit_names(p)
+    return [n for n in names if n in done], names
+
+
+def arm_label(p: dict, arm: str) -> str:
+    """A stage-2 arm (a stage-1 surface's key) as a reader knows it, with its fixed setting."""
+    from vaco_jax.analysis.surfaces import surface_label
+    s = p["stage1"]["surfaces"][arm]
+    return f"{surface_label(s)}, {s['knob']} = {float(p[STAGE2]['arms'][arm]):g}"
+
+
+def stage2_verdicts(p: dict, every: list[dict], results_dir: str, tasks: str = "fixed") -> dict:
+    """Every stage-2 rule on ``every`` (stage 2's runs, each with its ``arm`` and ``lag_model``; the scale and
+    stage 1's ``choices.csv`` read from ``results_dir``): {'primary' (each row with its method's stage-1
+    setting stability), 'per_task', 'shape', 'left_out', 'unscaled'}. ``tasks``: the primary family's
+    bootstrap over tasks (``confirm.TASK_RESAMPLING``; the committed rule is 'fixed')."""
+    from vaco_jax.analysis import confirm
+    s2 = p[STAGE2]
+    rl = s2["rules"]
+    r = confirm.Rules(**rule_numbers(rl))
+    norm = stage2_scale(every, results_dir, rl["score"])
+    got = [x for x in every if x["env"] in norm]
+    arms = list(s2["arms"])
+    lag_cells = list(dict.fromkeys((c["lag_model"], int(b)) for c in s2["cells"] for b in c["lag_depths"]))
+    shape = rl["shape"]
+    primary = confirm.primary(got, rl["score"], norm, arms, lag_cells, tuple(rl["retention_lags"]), r, tasks=tasks)
+    # how firmly stage 1 chose each method's setting: a verdict on a setting picked in few of stage 1's
+    # resamples is a verdict on that setting, and the row says so
+    stability = setting_stability(results_dir)
+    for row in primary:
+        row["setting_stability"] = stability.get(row["arm"], float("nan"))
+    return {
+        "primary": primary,
+        "per_task": confirm.per_task(got, rl["score"], norm, arms, lag_cells, r, ceiling(got, norm, rl["score"])),
+        "shape": confirm.shape_dependence(got, rl["score"], norm, arms, int(shape["lag_depth"]),
+                                          tuple(shape["models"]), r),
+        "left_out": {"/".join(map(str, k)): v for k, v in confirm.left_out(got, rl["score"]).items()},
+        "unscaled": unscaled(every, norm),
+    }
+
+
+def unscaled(all_rows: list[dict], norm: dict) -> list[str]:
+    """The tasks with runs but no scale (left out of every verdict; the report names them)."""
+    return sorted({r["env"] for r in all_rows} - set(norm))
+
+
+def setting_stability(results_dir: str) -> dict:
+    """``{surface: the share of stage 1's resamples that picked its setting}`` from ``choices.csv``."""
+    from vaco_jax.analysis import results
+    path = os.path.join(results_dir, "choices.csv")
+    return {r["surface"]: float(r["stability"]) for r in results.read_table(path)
+            if r.get("stability") not in (None, "")} if os.path.exists(path) else {}
+
+
+def ceiling(all_rows: list[dict], norm: dict, score: str) -> dict:
+    """``{task: at its ceiling}``: PPO-Clip at B = 1 within 2% of the best score any run of the task reached,
+    in most of its runs (``rules.at_ceiling``, the first study's rule)."""
+    import numpy as np
+
+    from vaco_jax.analysis import rules
+    from vaco_jax.analysis.tables import is_diverged
+    out = {}
+    for task, (random, _) in norm.items():
+        ok = [r for r in all_rows if r["env"] == task and not is_diverged(r)
+              and np.isfinite(float(r[score]))]
+        ref = [float(r[score]) for r in ok if r["arm"] == "ppo_clip" and r["lag_model"] == "uniform"
+               and int(r["lag_depth"]) == 1]
+        out[task] = bool(ref) and rules.at_ceiling(ref, max(float(r[score]) for r in ok), random)
     return out

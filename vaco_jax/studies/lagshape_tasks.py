@@ -1,7 +1,7 @@
 """Tasks as a source of variance in the step size x lag study's stage-2 verdicts (``results/lagshape/``).
 
 Two tables, computed from the committed stage-2 scores (``results/steplag/stage2``) by the committed
-rules (``steplag_stage2.verdicts``, which calls ``analysis.confirm``), never replacing them:
+rules (``kit_steplag.stage2_verdicts``, which calls ``analysis.confirm``), never replacing them:
 
 * ``leave_one_task_out.csv``: every stage-2 verdict (the primary family, the per-task rows, the lag-shape
   rule's pairs and its overall call) recomputed with one task's runs set aside, a row per (task left
@@ -51,9 +51,10 @@ def verdict_rows(p: dict, steplag_dir: str, leave_out: tuple = (), tasks: str = 
     """Every stage-2 verdict as rows keyed by ``KEY``: the primary and per-task rows as
     ``stage2_verdicts.csv`` has them, then the shape rule's pairs (``family`` 'shape', ``arm`` the pair)
     and its overall call (``arm`` 'overall')."""
-    from vaco_jax.studies import steplag_stage2
+    from vaco_jax.studies.kit_steplag import stage2_verdicts
 
-    v = steplag_stage2.verdicts(p, steplag_dir, leave_out=leave_out, tasks=tasks)
+    every = [r for r in stage2_rows(steplag_dir) if r["env"] not in leave_out]
+    v = stage2_verdicts(p, every, steplag_dir, tasks=tasks)
     out = [{"family": "primary", **r} for r in v["primary"]] + [{"family": "per task", **r} for r in v["per_task"]]
     shape = v["shape"]
     models = " ".join(shape["models"])
@@ -87,10 +88,17 @@ def committed_rows(steplag_dir: str) -> list[dict]:
     return rows
 
 
-def tasks_of(steplag_dir: str) -> list[str]:
-    from vaco_jax.studies import steplag_stage2
+def stage2_rows(steplag_dir: str) -> list[dict]:
+    """The committed stage-2 runs under ``steplag_dir/stage2/<task>/<arm>/<lag model>``, with their arm and
+    lag model (as ``steplag_stage2.rows`` reads them)."""
+    from vaco_jax.studies import kit
+    from vaco_jax.studies.kit_steplag import STAGE2
 
-    return sorted({r["env"] for r in steplag_stage2.rows(steplag_dir)})
+    return kit.placed_rows(os.path.join(steplag_dir, STAGE2), ("arm", "lag_model"))
+
+
+def tasks_of(steplag_dir: str) -> list[str]:
+    return sorted({r["env"] for r in stage2_rows(steplag_dir)})
 
 
 def leave_one_task_out(p: dict, steplag_dir: str) -> list[dict]:

@@ -34,10 +34,10 @@ def _finite(x) -> bool:
 # ----------------------------------------------------------------------------- screens
 
 def _screen_module():
-    """The screen study's module, for its thresholds (LEARN_FRACTION, LAG_LOSS, MIN_PROGRESS)."""
-    from vaco_jax.studies import screen
+    """The screens' rules, for their thresholds (LEARN_FRACTION, LAG_LOSS, MIN_PROGRESS)."""
+    from vaco_jax.studies import screen_rules
 
-    return screen
+    return screen_rules
 
 
 def _learnable_text(row: dict, screen) -> str:

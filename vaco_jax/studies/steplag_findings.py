@@ -14,8 +14,9 @@ import os
 import numpy as np
 
 from vaco_jax.analysis import results
-from vaco_jax.studies import kit, steplag_stage2
+from vaco_jax.studies import kit
 from vaco_jax.studies.kit_findings import interval_text, num, table, text_cell
+from vaco_jax.studies.kit_steplag import arm_label, stage2_progress
 
 STEPLAG = os.path.join("results", "steplag")
 # The tables ``experiments/steplag.py report`` writes under it (``CHOICES``, ``STAGE2_VERDICTS`` and
@@ -45,8 +46,8 @@ def steplag_summary(root: str) -> str | None:
             parts.append(f"{r['surface']} {r['knob']} = {num(r['value'], 'g')} (stability "
                          f"{num(r['stability'], '.2f')}{pending})")
     if "stage2" in p:
-        done, names = steplag_stage2.progress(p, res)
-        arms = ", ".join(steplag_stage2.arm_label(p, a) for a in p["stage2"]["arms"])
+        done, names = stage2_progress(p, manifest)
+        arms = ", ".join(arm_label(p, a) for a in p["stage2"]["arms"])
         stage2 = (f"Stage 2 is fixed in the protocol ({arms}): "
                   f"{len(done)} of its {len(names)} units finished"
                   + ("" if len(done) == len(names) else ", no verdict before the last"))
@@ -79,7 +80,6 @@ def steplag_stage2_table(root: str) -> str:
     rule as it wrote them (``stage2_verdicts.csv``, ``stage2_shape.csv``)."""
     from vaco_jax.analysis.tables import is_diverged
 
-    label = steplag_stage2.arm_label
     res = os.path.join(root, STEPLAG)
     if not os.path.exists(os.path.join(res, "protocol.json")):
         return "No step size × lag study in this tree (`results/steplag/protocol.json`).\n"
@@ -87,7 +87,7 @@ def steplag_stage2_table(root: str) -> str:
     if "stage2" not in p:
         return ("Stage 2 is not fixed yet: `python experiments/steplag.py report` prints its section once stage 1 "
                 "is complete, and the section is committed into the protocol before stage 2's first run.\n")
-    done, names = steplag_stage2.progress(p, res)
+    done, names = stage2_progress(p, kit.manifest(res))
     score = p["stage2"]["rules"]["score"]
     depths = sorted({int(b) for c in p["stage2"]["cells"] for b in c["lag_depths"]})
     rows = []
@@ -103,7 +103,7 @@ def steplag_stage2_table(root: str) -> str:
             mean, sd = np.mean(ok) if ok else math.nan, np.std(ok, ddof=1) if len(ok) > 1 else math.nan
             cells.append("" if not at else f"{num(mean, ',.0f')} ± {num(sd, ',.0f')} ({len(ok)}"
                          + (f"; {bad} diverged" if bad else "") + ")")
-        rows.append([task, label(p, arm), lag_model] + cells)
+        rows.append([task, arm_label(p, arm), lag_model] + cells)
     seeds = p["stage2"]["seeds"]
     if not done:
         return (f"Stage 2 (`results/steplag/stage2/`): none of its {len(names)} units has finished yet "
@@ -123,7 +123,7 @@ def steplag_stage2_table(root: str) -> str:
     rules_ = p["stage2"]["rules"]
     ci, eci = float(rules_["confidence"]), float(rules_["equivalence_confidence"])
 
-    prim = [[r["test"].replace("reference", "PPO-Clip"), label(p, r["arm"]), r["lag_model"],
+    prim = [[r["test"].replace("reference", "PPO-Clip"), arm_label(p, r["arm"]), r["lag_model"],
              str(int(r["lag_depth"])), text_cell(r["tasks"]), interval_text(r, spec=".3f"),
              interval_text(r, "difference", "+.3f"), num(r.get("p_holm"), ".4f"),
              f"**{r['verdict']}**", text_cell(r.get("at_floor")) or "—", num(r.get("setting_stability"), ".2f")]
@@ -138,7 +138,7 @@ def steplag_stage2_table(root: str) -> str:
              table(["test", "method", "lag model", "B", "tasks", f"point [{ci:.0%} interval]",
                     f"difference [{eci:.0%} interval]", "p (Holm)", "verdict", "at floor", "setting stability"],
                    prim).rstrip("\n"), ""]
-    per = [[r["tasks"], label(p, r["arm"]), r["lag_model"], str(int(r["lag_depth"])), interval_text(r, spec=".3f"),
+    per = [[r["tasks"], arm_label(p, r["arm"]), r["lag_model"], str(int(r["lag_depth"])), interval_text(r, spec=".3f"),
             r["verdict"],
             "floor" if text_cell(r.get("at_floor")) else "ceiling" if str(r.get("at_ceiling")) == "True" else ""]
            for r in v if r["family"] == "per task"]
@@ -151,7 +151,7 @@ def steplag_stage2_table(root: str) -> str:
         shape = results.read_table(shape_path)
         if shape:
             m0, m1 = str(shape[0]["models"]).split()
-            rows = [[" − ".join(label(p, k).split(",")[0] for k in r["pair"].split(" - ")),
+            rows = [[" − ".join(arm_label(p, k).split(",")[0] for k in r["pair"].split(" - ")),
                      num(r.get(f"contrast_{m0}"), ".3f"), num(r.get(f"contrast_{m1}"), ".3f"),
                      f"{num(r.get('change'), '.3f')} [{num(r.get('low'), '.3f')}, {num(r.get('high'), '.3f')}]",
                      num(r.get("p_holm"), ".4f"), r["verdict"]] for r in shape]

@@ -26,18 +26,20 @@ uniform-random return measured beside its runs and the mean score of its PPO-Cli
 has no earlier reference; P(X > Y) does not depend on it, the differences and retentions do, a little,
 and their bootstrap takes the scale as fixed). The primary family is every (lag model, B) head-to-head
 of the section's cells and every method's retention difference, each pooled over the tasks that ran it
-(the row names them; the per-task rows sit beside).
+(the row names them; the per-task rows sit beside). The unit names, the rules' computation and an arm's
+label are ``kit_steplag``'s (``stage2_verdicts``), which the lag-shape study's leave-one-task-out check
+(``lagshape_tasks``) recomputes too; this module reads the committed scores into them.
 """
 
 from __future__ import annotations
 
 import os
 
-from vaco_jax.analysis.tables import is_diverged
 from vaco_jax.core.config import ConfigError
-from vaco_jax.studies.kit_steplag import rule_numbers, stage2_scale
+from vaco_jax.studies.kit_steplag import STAGE2 as STAGE
+from vaco_jax.studies.kit_steplag import (arm_label, rule_numbers, stage2_entries, stage2_progress,
+                                          stage2_scale, stage2_unit_names as unit_names, stage2_verdicts)
 
-STAGE = "stage2"
 ENTRY = ("ppo_clip", "vaco", "vaco_learner")  # always in stage 2 (stage 1's entry rule)
 MAX_ARMS = 5  # the protocol's cap on stage 2's methods
 PEER_CHECK_HOURS = 0.7  # Ant-v4 PPO-Clip at CleanRL's settings before stage 2 (5 seeds, one env each)
@@ -93,16 +95,6 @@ def check(p: dict) -> None:
                           f"{sorted(need - ran)} that stage2.cells does not run")
 
 
-def _entries(p: dict):
-    """(name, task, arm, cell entry) for each stage-2 unit, in the section's order: per cell entry, per
-    task, per arm. The one place a unit's name is made."""
-    s2 = p[STAGE]
-    for c in s2["cells"]:
-        for task in c["tasks"]:
-            for arm in s2["arms"]:
-                yield f"{STAGE}/{task}/{arm}/{c['lag_model']}", task, arm, c
-
-
 def units(p: dict, base_config, make_unit) -> list:
     """Stage 2's units in the section's order (``base_config(p, task, surface)`` and ``make_unit(p, name,
     stage, config, cells, subdir)`` are the study driver's)."""
@@ -110,7 +102,7 @@ def units(p: dict, base_config, make_unit) -> list:
 
     s2, surfaces = p[STAGE], p["stage1"]["surfaces"]
     out = []
-    for name, task, arm, c in _entries(p):
+    for name, task, arm, c in stage2_entries(p):
         config = base_config(p, task, arm).replace(
             lag_model=c["lag_model"], **{surfaces[arm]["knob"]: float(s2["arms"][arm])})
         out.append(make_unit(p, name, STAGE, config, grid.grid(c["lag_depths"], s2["seeds"]),
@@ -118,17 +110,10 @@ def units(p: dict, base_config, make_unit) -> list:
     return out
 
 
-def unit_names(p: dict) -> list[str]:
-    """Stage 2's unit names in :func:`units`' order (no configuration built)."""
-    return [name for name, *_ in _entries(p)]
-
-
 def progress(p: dict, results_dir: str) -> tuple[list[str], list[str]]:
     """(stage 2's units the manifest lists as finished, every stage-2 unit), in the section's order."""
     from vaco_jax.studies import kit
-    done = {m["unit"] for m in kit.manifest(results_dir)}
-    names = unit_names(p)
-    return [n for n in names if n in done], names
+    return stage2_progress(p, kit.manifest(results_dir))
 
 
 def complete(p: dict, results_dir: str) -> bool:
@@ -146,40 +131,11 @@ def rows(results_dir: str) -> list[dict]:
     return kit.placed_rows(os.path.join(results_dir, STAGE), ("arm", "lag_model"))
 
 
-def unscaled(all_rows: list[dict], norm: dict) -> list[str]:
-    """The tasks with runs but no scale (left out of every verdict; the report names them)."""
-    return sorted({r["env"] for r in all_rows} - set(norm))
-
-
 def verdicts(p: dict, results_dir: str, leave_out: tuple = (), tasks: str = "fixed") -> dict:
-    """Every stage-2 rule on the committed scores: {'primary' (each row with its method's stage-1 setting
-    stability), 'per_task', 'shape', 'left_out', 'unscaled'}. ``leave_out``: tasks whose runs are set
-    aside first (the leave-one-task-out check); ``tasks``: the primary family's bootstrap over tasks
-    (``confirm.TASK_RESAMPLING``; the committed rule is 'fixed')."""
-    from vaco_jax.analysis import confirm
-    s2 = p[STAGE]
-    rl = s2["rules"]
-    r = confirm.Rules(**rule_numbers(rl))
-    every = [x for x in rows(results_dir) if x["env"] not in leave_out]
-    norm = stage2_scale(every, results_dir, rl["score"])
-    got = [x for x in every if x["env"] in norm]
-    arms = list(s2["arms"])
-    lag_cells = list(dict.fromkeys((c["lag_model"], int(b)) for c in s2["cells"] for b in c["lag_depths"]))
-    shape = rl["shape"]
-    primary = confirm.primary(got, rl["score"], norm, arms, lag_cells, tuple(rl["retention_lags"]), r, tasks=tasks)
-    # how firmly stage 1 chose each method's setting: a verdict on a setting picked in few of stage 1's
-    # resamples is a verdict on that setting, and the row says so
-    stability = setting_stability(results_dir)
-    for row in primary:
-        row["setting_stability"] = stability.get(row["arm"], float("nan"))
-    return {
-        "primary": primary,
-        "per_task": confirm.per_task(got, rl["score"], norm, arms, lag_cells, r, ceiling(got, norm, rl["score"])),
-        "shape": confirm.shape_dependence(got, rl["score"], norm, arms, int(shape["lag_depth"]),
-                                          tuple(shape["models"]), r),
-        "left_out": {"/".join(map(str, k)): v for k, v in confirm.left_out(got, rl["score"]).items()},
-        "unscaled": unscaled(every, norm),
-    }
+    """Every stage-2 rule on the committed scores (``kit_steplag.stage2_verdicts``). ``leave_out``: tasks
+    whose runs are set aside first (the leave-one-task-out check); ``tasks``: the primary family's
+    bootstrap over tasks (``confirm.TASK_RESAMPLING``; the committed rule is 'fixed')."""
+    return stage2_verdicts(p, [x for x in rows(results_dir) if x["env"] not in leave_out], results_dir, tasks)
 
 
 def shape_rows(shape: dict) -> list[dict]:
@@ -187,37 +143,6 @@ def shape_rows(shape: dict) -> list[dict]:
     overall call on every row."""
     return [{"lag_depth": shape["lag_depth"], "models": " ".join(shape["models"]), "overall": shape["overall"], **pair}
             for pair in shape["pairs"]]
-
-
-def setting_stability(results_dir: str) -> dict:
-    """``{surface: the share of stage 1's resamples that picked its setting}`` from ``choices.csv``."""
-    from vaco_jax.analysis import results
-    path = os.path.join(results_dir, "choices.csv")
-    return {r["surface"]: float(r["stability"]) for r in results.read_table(path)
-            if r.get("stability") not in (None, "")} if os.path.exists(path) else {}
-
-
-def ceiling(all_rows: list[dict], norm: dict, score: str) -> dict:
-    """``{task: at its ceiling}``: PPO-Clip at B = 1 within 2% of the best score any run of the task reached,
-    in most of its runs (``rules.at_ceiling``, the first study's rule)."""
-    import numpy as np
-
-    from vaco_jax.analysis import rules
-    out = {}
-    for task, (random, _) in norm.items():
-        ok = [r for r in all_rows if r["env"] == task and not is_diverged(r)
-              and np.isfinite(float(r[score]))]
-        ref = [float(r[score]) for r in ok if r["arm"] == "ppo_clip" and r["lag_model"] == "uniform"
-               and int(r["lag_depth"]) == 1]
-        out[task] = bool(ref) and rules.at_ceiling(ref, max(float(r[score]) for r in ok), random)
-    return out
-
-
-def arm_label(p: dict, arm: str) -> str:
-    """A stage-2 arm (a stage-1 surface's key) as a reader knows it, with its fixed setting."""
-    from vaco_jax.analysis.surfaces import surface_label
-    s = p["stage1"]["surfaces"][arm]
-    return f"{surface_label(s)}, {s['knob']} = {float(p[STAGE]['arms'][arm]):g}"
 
 
 def draw(p: dict, results_dir: str, title_note: str = ""):
