@@ -50,7 +50,7 @@ def check(p: dict) -> None:
     from vaco_jax.analysis import confirm
     from vaco_jax.core.config import LAG_MODELS
     from vaco_jax.core.knobs import check_knob
-    from vaco_jax.envs import available_envs
+    from vaco_jax.envs import env_source
 
     s2, surfaces = p[STAGE], p["stage1"]["surfaces"]
     missing = [k for k in ("seeds", "arms", "cells", "rules") if k not in s2]
@@ -81,7 +81,7 @@ def check(p: dict) -> None:
             raise ConfigError(f"protocol stage2.cells[{i}].lag_model: {c['lag_model']!r} is not valid; allowed "
                               f"values: {', '.join(LAG_MODELS)}")
         for t in c["tasks"]:
-            if t not in available_envs():
+            if env_source(t) is None:  # Brax and Playground imported only for a name outside ours
                 raise ConfigError(f"protocol stage2.cells[{i}].tasks: {t!r} is not valid")
             if not p["budget"]["rates_env_steps_per_s"].get(t):
                 raise ConfigError(f"protocol budget.rates_env_steps_per_s: no rate for {t!r}")
