@@ -126,7 +126,7 @@ def test_config_naming_no_file_says_the_path(tmp_path, capsys):
 
 
 def test_a_mujoco_gl_that_mujoco_refuses_is_one_line_before_anything_runs(tmp_path, monkeypatch, capsys):
-    from vaco_jax.driver import render, tracking
+    from vaco_jax.driver import render, render_cli, tracking
 
     monkeypatch.setenv("MUJOCO_GL", "bogus")
     hopper = Config(env="Hopper-v4")
@@ -134,7 +134,7 @@ def test_a_mujoco_gl_that_mujoco_refuses_is_one_line_before_anything_runs(tmp_pa
         tracking.check_tracking([hopper], [1], None, tracking.VideoOptions())
     monkeypatch.setattr("sys.argv", ["vaco-render", str(tmp_path)])
     with pytest.raises(SystemExit) as e:
-        render.cli()
+        render_cli.cli()
     assert e.value.code == 2
     assert capsys.readouterr().err.startswith("error: MUJOCO_GL='bogus' is not valid; allowed values: egl")
     monkeypatch.setenv("MUJOCO_GL", "off")
@@ -174,15 +174,15 @@ def test_every_choice_a_help_line_names_is_there_with_the_others():
 def test_vaco_render_help_describes_rendering(monkeypatch, capsys):
     import tyro
 
-    from vaco_jax.driver import cli, render
+    from vaco_jax.driver import cli, render_cli
 
     monkeypatch.setenv("COLUMNS", "200")
     with pytest.raises(SystemExit):
-        tyro.cli(cli.grouped(render.Args), args=["--help"])
+        tyro.cli(cli.grouped(render_cli.Args), args=["--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert text.count("GROUP_DIR/cell-K.mp4") == 1  # --out's default, once
-    assert render.HELP_GROUP_TEXT["run"] in text and cli.HELP_GROUPS["run"] not in text
-    assert render.HELP_CONFIG_TEXT in text and "re-runs that group's cells" not in text
+    assert render_cli.HELP_GROUP_TEXT["run"] in text and cli.HELP_GROUPS["run"] not in text
+    assert render_cli.HELP_CONFIG_TEXT in text and "re-runs that group's cells" not in text
     assert "tasks, methods, seeds" not in text
 
 

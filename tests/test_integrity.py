@@ -674,7 +674,7 @@ def test_a_single_run_is_a_run_directory_every_reader_takes(tmp_path):
     """vaco-train's output is a one-cell group in its own run directory: the results reader, the
     policy loader and the renderer's directory lookup find it as they find a study's."""
     from vaco_jax.driver.policies import load_policy
-    from vaco_jax.driver.render import group_dir
+    from vaco_jax.driver.render_cli import group_dir
     from vaco_jax.driver.train import run
 
     done = run(tiny_config(**CONFIG), seed=1, out=str(tmp_path), progress=False)

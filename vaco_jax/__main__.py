@@ -11,7 +11,7 @@ import sys
 from vaco_jax.studies import COMMANDS as STUDIES
 
 COMMANDS = {"train": ("vaco_jax.driver.train", "one configuration: train, evaluate, write a run directory"),
-            "render": ("vaco_jax.driver.render", "a video (or HTML page) of a trained policy acting"),
+            "render": ("vaco_jax.driver.render_cli", "a video (or HTML page) of a trained policy acting"),
             **STUDIES}
 
 

@@ -10,9 +10,10 @@
                     alike (``core.train.evaluation_program``)
 
 ``group_program(config, cells)`` returns that as a ``GroupProgram``. ``runner.run_group`` runs it chunk by
-chunk (``start``, ``chunk``; ``unpad``/``repad`` for checkpoints), ``memory.cell_bytes`` traces its
-``init`` for the state's size, and the benchmarks time it. Building it compiles nothing: each program
-compiles on its first call (or loads from the compilation cache).
+chunk: ``resume`` (from the group's checkpoint, else ``start``), then ``chunk`` (the phases and the
+evaluation) and ``save`` (the checkpoint) after each; ``memory.cell_bytes`` traces its ``init`` for the
+state's size, and the benchmarks time it. Building it compiles nothing: each program compiles on its
+first call (or loads from the compilation cache).
 
 ``learner_call`` is the learner's part of one phase alone (align + E x M gradient steps on one fixed
 lagged batch), as a timed call: claim 3b's cost table (``studies/study.py``) and benchmarks/method_cost.py.
@@ -21,6 +22,7 @@ lagged batch), as a timed call: claim 3b's cost table (``studies/study.py``) and
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from typing import Any, Callable, Sequence
 
@@ -59,6 +61,7 @@ class GroupProgram:
     init: Callable  # (keys, traced) -> state
     train_chunk: Callable  # (state, traced) -> (state, metrics): the chunk's phases, without its evaluation
     evaluation: Callable  # the chunk's evaluation over the grid (shared by the task's groups)
+    chunk_env_steps: int  # env steps of one chunk over the whole grid, padding included
 
     @property
     def padded(self) -> int:
@@ -95,6 +98,31 @@ class GroupProgram:
         """The shapes and dtypes of ``unpad(start())``, traced only (a checkpoint's template)."""
         return jax.eval_shape(lambda k, t: self.unpad(self.init(k, t)), self.keys, self.traced)
 
+    def save(self, directory: str, state, chunks: int) -> None:
+        """A checkpoint of ``state`` after ``chunks`` chunks in ``directory`` (``checkpoint.save_checkpoint``):
+        the group's own cells (``unpad``)."""
+        from vaco_jax.driver import checkpoint
+
+        own = self.unpad(state)
+        checkpoint.save_checkpoint(directory, own, chunks)
+
+    def resume(self, directory: str | None):
+        """``(state, chunks done)``: from the newest usable checkpoint in ``directory`` (re-padded and laid
+        out on the devices, ``repad``), else the grid's initial state (``start``) and 0. A directory whose
+        checkpoints are all damaged raises ``checkpoint.CheckpointDamaged``."""
+        if directory is not None and os.path.exists(directory):  # (the template traces init: seconds for MJX)
+            from vaco_jax.driver import checkpoint
+
+            restored = checkpoint.restore_checkpoint(directory, self.state_shape())
+            if restored is not None:
+                state, chunks, _ = restored
+                return self.repad(state), chunks
+        return self.start(), 0
+
+    def host_cells(self, state):
+        """The group's own cells of ``state`` (``unpad``), copied to the host."""
+        return jax.device_get(self.unpad(state))
+
 
 def group_program(config: Config, cells: Sequence, trainer: Trainer | None = None,
                   devices: int | None = None) -> GroupProgram:
@@ -114,7 +142,8 @@ def group_program(config: Config, cells: Sequence, trainer: Trainer | None = Non
     return GroupProgram(config=config, trainer=trainer, cells=len(cells), devices=used, per_device=per_device,
                         mesh=mesh, keys=keys, traced=traced, init=jax.jit(on_grid(trainer.init)),
                         train_chunk=jax.jit(on_grid(trainer.train_chunk)),
-                        evaluation=evaluation_program(trainer, on_grid(trainer.chunk_evaluation), where))
+                        evaluation=evaluation_program(trainer, on_grid(trainer.chunk_evaluation), where),
+                        chunk_env_steps=config.env_steps_per_chunk * used * per_device)
 
 
 def learner_call(config: Config, lag_depth: int, traced=None, warm_chunks: int = 1, learner_diagnostics: bool = True):

@@ -226,7 +226,7 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
         return rows
     from tqdm.auto import tqdm
 
-    from vaco_jax.driver import checkpoint as ckpt
+    from vaco_jax.driver.checkpoint import CheckpointDamaged
     os.makedirs(group_dir, exist_ok=True)
     results.write_cells(group_dir, cell_rows)
 
@@ -236,24 +236,19 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
     curves_path = os.path.join(group_dir, "curves.csv")
     phase_path = os.path.join(group_dir, "phase_returns.npz")
     stale_path = os.path.join(group_dir, "staleness.npz")
-    state, start, curve_rows, phase_ret, phase_cnt, stale = None, 0, [], [], [], []
-    if checkpoint and os.path.exists(ckpt_dir):  # (the template traces init: seconds for an MJX task)
+    curve_rows, phase_ret, phase_cnt, stale = [], [], [], []
+    try:
+        state, start = program.resume(ckpt_dir if checkpoint else None)
+    except CheckpointDamaged as e:
+        _warn(f"{e}; restarting {group_dir} from its first chunk (every number is recomputed)")
+        state, start = program.start(), 0
+    if start > 0:
         try:
-            restored = ckpt.restore_checkpoint(ckpt_dir, program.state_shape())
-        except ckpt.CheckpointDamaged as e:
+            curve_rows, phase_ret, phase_cnt = _resume_files(curves_path, phase_path, start, len(cells))
+            stale = _resume_staleness(stale_path, start, len(cells), config.buffer_capacity)
+        except ResultsError as e:
             _warn(f"{e}; restarting {group_dir} from its first chunk (every number is recomputed)")
-            restored = None
-        if restored is not None:
-            state, start, _ = restored
-            state = program.repad(state)
-            try:
-                curve_rows, phase_ret, phase_cnt = _resume_files(curves_path, phase_path, start, len(cells))
-                stale = _resume_staleness(stale_path, start, len(cells), config.buffer_capacity)
-            except ResultsError as e:
-                _warn(f"{e}; restarting {group_dir} from its first chunk (every number is recomputed)")
-                state, start, curve_rows, phase_ret, phase_cnt, stale = None, 0, [], [], [], []
-    if state is None:
-        state = program.start()
+            state, start, curve_rows, phase_ret, phase_cnt, stale = program.start(), 0, [], [], [], []
 
     bar = tqdm(total=config.num_evals, initial=start, disable=not progress, unit="chunk",
                desc=label or f"{config.env}/{config.method} x{len(cells)}")
@@ -276,7 +271,7 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
                 row.update({k: np.asarray(v)[i].item() for k, v in summary.items()})
                 mark_nonfinite(row, [k for k in summary if k not in NOT_DIAGNOSTICS])
                 row["seconds"] = seconds
-                row["grid_steps_per_second"] = config.env_steps_per_chunk * program.padded / seconds
+                row["grid_steps_per_second"] = program.chunk_env_steps / seconds
                 curve_rows.append(row)
                 if live is not None:
                     live.write(i, row, stale[-1][i], skip=list(tags) + list(cell.row()))
@@ -284,7 +279,7 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
             results.save_npz(stale_path, counts=np.stack(stale))
             if checkpoint:
                 results.save_npz(phase_path, returns=np.stack(phase_ret), counts=np.stack(phase_cnt))
-                ckpt.save_checkpoint(ckpt_dir, program.unpad(state), chunk + 1)
+                program.save(ckpt_dir, state, chunk + 1)
             if hooks.active:  # after the chunk's files: a hook that fails leaves a run that resumes
                 hooks.after_chunk(chunk, curve_rows[-len(cells):], stale[-1], program, state,
                                   [list(tags) + list(c.row()) for c in cells])
@@ -292,7 +287,7 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
             evals = np.asarray(summary["eval_return"][: len(cells)], float)
             evals = evals[np.isfinite(evals)]
             bar.set_postfix(eval=f"{evals.mean():.0f}" if len(evals) else "n/a",
-                            sps=f"{config.env_steps_per_chunk * program.padded / seconds:.0f}")
+                            sps=f"{program.chunk_env_steps / seconds:.0f}")
         failed = False
     finally:
         bar.close()
@@ -313,7 +308,7 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
         score_rows.append(row)
     from vaco_jax.driver.policies import save_policies
 
-    final = jax.device_get(program.unpad(state))
+    final = program.host_cells(state)
     save_policies(group_dir, config, final.learner, final.normalizer)  # trained policies are kept
     results.write_table(scores_path, score_rows)
     if checkpoint:
