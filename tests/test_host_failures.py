@@ -15,7 +15,7 @@ import pytest
 from conftest import study_module, tiny_config
 from vaco_jax.analysis import results
 from vaco_jax.core.config import ConfigError
-from vaco_jax.driver import grid, provenance, render
+from vaco_jax.driver import grid, provenance, render_cli
 from vaco_jax.driver.cli import parse_args
 from vaco_jax.driver.config_file import check_rerun
 from vaco_jax.driver.train import run, run_name, train_args_class, train_config
@@ -143,7 +143,7 @@ def test_vaco_train_judges_its_settings_with_the_tasks_defaults():
 
 def _render(path, monkeypatch, **kw):
     monkeypatch.setenv("MUJOCO_GL", os.environ.get("MUJOCO_GL", "egl"))
-    return render.main(render.Args(run_dir=str(path), **kw))
+    return render_cli.main(render_cli.Args(run_dir=str(path), **kw))
 
 
 def test_render_names_what_is_wrong_with_the_path_before_anything_else(tmp_path, monkeypatch, single):
@@ -179,16 +179,16 @@ def test_render_names_what_is_wrong_with_the_path_before_anything_else(tmp_path,
 def test_render_says_the_steps_it_took(monkeypatch, single, capsys):
     """``--steps 5`` takes 5 steps and draws 6 frames (the first state and one after each step); it
     printed "6 steps"."""
-    env, config, cores, total, taken = render.rollout(single.group_dir, 0, 5, 0, True)
+    env, config, cores, total, taken = render_cli.rollout(single.group_dir, 0, 5, 0, True)
     assert (taken, len(cores)) == (5, 6)
 
     class Drawn:
         def __init__(self, *a):
             pass
 
-    monkeypatch.setattr(render, "Scene", Drawn)
-    monkeypatch.setattr(render, "frames_of", lambda scene, cores, w, h: cores)
-    monkeypatch.setattr(render, "write_mp4", lambda frames, path, fps: None)
+    monkeypatch.setattr(render_cli, "Scene", Drawn)
+    monkeypatch.setattr(render_cli, "frames_of", lambda scene, cores, w, h: cores)
+    monkeypatch.setattr(render_cli, "write_mp4", lambda frames, path, fps: None)
     monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/" + name)
     _render(single.run_dir, monkeypatch, steps=5, out=os.devnull)
     out = capsys.readouterr().out
