@@ -7,7 +7,7 @@ import re
 import pytest
 
 from vaco_jax.core.config import ConfigError
-from vaco_jax.studies import deep_lag, deep_lag_report, kit_real
+from vaco_jax.studies import deep_lag, deep_lag_report, kit_real, kit_real_runs
 
 
 def _row(name, family, age, method="ppo_clip"):
@@ -168,6 +168,25 @@ def test_the_verdict_rule_at_its_edges():
     assert all(math.isnan(x) for x in kit_real.bootstrap_ci([[1.0, 2.0], []], lambda a, b: a - b, 10, 0.9))
 
 
+def test_plan_counts_what_is_left_and_the_kit_reads_a_configurations_real_runs(capsys):
+    """``plan`` on the committed study: its seeds as spans, nothing left to run. The kit's reader of a
+    configuration's real runs (the report's and lagshape's) scores each at the simulator's evaluation
+    points and names the first run that has not finished."""
+    from conftest import ROOT
+
+    committed = os.path.join(ROOT, "results", "deep_lag")
+    deep_lag.main(deep_lag.Args("plan", out=committed))
+    text = capsys.readouterr().out
+    assert "study: seeds real 0..19, simulated 1000..1039 (control 1000..1009)," in text
+    assert text.count("0 real run(s) and 0 simulated program(s) to go") == 3 and text.count(": 0 pilot run(s)") == 6
+    assert kit_real.span((0, 1)) == "0, 1" and kit_real.span((3, 5, 6, 7)) == "3, 5, 6, 7"
+    c = {"name": "lockstep"}
+    runs = kit_real.real_scores(committed, c, "vaco", (0, 1), 10)
+    assert runs == [kit_real.real_score(kit_real.real_dir(committed, c, "vaco", s), 10) for s in (0, 1)]
+    with pytest.raises(ConfigError, match=r"lockstep/vaco/seed99 has not finished; run the 'real' stage first"):
+        kit_real.real_scores(committed, c, "vaco", (0, 99), 10)
+
+
 def test_the_study_is_refused_without_two_chosen_configurations(tmp_path):
     out = str(tmp_path / "out")
     with pytest.raises(ConfigError, match=r"chosen.csv is missing; run `pilot` and `choose` first"):
@@ -244,7 +263,7 @@ def test_the_simulated_sweeps_run_at_the_real_runs_settings(tmp_path, monkeypatc
                 write_age_histogram(os.path.join(where, "age_histogram.csv"), counts, checksum=True)
                 open(os.path.join(where, "score.json"), "w").write("{}")
     calls = []
-    monkeypatch.setattr(kit_real, "run_sweep", lambda spec, method, variants, seeds, **kw: calls.append(
+    monkeypatch.setattr(kit_real_runs, "run_sweep", lambda spec, method, variants, seeds, **kw: calls.append(
         dict(kw, spec=spec, method=method, variants=variants, seeds=seeds)))
     deep_lag.main(deep_lag.Args("sim", preset="cpu", out=out, work=work, progress=False))
     # programs of at most 40 cells: a main sweep (2 counterparts x 40 seeds) as two blocks of 20 seeds

@@ -8,7 +8,7 @@ import pytest
 
 from conftest import study_module
 from vaco_jax.core.config import ConfigError
-from vaco_jax.studies import kit_real
+from vaco_jax.studies import kit_real_runs
 
 
 def test_the_three_counterparts_of_a_real_histogram():
@@ -47,7 +47,8 @@ def test_the_study_end_to_end_on_point_mass(tmp_path, monkeypatch, capsys):
     svr.main(args("sim", minutes=1e-6))
     assert "--minutes 1e-06 reached" in capsys.readouterr().out
     assert sorted(os.listdir(os.path.join(out, "sim", "sync2", "ppo_clip"))) == sorted(
-        list(kit_real.SIM_TABLES) + [t + ".sha256" for t in kit_real.SIM_TABLES if t.endswith(".csv")])  # checksums
+        list(kit_real_runs.SIM_TABLES)
+        + [t + ".sha256" for t in kit_real_runs.SIM_TABLES if t.endswith(".csv")])  # checksums
     assert not os.path.exists(os.path.join(out, "sim", "async2"))
     with pytest.raises(ConfigError, match="run the 'sim' stage first"):
         svr.main(args("report"))

@@ -96,3 +96,16 @@ def test_vaco_train_dry_run_of_a_single_run_reads_the_single_run_rate_on_file(tm
 def test_groups_of_one_task_and_shape_are_summed_into_one_part():
     (line,) = dryrun.time_lines([_group(), _group()], RATES)
     assert line.count("Hopper-v4 (a single run, 1 cell) 40,960 env steps at 2,000/s") == 1
+
+
+def test_a_groups_minutes_are_its_env_steps_and_evaluations_over_its_shapes_rates():
+    """``group_minutes`` (a study unit's estimate, ``lagshape.minutes``): 20,480 training env steps at the
+    single run's 2,000/s and 2 x 4 x 1,000 evaluation env steps at 8,000/s; one env per cell, whose
+    evaluation is in its training rate, counts its training alone; a task without a rate gives None.
+    ``time_lines`` prints the same arithmetic's parts."""
+    assert dryrun.group_minutes(_group(), RATES) == pytest.approx((20_480 / 2_000 + 8_000 / 8_000) / 60)
+    one = _group(num_envs=1, unroll_length=2048)
+    assert dryrun.group_minutes(one, RATES) == pytest.approx(dryrun.env_steps(one) / 500 / 60)
+    assert dryrun.group_minutes(_group(env="Walker2d-v4"), RATES) is None
+    (line,) = dryrun.time_lines([_group()], RATES)
+    assert line.startswith(f"time estimate: ~{dryrun.group_minutes(_group(), RATES):.1f} min")

@@ -91,6 +91,20 @@ def group_rate(group: Group, rates: dict | None = None) -> tuple | None:
     return between(single[0], measured[0]), between(single[1], measured[1])
 
 
+def minutes_at(n: int, n_eval: int, rate: tuple) -> tuple[float, float]:
+    """(training, evaluation) minutes of ``n`` env steps and ``n_eval`` evaluation env steps at ``rate``
+    (``group_rate``'s pair); the evaluation's 0 where its rate is None (in the training rate, or not
+    measured apart)."""
+    return n / rate[0] / 60.0, (n_eval / rate[1] / 60.0 if n_eval and rate[1] else 0.0)
+
+
+def group_minutes(group: Group, rates: dict | None = None) -> float | None:
+    """A group's estimated minutes: its env steps and its evaluations' at its shape's measured rates
+    (``minutes_at``), compilation not included; None when its task has no rate at that shape."""
+    rate = group_rate(group, rates)
+    return None if rate is None else sum(minutes_at(env_steps(group), eval_steps(group), rate))
+
+
 def time_lines(groups: Sequence[Group], rates: dict | None = None) -> list[str]:
     """The time estimate: per task and shape, the env steps of its cells over the rate measured at that
     shape, and its evaluations' env steps over the evaluation's measured rate (groups of one task, shape,
@@ -106,11 +120,10 @@ def time_lines(groups: Sequence[Group], rates: dict | None = None) -> list[str]:
         if rate is None:
             missing.append((what, n))
             continue
-        m = n / rate[0] / 60.0
+        m, e = minutes_at(n, n_eval, rate)
         text = f"{what} {n:,} env steps at {rate[0]:,.0f}/s ~{m:.1f} min"
         if n_eval:
             if rate[1]:
-                e = n_eval / rate[1] / 60.0
                 m += e
                 text += f" + evaluation {n_eval:,} env steps at {rate[1]:,.0f}/s ~{e:.1f} min"
             else:

@@ -1,6 +1,6 @@
 """The deep-lag study's simulated programs: how each sweep's seeds are grouped into programs of at most
 ``PROGRAM_CELLS`` cells, and where each program's results lie (``OUT/sim/<configuration>/<method>/<sweep>/
-seeds<first>-<last>/``). It imports no study: ``deep_lag`` runs its sweeps as these programs and
+seeds<first>-<last>/``). It imports no study: ``deep_lag_study`` runs its sweeps as these programs and
 ``deep_lag_findings`` counts them for FINDINGS.md without importing the study's command module.
 """
 
@@ -28,7 +28,7 @@ def seed_blocks(seeds, variants: int, cells: int) -> list[tuple[int, ...]]:
 
 def sweep_shapes(study: dict, family: str) -> list[tuple[str, int, tuple[int, ...]]]:
     """(sweep, counterparts, seeds) of one configuration's sweeps as the protocol has them, before its real
-    histograms exist (``deep_lag.sweeps_of`` gives the weights; a main sweep whose histogram and uniform counterparts
+    histograms exist (``deep_lag_study.sweeps_of`` gives the weights; a main sweep whose histogram and uniform counterparts
     coincide runs one)."""
     if family == "sync":
         return [("lockstep", 1, tuple(study["sim_seeds"]))]

@@ -2,8 +2,9 @@
 report from the scores: the verdict rule (simulated minus real, a bootstrap interval against a margin),
 the arms behind the verdicts and the real runs' wall clock.
 
-``deep_lag`` plans and runs the study, finds its run directories and writes its files; what is computed
-from numbers lives here (the rule in words: ``deep_lag``'s docstring and docs/real_async.md, "Deep lag").
+``deep_lag`` and its parts (``deep_lag_pilot``, ``deep_lag_study``) plan and run the study, find its run
+directories and write its files; what is computed from numbers lives here (the rule in words:
+``deep_lag``'s docstring and docs/real_async.md, "Deep lag").
 """
 
 from __future__ import annotations
@@ -198,30 +199,3 @@ def none_as_nan(rows: list[dict]) -> list[dict]:
     """``None`` as an empty cell (it reads back as NaN)."""
     return [{k: float("nan") if v is None else v for k, v in r.items()} for r in rows]
 
-
-def run_summary(run_dir: str, steady_from: int) -> dict:
-    """One run's realised ages, from its record (consumed batches, weighted by their samples)."""
-    from vaco_jax.analysis import results
-
-    rows = results.read_table(os.path.join(run_dir, "record.csv"))
-    score = results.read_json(os.path.join(run_dir, "score.json"))
-    consumed = [r for r in rows if r["fate"] == "consumed"]
-    ages = np.array([float(r["age"]) for r in consumed])
-    weights = np.array([float(r["samples"]) for r in consumed])
-    steady = np.array([float(r["learner_version"]) >= steady_from for r in consumed])
-    sa, sw = ages[steady], weights[steady]
-    order = np.argsort(sa, kind="stable")
-    cum = np.cumsum(sw[order]) / sw.sum()
-
-    def quantile(q):
-        return float(sa[order][np.searchsorted(cum, q)])
-
-    fates = [r["fate"] for r in rows]
-    return {"mean_age": float(np.average(ages, weights=weights)),
-            "steady_mean_age": float(np.average(sa, weights=sw)),
-            "steady_sd": float(np.sqrt(np.average((sa - np.average(sa, weights=sw)) ** 2, weights=sw))),
-            "p10": quantile(0.10), "p50": quantile(0.50), "p90": quantile(0.90), "max": float(sa.max()),
-            "dropped": sum(f.startswith("dropped") for f in fates), "left": fates.count("left in the queue"),
-            "consumed": len(consumed), "env_steps_per_second": float(score["env_steps_per_second"]),
-            "load_start": (score.get("load_average") or {}).get("start"),
-            "load_end": (score.get("load_average") or {}).get("end")}

@@ -14,8 +14,9 @@ Five parts (``protocol.json``, explained in ``protocol.md``):
 * ``pilot``: Ant-v4, PPO-Clip at B = 32 for 3M steps, 3 seeds: is 1M steps a usable reference?
 
 ``python -m vaco_jax.studies.lagshape plan | run --minutes M | report`` (``loto``: the tasks-as-variance
-tables of ``lagshape_tasks``). The reports of ``shape``, ``tuning`` and ``study`` are written before their
-units run; this module reports ``publish`` and ``age19``.
+tables of ``lagshape_tasks``). This module reports ``publish`` and ``age19``; ``lagshape_parts`` the other
+parts, each once its units are all in the manifest, and ``lagshape_tuning`` adds the units the tuning rules
+ask for (extensions, added seeds) and, once ``tuning_choices.csv`` is complete, the ``study`` units.
 """
 
 from __future__ import annotations
@@ -57,8 +58,7 @@ def minutes(group) -> float:
     """A unit's estimated minutes: its training and evaluation env steps at the measured rates of its shape."""
     from vaco_jax.driver import dryrun
 
-    rate, eval_rate = dryrun.group_rate(group)
-    return (dryrun.env_steps(group) / rate + (dryrun.eval_steps(group) / eval_rate if eval_rate else 0.0)) / 60.0
+    return dryrun.group_minutes(group)
 
 
 def unit(stage: str, subdir: str, config: Config, cells) -> kit.Unit:
@@ -76,9 +76,12 @@ def arm_fields(arm: dict) -> dict:
     return {k: v for k, v in arm.items() if k != "method"}
 
 
-def units(p: dict) -> list[kit.Unit]:
-    """Every unit the protocol fixes so far, in the order they run (``PARTS``)."""
+def units(p: dict, results: str | None = None, steplag: str = STEPLAG) -> list[kit.Unit]:
+    """Every unit the protocol fixes so far, in the order they run (``PARTS``); with ``results`` (its
+    committed tables) also the tuning units the rules have asked for and the study units once the tuning
+    choices are complete (``lagshape_tuning``; ``steplag``: stage 1's normalisation)."""
     from vaco_jax.driver import grid
+    from vaco_jax.studies import lagshape_tuning
 
     out = []
     c = p["publish"]
@@ -103,6 +106,18 @@ def units(p: dict) -> list[kit.Unit]:
             config = config_of(p, task, s["method"], lag_model=c["lag_model"])
             out.append(unit("tuning", f"{task}/{method}", config,
                             grid.grid(c["lag_depths"], c["seeds"], **{s["knob"]: list(s["values"])})))
+    if results is None:
+        return out
+    for task, method, suffix, cells in lagshape_tuning.extra_units(p, results, steplag):
+        out.append(unit("tuning", f"{task}/{method}/{suffix}",
+                        config_of(p, task, c["surfaces"][method]["method"], lag_model=c["lag_model"]), cells))
+    listed, chosen = {m["unit"] for m in kit.manifest(results)}, lagshape_tuning.chosen(p, results)
+    if chosen is None or any(u.stage == "tuning" and u.name not in listed for u in out):
+        return out
+    for task in p["study"]["tasks"]:  # best against best: each method at its fixed-lag robust setting
+        for method, s in c["surfaces"].items():
+            config = config_of(p, task, s["method"], lag_model=p["study"]["lag_model"], **{s["knob"]: chosen[method]})
+            out.append(unit("study", f"{task}/{method}", config, grid.grid(p["study"]["lag_depths"], p["study"]["seeds"])))
     return out
 
 
@@ -113,6 +128,8 @@ def check_protocol(p: dict) -> None:
             raise ConfigError(f"protocol section {name!r} missing")
     if not 0 < p["publish"]["rule"]["margin"] < 1 or not 0 < p["age19"]["margin_share"] < 1:
         raise ConfigError("publish.rule.margin and age19.margin_share must lie in (0, 1)")
+    from vaco_jax.studies import lagshape_tuning
+    lagshape_tuning.check(p)
     units(p)
 
 
@@ -125,8 +142,7 @@ def real_scores(p: dict, deep_lag: str) -> dict:
     c, out = p["publish"], {}
     for method in c["arms"]:
         for name in ("lockstep", c["real_configuration"]):
-            runs = [kit_real.real_score(kit_real.real_dir(deep_lag, {"name": name}, method, s), c["rule"]["num_evals"])
-                    for s in c["real_seeds"]]
+            runs = kit_real.real_scores(deep_lag, {"name": name}, method, c["real_seeds"], c["rule"]["num_evals"])
             out[(name, method)] = kit_real.score_values(runs)
         path = os.path.join(deep_lag, "sim", "lockstep", method, "lockstep", c["sim_lockstep_programs"], "scores.csv")
         out[("lockstep", method, "lockstep")] = kit_real.score_values(
@@ -196,8 +212,11 @@ def age19_rows(p: dict, deep_lag: str) -> list[dict]:
 
 def report(p: dict, args: Args) -> dict:
     from vaco_jax.analysis import results
+    from vaco_jax.studies import lagshape_parts, lagshape_tuning
 
     listed = {m["unit"] for m in kit.manifest(args.results)}
+    parts, lines = lagshape_parts.reports(p, args, units(p, args.results, args.steplag), listed,
+                                          lambda: lagshape_tuning.tables(p, args.results, args.steplag))
     out = {"age19": age19_rows(p, args.deep_lag)}
     done = tuple(m for m in p["publish"]["arms"] if all(u.name in listed for u in units(p)
                                                         if u.stage == "publish" and u.name.startswith(f"publish/{m}/")))
@@ -206,8 +225,8 @@ def report(p: dict, args: Args) -> dict:
     if len(done) < len(p["publish"]["arms"]):
         print(f"publish: the units of {', '.join(m for m in p['publish']['arms'] if m not in done)} have not all "
               "finished; publish_check.csv holds the rows of the arms that have (the contrast waits for both)")
-    for name, rows in out.items():  # computed first, then written
-        results.write_table(os.path.join(args.results, p[name]["table"]), rows)
+    for name, rows in [*((p[n]["table"], r) for n, r in out.items()), *parts.items()]:  # computed first, then written
+        results.write_table(os.path.join(args.results, name), rows)
     for name, rows in out.items():
         print(f"{p[name]['table']}:")
         for r in rows:
@@ -219,7 +238,8 @@ def report(p: dict, args: Args) -> dict:
         if r["variant"] == "control" and not r["discriminates"]:
             print(f"age19: the control of {r['quantity']} {r['method']} is not called differs: at this margin the check "
                   "cannot tell a wrong histogram from a right one there")
-    return out
+    print(*lines, sep="\n")
+    return {**out, **parts}
 
 
 def main(args: Args):
@@ -237,7 +257,7 @@ def main(args: Args):
         return report(p, args)
     if args.stage == "plan" or args.dry_run:
         kit.check_units_present(args.results, args.runs, unit_dir)
-    planned = units(p)
+    planned = units(p, args.results, args.steplag)
     if args.stage == "plan":
         print(f"protocol {args.protocol} sha256 {digest}", *(
             f"{u.name:<44}{u.runs:>5} runs  ~{u.minutes:6.1f} min  {kit.status(args, u)}" for u in planned),
@@ -247,7 +267,8 @@ def main(args: Args):
     kit.check_minutes(args)
     spec = lambda u: {"study": "lagshape", "unit": u.name, "protocol_sha256": digest}  # noqa: E731
     return (kit.dry_run_units(planned, digest, args) if args.dry_run
-            else kit.run_units(lambda: units(p), args, digest, unit_dir, spec, units=planned))
+            else kit.run_units(lambda: units(p, args.results, args.steplag), args, digest, unit_dir, spec,
+                               units=planned))
 
 
 def cli() -> None:

@@ -19,24 +19,15 @@ The study is cut into **units**, one compiled group each, in the protocol's orde
 4. ``ablation/<task>/<method>``: the ablations at their parent's B = 1 tuning.
 
 A unit's cost is its runs x env steps / the task's measured training rate (``rates_env_steps_per_s``).
-``run --minutes M`` takes the next units in order while their estimates fit in what is left of M
-minutes of wall time (at least one unit; once a unit has finished, the estimates are scaled by the
-measured pace of the units this call ran), plans again after each round (so finished tuning is frozen
-and the study's units follow in the same call), and stops when the next unit would not fit: each
-session runs a group that finishes inside it. An interrupted unit resumes from its checkpoint. Each finished unit's small tables (scores, curves, cells, config) are copied under
-``results/locomotion/`` with a line in ``manifest.csv`` naming the protocol's sha256.
-
-The protocol's hash is recorded in every run directory (``run.json``) and every manifest line, with
-the CPU model that ran the unit (``cpu``; lines written before that column have none). If the
-protocol file changed since a unit was run, ``run`` refuses until the change is recorded as a
-deviation: ``--deviation "what changed and why"`` appends it, dated, to ``deviations.csv``, once
-every other check of the call has passed.
-
-``report`` applies the protocol's rules to the committed scores and draws the study's figures
-(``vaco_jax.studies.locomotion_report``), guarded like ``run``: only under the protocol the units ran
-under (or a recorded deviation), and only when every unit the manifest lists holds its tables (a
-missing or damaged one is named; ``plan`` names it too, and ``run`` copies it back from the run
-directories when they still hold it).
+The rest is the kit's (``vaco_jax.studies.kit``, docs/studies.md): ``run --minutes M`` takes the next
+units that fit in what is left of M minutes (at least one; estimates scaled by the measured pace), plans
+again after each round (so finished tuning is frozen and the study's units follow in the same call),
+and leaves each finished unit's small tables under ``results/locomotion/`` with a line in
+``manifest.csv`` (the protocol's sha256, the CPU model that ran it); an interrupted unit resumes from
+its checkpoint. A changed protocol is refused until ``--deviation "what changed and why"`` records it
+in ``deviations.csv``. ``report`` (the rules and figures: ``vaco_jax.studies.locomotion_report``) is
+guarded like ``run``: only under the protocol the units ran under, and only when every unit the
+manifest lists holds its tables (``plan`` names a missing one; ``run`` copies it back when it can).
 """
 
 from __future__ import annotations
@@ -52,7 +43,9 @@ from vaco_jax.core.config import Config, ConfigError
 from vaco_jax.studies.kit import (Unit, check_dry_run, check_protocol_file, check_report_protocol, check_units_present,
                                   check_minutes, dry_run_units, finished, load_protocol, run_units, status)
 from vaco_jax.studies.kit import select  # noqa: F401  (the selection the loop uses, as this study's `select`)
-from vaco_jax.studies.locomotion_report import LAG_AWARE, draw_figures, report
+from vaco_jax.studies.locomotion_report import draw_figures, report
+from vaco_jax.studies.locomotion_tuning import choose, freeze  # noqa: F401  (the tuning rule, as this study's)
+from vaco_jax.studies.locomotion_verdicts import LAG_AWARE
 
 RESULTS = os.path.join("results", "locomotion")
 RUNS = os.path.join("runs", "locomotion")
@@ -180,71 +173,6 @@ def study_units(p: dict, tuned: dict | None) -> list[Unit]:
             out.append(_unit(p, f"ablation/{task}/{m}", "study", config, grid.grid(ab["lag_depths"], seeds),
                              os.path.join(task, m)))
     return out
-
-
-# ----------------------------------------------------------------------------- tuning: choose and freeze
-
-def _tuning_rows(tuning_dir: str, p: dict, method: str) -> list[dict]:
-    from vaco_jax.analysis import results
-    rows = []
-    base = os.path.join(tuning_dir, p["tuning"]["task"], method)
-    for sub in [base] + sorted(os.path.join(base, d) for d in (os.listdir(base) if os.path.isdir(base) else [])
-                               if d.startswith("extend_B")):
-        path = os.path.join(sub, "scores.csv")
-        if os.path.exists(path):
-            rows += results.read_table(path)
-    return rows
-
-
-def choose(rows: list[dict], knob: str, b: int, score: str) -> dict:
-    """The grid point with the highest mean ``score`` over seeds at lag depth ``b``; points with a
-    diverged run are never chosen. Returns the value and every point's numbers."""
-    import numpy as np
-
-    from vaco_jax.analysis.tables import is_diverged
-
-    points: dict[float, list] = {}
-    for r in rows:
-        if int(r["lag_depth"]) == b:
-            points.setdefault(float(r[knob]), []).append(r)
-    table = []
-    for value, rs in sorted(points.items()):
-        s = [float(r[score]) for r in rs]
-        table.append({"value": value, "mean": float(np.mean(s)), "runs": len(rs),
-                      "diverged": int(sum(is_diverged(r) for r in rs))})
-    ok = [t for t in table if t["diverged"] == 0 and np.isfinite(t["mean"])]
-    if not ok:
-        raise ConfigError(f"tuning {knob} at B={b}: every grid point has a diverged run or no score")
-    best = max(ok, key=lambda t: t["mean"])
-    return {"value": best["value"], "grid": table}
-
-
-def freeze(p: dict, tuning_dir: str, path: str, digest: str) -> dict:
-    """Choose every (method, tuning lag depth); an optimum at an edge asks for one extension first.
-    The file is written once every choice is final and never changed afterwards."""
-    from vaco_jax.analysis import results
-    t = p["tuning"]
-    out = {"protocol_sha256": digest, "rule": t["rule"], "edge_rule": t["edge_rule"], "chosen": {}, "extend": {},
-           "at_edge_after_extension": []}
-    for m in p["methods"]:
-        knob, values = t["grids"][m]["knob"], [float(v) for v in t["grids"][m]["values"]]
-        rows = _tuning_rows(tuning_dir, p, m)
-        for b in (int(x) for x in t["lag_depths"]):
-            pick = choose(rows, knob, b, t["score"])
-            tried = sorted(x["value"] for x in pick["grid"])
-            extended = len(tried) > len(values)
-            if not extended and pick["value"] in (values[0], values[-1]):
-                edge, neighbour = (values[0], values[1]) if pick["value"] == values[0] else (values[-1], values[-2])
-                out["extend"].setdefault(m, {})[str(b)] = float(f"{edge * edge / neighbour:.4g}")
-            elif extended and pick["value"] in (tried[0], tried[-1]):
-                out["at_edge_after_extension"].append(f"{m} B={b}")
-            out["chosen"].setdefault(m, {})[str(b)] = {"knob": knob, **pick}
-    if not out["extend"]:
-        results.write_json(path, out)
-    return out
-
-
-# ----------------------------------------------------------------------------- the record
 
 
 # ----------------------------------------------------------------------------- plan and run

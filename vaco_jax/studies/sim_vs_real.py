@@ -38,7 +38,7 @@ import numpy as np
 from tyro.conf import Positional
 
 from vaco_jax.core.config import ConfigError
-from vaco_jax.studies import kit_real
+from vaco_jax.studies import kit_real, kit_real_runs
 from vaco_jax.studies.kit_real import pooled_histogram, real_dir
 
 # Equivalence margin, as a fraction of the method's real lockstep mean; why this value: docs/real_async.md
@@ -118,7 +118,7 @@ def real(args: Args, spec: dict) -> list[dict]:
                     settings.check(config)
                     yield real_dir(args.out, c, method, seed), config, settings, seed, f"{c['name']} {method}"
 
-    return kit_real.run_real_runs(runs(), args.minutes, args.progress)
+    return kit_real_runs.run_real_runs(runs(), args.minutes, args.progress)
 
 
 def variant_weights(hist: tuple[float, ...]) -> dict[str, tuple[float, ...]]:
@@ -132,7 +132,8 @@ def _sim_dir(out: str, c: dict, method: str) -> str:
 
 def _realised_by_variant(out: str, c: dict, method: str, weights: dict) -> dict[str, np.ndarray]:
     """``realised_ages.csv`` of a sweep as ``{variant: samples by age}`` (``kit_real.realised_in``)."""
-    return kit_real.realised_in(os.path.join(_sim_dir(out, c, method), kit_real.REALISED), weights, require=True)
+    path = os.path.join(_sim_dir(out, c, method), kit_real_runs.REALISED)
+    return kit_real.realised_in(path, weights, require=True)
 
 
 def _real_scores(out: str, c: dict, method: str, seeds, num_evals: int) -> list[dict]:
@@ -148,7 +149,7 @@ def sim(args: Args, spec: dict) -> None:
             for method in spec["methods"]:
                 yield _sim_dir(args.out, c, method), lambda c=c, method=method: _sweep(args, spec, c, method)
 
-    kit_real.run_sweeps(sweeps(), args.minutes, dry_run=args.dry_run)
+    kit_real_runs.run_sweeps(sweeps(), args.minutes, dry_run=args.dry_run)
 
 
 def _sweep(args: Args, spec: dict, c: dict, method: str) -> tuple:
@@ -158,9 +159,11 @@ def _sweep(args: Args, spec: dict, c: dict, method: str) -> tuple:
 
     def run():
         config = base_config(spec, method)
-        kit_real.run_sweep(spec, method, variants, spec["seeds"], envs_per_actor=config.num_envs // c["num_actors"],
-                           work=os.path.join(args.work, "sim", c["name"], method), dst=_sim_dir(args.out, c, method),
-                           progress=args.progress, bootstrap_reps=min(args.bootstrap_reps, 200), dry_run=args.dry_run)
+        kit_real_runs.run_sweep(spec, method, variants, spec["seeds"],
+                                envs_per_actor=config.num_envs // c["num_actors"],
+                                work=os.path.join(args.work, "sim", c["name"], method),
+                                dst=_sim_dir(args.out, c, method), progress=args.progress,
+                                bootstrap_reps=min(args.bootstrap_reps, 200), dry_run=args.dry_run)
 
     return len(variants) * len(spec["seeds"]), run
 
@@ -209,7 +212,7 @@ def require_report_units(out: str, spec: dict) -> None:
     kit_real.require_units([real_dir(out, c, m, s) for s in spec["seeds"] for c in configurations(spec)
                             for m in spec["methods"]], "score.json", kit_real.REAL_TABLES, "real")
     kit_real.require_units([_sim_dir(out, c, m) for c in configurations(spec) for m in spec["methods"]],
-                           "scores.csv", kit_real.SIM_TABLES, "sim")
+                           "scores.csv", kit_real_runs.SIM_TABLES, "sim")
 
 
 def report(args: Args, spec: dict) -> list[dict]:
@@ -260,7 +263,7 @@ def main(args: Args):
     spec = dict(PRESETS[args.preset])
     args.work = args.work or os.path.join("runs", f"sim_vs_real_{args.preset}")
     args.out = args.out or (os.path.join("results", "sim_vs_real") if args.preset == "cpu" else args.work)
-    kit_real.check_minutes(args.minutes)
+    kit_real_runs.check_minutes(args.minutes)
     if not isinstance(args.bootstrap_reps, int) or args.bootstrap_reps < 1:
         raise ConfigError(f"bootstrap_reps={args.bootstrap_reps!r} must be a positive integer")
     for method in spec["methods"]:  # every setting checked before anything runs
@@ -270,8 +273,8 @@ def main(args: Args):
         return None
     if args.dry_run and args.stage == "report":
         raise ConfigError("dry_run: --dry-run applies to real and sim (plan runs nothing; report writes the tables)")
-    kit_real.fix_protocol(os.path.join(args.out, "protocol.json"), protocol(spec), write=not args.dry_run,
-                          stage=args.stage)
+    kit_real_runs.fix_protocol(os.path.join(args.out, "protocol.json"), protocol(spec), write=not args.dry_run,
+                               stage=args.stage)
     if args.dry_run and args.stage == "real":
         print(plan_text(args, spec))
         print("dry run: nothing run or written (the real runs are threads on this machine's cores, timed as they go: "

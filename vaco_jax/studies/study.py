@@ -17,23 +17,18 @@ one compiled program runs the grid ``learning_rate`` x the method's step-size kn
 clip ε, KL weight β or TV budget δ, at ``KNOB_FACTORS`` x its default) at lag depth 1 on
 ``TUNING_SEEDS`` (never used by the study). The chosen pair maximises the mean over those seeds of
 ``auc_eval_return`` (the mean evaluation return over the run: level and speed, and no ties on tasks
-that saturate); a pair with a diverged run is never chosen. Choices are frozen in ``OUT/tuned.json``:
-re-tuning never changes a frozen choice, and the study refuses a (task, method) without one.
+that saturate); a pair with a diverged run is never chosen. Choices are frozen in ``OUT/tuned.json``
+(``study_tuning``): re-tuning never changes a frozen choice, and the study refuses a (task, method)
+without one.
 
-**Designs** (``DESIGNS``; one run directory each, ``OUT/<design>/``): which methods, lag depths and
-settings each claim needs, on which tasks. Every design uses the study seeds ``STUDY_SEEDS`` and the
-task's budget (``TASKS``). ``lag`` (claims 1, 2, 6) runs on every task; the others on
-``PAIR_TASKS`` (the two cheapest).
+**Designs** (``DESIGNS``, in ``study_designs``; one run directory each, ``OUT/<design>/``): which
+methods, lag depths and settings each claim needs, on which tasks. Every design uses the study seeds
+``STUDY_SEEDS`` and the task's budget (``TASKS``). ``lag`` (claims 1, 2, 6) runs on every task; the
+others on ``PAIR_TASKS`` (the two cheapest).
 
-**Cost** (``OUT/proximal/learner_cost.csv``, claim 3b): the learner's milliseconds per phase (align + E x M
-gradient steps on one fixed lagged batch, at the design's largest lag depth and the frozen step sizes)
-of the ``proximal`` design's methods, timed in ``--cost-rounds`` interleaved rounds (the methods'
-order alternating), each round the median of ``--cost-calls`` calls per method. A chunk's wall time
-(curves' ``seconds``) is mostly env stepping and evaluation, which the methods share, so it cannot
-resolve a difference of one forward pass per phase; this measures the part the methods differ in,
-with the diagnostic TV to π_T switched off (``UpdateShape.learner_diagnostics``), so that each method
-computes π_T only if it reads it (decoupled PPO's proximal policy is π_T; A-3PO's is not).
-A finished table is kept: delete it to measure again.
+**Cost** (``OUT/proximal/learner_cost.csv``, claim 3b): the learner's milliseconds per phase of the
+``proximal`` design's methods, timed in ``--cost-rounds`` interleaved rounds of ``--cost-calls`` calls
+(``vaco_jax.studies.study_cost``). A finished table is kept: delete it to measure again.
 """
 
 from __future__ import annotations
@@ -48,6 +43,11 @@ import numpy as np
 
 from vaco_jax.core.config import Config, ConfigError
 from vaco_jax.core.presets import METHODS
+from vaco_jax.studies import study_tuning
+# its parts' names, as this study's: the designs' table, claim 3b's timing rounds, the tuning rule
+from vaco_jax.studies.study_cost import interleaved_costs  # noqa: F401
+from vaco_jax.studies.study_designs import DESIGNS, MISMATCH_STRENGTH, Design  # noqa: F401
+from vaco_jax.studies.study_tuning import check_grid, choose, knob_default, tuned, tuned_path  # noqa: F401
 
 # The tasks the screens chose (FINDINGS "Screens"; results/screens*/): env steps per run.
 TASKS = {
@@ -73,58 +73,8 @@ STEP_KNOB = {m: METHODS[m].step_knob for m in STUDY_METHODS}
 # extending the study keeps one protocol (docs/estimators.md)
 COMMON = dict(num_envs=64, unroll_length=32, num_evals=10, eval_episodes=8, buffer_capacity=16,
               minibatch_shuffle="sort")
-MISMATCH_STRENGTH = 0.5  # docs/lag.md: 14% of samples' π_old/π_infer leave [0.5, 2] at m = 0.5
-# At m = 0.5 the revised PPO-EWMA's reset (kept fraction < 0.5) never fired on either task, so claim 4b
-# could not be tested there. At m = 1.5 the mismatch alone keeps ~51% of one action dimension's samples
-# (docs/lag.md), so the reset fires when staleness pushes the kept fraction further down.
-MISMATCH_STRENGTH_STRONG = 1.5
 COST_DESIGN, COST_FILE = "proximal", "learner_cost.csv"  # claim 3b's per-phase cost (stage ``cost``)
 COST_ROUNDS, COST_CALLS = 200, 10
-
-
-@dataclasses.dataclass(frozen=True)
-class Design:
-    """One run directory of the study: the methods a claim compares, at which lag depths, on which tasks.
-
-    ``variants``: method -> ((name, static changes, step-knob factor), ...): extra groups of a method
-    run beside (or instead of, when the method is not in ``methods``) its tuned form, in a subdirectory
-    ``variant=<name>`` with a ``variant`` column. ``traced``: method -> {knob: values} multiplying its
-    cells. ``static`` / ``knobs``: settings of every group (a static field / a traced knob's value).
-    """
-
-    claims: str
-    methods: tuple
-    lag_depths: tuple
-    every_task: bool = False
-    static: tuple = ()
-    knobs: tuple = ()
-    traced: tuple = ()
-    variants: tuple = ()
-
-
-_MISMATCH = Design("4", ("ppo_ewma", "ppo_ewma_revised"), (16,),
-                   knobs=(("mismatch_strength", MISMATCH_STRENGTH),),
-                   static=(("ppo_ewma", (("old_logit_source", "infer"),)),),
-                   traced=(("ppo_ewma_revised", (("ewma_reset_threshold", (0.0, 0.5)),)),))
-
-DESIGNS = {
-    # 1: lag costs PPO-Clip / PPO-KL / SPO and not VACO; 2: filter / clip fractions; 6: own-B1 normalisation
-    "lag": Design("1 2 6", ("ppo_clip", "ppo_kl", "spo", "vaco"), (1, 4, 16), every_task=True),
-    # 3: A-3PO vs decoupled PPO with pi_T recomputed
-    "proximal": Design("3", ("a3po", "decoupled_recompute"), (1, 16)),
-    # 4: revised vs plain PPO-EWMA under a training-inference mismatch; the revised one without its reset.
-    # Plain PPO-EWMA takes pi_old from the actor's reported log-probs (old logits missing, as in a
-    # system whose inference engine is not the learner); the revised one imposes its own.
-    "mismatch": _MISMATCH,
-    # 4 again, at a mismatch large enough for the reset to fire (a directory of its own: a finished design
-    # is never changed)
-    "mismatch_strong": dataclasses.replace(_MISMATCH, knobs=(("mismatch_strength", MISMATCH_STRENGTH_STRONG),)),
-    # 5: each half of VACO alone (full VACO's runs are the lag design's)
-    "ablation": Design("5", ("vaco_realign_only", "vaco_filter_only"), (16,)),
-    # 6: is VACO's edge only a larger step? PPO-Clip with twice its tuned clip range, and with twice the epochs
-    "step": Design("6", (), (1, 16), variants=(("ppo_clip", (("clip_x2", (), 2.0), ("epochs_x2", (("num_epochs", 8),),
-                                                                                                1.0))),)),
-}
 
 
 # --help: the values its flags take (cli.grouped) and what a flag left unset means (driver/helptext.py)
@@ -186,18 +136,6 @@ def base_config(task: str, method: str, **static) -> Config:
     return Config(env=task, method=method, total_env_steps=TASKS[task], **COMMON, **static)
 
 
-def knob_default(config: Config, name: str) -> float:
-    """The value a method uses for a knob it reads: the config's, else its piece's default."""
-    value = getattr(config, name, None)
-    if value is not None:
-        return float(value)
-    method = config.build_method()
-    for piece in (method.advantage, method.proximal, method.surrogate, method.sample_filter):
-        if hasattr(piece, name):
-            return float(getattr(piece, name))
-    raise ConfigError(f"{name}: method {config.method!r} does not read it")
-
-
 # ----------------------------------------------------------------------------- tuning
 
 def tuning_methods(designs, tasks) -> dict[str, list[str]]:
@@ -231,78 +169,10 @@ def tuning_groups(designs, tasks, learning_rates=None, only=None) -> list:
     return groups
 
 
-def choose(rows: list[dict], knob: str | None) -> dict:
-    """The tuned pair from one (task, method)'s tuning rows: highest mean AUC over the tuning seeds,
-    pairs with a diverged run excluded. Returns the choice and every pair's numbers."""
-    from vaco_jax.analysis.tables import is_diverged
-
-    keys = ["learning_rate"] + ([knob] if knob else [])
-    pairs: dict[tuple, list[dict]] = {}
-    for r in rows:
-        pairs.setdefault(tuple(float(r[k]) for k in keys), []).append(r)
-    table = []
-    for pair, rs in sorted(pairs.items()):
-        auc = [float(r["auc_eval_return"]) for r in rs]
-        final = [float(r["final_eval_return"]) for r in rs]
-        diverged = sum(is_diverged(r) for r in rs)
-        table.append({**dict(zip(keys, pair)), "mean_auc": float(np.mean(auc)), "mean_final": float(np.mean(final)),
-                      "runs": len(rs), "diverged": diverged})
-    ok = [t for t in table if t["diverged"] == 0 and np.isfinite(t["mean_auc"])]
-    if not ok:
-        raise ConfigError("every tuning pair diverged or has no score; widen the grid (LEARNING_RATES, KNOB_FACTORS)")
-    best = max(ok, key=lambda t: t["mean_auc"])
-    return {"chosen": {k: best[k] for k in keys}, "grid": table}
-
-
-def check_grid(path: str, frozen: dict, learning_rates) -> None:
-    """A tuning directory holds one grid: other learning rates belong in another ``--out``."""
-    grid = frozen.get("learning_rates")
-    if grid is not None and [float(x) for x in grid] != [float(x) for x in learning_rates]:
-        raise ConfigError(f"learning_rates: {list(learning_rates)} differs from {frozen['learning_rates']}, the grid "
-                          f"{path} was tuned with; a wider grid is a new tuning directory (choose another --out)")
-
-
-def tuned_path(out: str) -> str:
-    return os.path.join(out, "tuned.json")
-
-
 def freeze(out: str, groups, learning_rates=None) -> dict:
-    """Choose and freeze every tuned (task, method) of ``groups`` in ``OUT/tuned.json``; a frozen
-    choice is never changed (a different choice from the same rows is an error: the rows changed)."""
-    from vaco_jax.analysis import results
-    from vaco_jax.driver import provenance
-    learning_rates = learning_rates or LEARNING_RATES
-    path = tuned_path(out)
-    os.makedirs(out, exist_ok=True)
-    # processes tuning other --methods may freeze at the same moment: one read-modify-write at a time
-    with provenance.directory_lock(out):
-        frozen = results.read_json(path) if os.path.exists(path) else {
-            "criterion": "max mean auc_eval_return over the tuning seeds, no diverged run",
-            "tuning_seeds": list(TUNING_SEEDS), "learning_rates": [float(x) for x in learning_rates],
-            "knob_factors": list(KNOB_FACTORS), "chosen": {}}
-        check_grid(path, frozen, learning_rates)
-        rows = results.load_scores(os.path.join(out, "tuning"))
-        for g in groups:
-            task, method = g.config.env, g.config.method
-            pick = choose([r for r in rows if r["env"] == task and r["method"] == method], STEP_KNOB[method])
-            old = frozen["chosen"].get(task, {}).get(method)
-            if old is not None and old["chosen"] != pick["chosen"]:
-                raise ConfigError(f"{path}: {task}/{method} was frozen at {old['chosen']}, the tuning rows now "
-                                  f"give {pick['chosen']}; the tuning results changed (restore them or choose "
-                                  "another --out)")
-            frozen["chosen"].setdefault(task, {})[method] = pick
-        results.write_json(path, frozen)
-    return frozen
-
-
-def tuned(out: str, task: str, method: str) -> dict:
-    from vaco_jax.analysis import results
-    path = tuned_path(out)
-    chosen = results.read_json(path)["chosen"] if os.path.exists(path) else {}
-    if method not in chosen.get(task, {}):
-        raise ConfigError(f"{task}/{method} has no frozen step size in {path}; run first: python "
-                          f"experiments/study.py tune --out {out} --tasks {task}")
-    return chosen[task][method]["chosen"]
+    """Choose and freeze every tuned (task, method) of ``groups`` in ``OUT/tuned.json`` (``study_tuning``'s
+    rule on this study's grid); a frozen choice is never changed."""
+    return study_tuning.freeze(out, groups, STEP_KNOB, learning_rates or LEARNING_RATES, TUNING_SEEDS, KNOB_FACTORS)
 
 
 # ----------------------------------------------------------------------------- the designs
@@ -337,63 +207,16 @@ def design_groups(out: str, name: str, tasks, only=None) -> list:
 
 # ----------------------------------------------------------------------------- per-phase cost
 
-def interleaved_costs(calls: dict, rounds: int, per_round: int, clock=None) -> list[dict]:
-    """Time each task's methods in ``rounds`` interleaved rounds.
-
-    ``calls``: {(task, method): zero-argument call}. Task by task: in each of its rounds the task's
-    methods are timed one after another, the order reversed every other round (so drifting load
-    falls on both alike); a method's value for the round is the median of ``per_round`` calls.
-    Rows: env, method, round, learner_ms."""
-    import statistics
-    import time
-
-    clock = clock or time.perf_counter
-    by_task: dict[str, list] = {}
-    for (task, method), call in calls.items():
-        by_task.setdefault(task, []).append((method, call))
-    rows = []
-    for task, methods in by_task.items():
-        for r in range(rounds):
-            for method, call in (methods if r % 2 == 0 else methods[::-1]):
-                times = []
-                for _ in range(per_round):
-                    t0 = clock()
-                    call()
-                    times.append(clock() - t0)
-                rows.append({"env": task, "method": method, "round": r,
-                             "learner_ms": 1e3 * statistics.median(times)})
-    return rows
-
-
 def measure_cost(out: str, tasks, rounds: int, per_round: int) -> str | None:
     """Claim 3b's table ``OUT/<COST_DESIGN>/learner_cost.csv`` (and a ``.json`` beside it saying
     where and how each task was measured). Tasks already in the table are kept as they are; the
     design's other tasks among ``tasks`` are measured and added. Returns its path, None when the
     design has no task among ``tasks``."""
-    import time
-
-    import jax
-
-    from vaco_jax.analysis import results
-    from vaco_jax.core.config import make_traced
-    from vaco_jax.driver import provenance
-    from vaco_jax.driver.program import learner_call
+    from vaco_jax.studies import study_cost
 
     path = os.path.join(out, COST_DESIGN, COST_FILE)
-    meta_path = path[:-len(".csv")] + ".json"
     lag_depth = max(DESIGNS[COST_DESIGN].lag_depths)
-    fresh_meta = {"what": "learner milliseconds per phase (align + E x M gradient steps on one fixed lagged batch; "
-                          "the TV-to-pi_T diagnostic off, so pi_T is computed only by a method that reads it)",
-                  "design": COST_DESIGN, "measurements": []}
-    if os.path.exists(path):  # damaged files are errors here, before anything is compiled or timed
-        old = results.read_table(path)
-        meta = results.read_json(meta_path) if os.path.exists(meta_path) else fresh_meta
-        depths = sorted({int(r["lag_depth"]) for r in old})
-        if depths != [lag_depth]:
-            raise ConfigError(f"{path}: measured at lag depth {depths}, the design's is {lag_depth}; "
-                              "delete it to measure again")
-    else:  # a deleted table starts a new record of where it was measured
-        old, meta = [], fresh_meta
+    old, meta = study_cost.committed(path, COST_DESIGN, lag_depth)
     measured = {r["env"] for r in old}
     groups = [g for g in design_groups(out, COST_DESIGN, tasks)  # refuses a (task, method) without a frozen choice
               if g.config.env not in measured]
@@ -404,33 +227,22 @@ def measure_cost(out: str, tasks, rounds: int, per_round: int) -> str | None:
         print(f"cost: the {COST_DESIGN!r} design runs on {', '.join(PAIR_TASKS)}; none of them is among the tasks "
               f"given ({', '.join(tasks)})")
         return None
-    calls = {}
-    for g in groups:
-        print(f"cost: compiling {g.config.env}/{g.config.method} at B={lag_depth}", flush=True)
-        warm = -(-lag_depth // g.config.phases_per_chunk)  # enough phases for every lag up to the depth
-        calls[(g.config.env, g.config.method)] = learner_call(g.config, lag_depth, make_traced(g.config, lag_depth),
-                                                              warm_chunks=warm, learner_diagnostics=False)[0]
-    t0 = time.time()
-    rows = [{**r, "lag_depth": lag_depth} for r in interleaved_costs(calls, rounds, per_round)]
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    where = provenance.machine()
-    meta["measurements"].append({
-        "tasks": sorted({r["env"] for r in rows}), "lag_depth": lag_depth, "rounds": rounds,
-        "calls_per_round": per_round, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0)),
-        "seconds": round(time.time() - t0, 1), "cpu": where["cpu"], "cpu_count": where["cores"], "jax": jax.__version__,
-        "device": str(jax.devices()[0])})
-    results.write_json(meta_path, meta)  # first: rows are never without the record of where they were timed
-    results.write_table(path, old + rows)
-    for task in sorted({r["env"] for r in rows}):
-        means = {m: np.mean([r["learner_ms"] for r in rows if r["env"] == task and r["method"] == m])
-                 for m in sorted({r["method"] for r in rows if r["env"] == task})}
-        print(f"cost {task}: " + ", ".join(f"{m} {v:.2f} ms" for m, v in means.items()))
+    study_cost.measure(path, meta, old, groups, lag_depth, rounds, per_round)
     return path
+
+
+def run_groups(run_dir: str, groups: list, args: Args, spec: dict) -> bool:
+    """One run directory's groups, resumably (``driver.study.run_study``: finished groups skipped, the
+    rest from their last checkpoint), the tasks' random-policy scores first; ``spec`` (with the tasks
+    added) is recorded in the directory."""
+    from vaco_jax.driver import study
+    spec = {**spec, "tasks": sorted({g.config.env for g in groups})}
+    return study.run_study(run_dir, groups, args, spec,
+                           prepare=lambda: study.random_scores(run_dir, spec["tasks"], groups[0].config))
 
 
 def main(args: Args) -> list[str]:
     from vaco_jax.analysis import tables
-    from vaco_jax.driver import study
     check_args(args)
     done = []
     if args.stage == "cost" and args.dry_run:
@@ -451,9 +263,7 @@ def main(args: Args) -> list[str]:
             check_grid(tuned_path(args.out), results.read_json(tuned_path(args.out)),
                        args.learning_rates or LEARNING_RATES)
         run_dir = os.path.join(args.out, "tuning")
-        spec = {"stage": "tune", "tasks": sorted({g.config.env for g in groups})}
-        if study.run_study(run_dir, groups, args, spec,
-                           prepare=lambda: study.random_scores(run_dir, spec["tasks"], groups[0].config)):
+        if run_groups(run_dir, groups, args, {"stage": "tune"}):
             frozen = freeze(args.out, groups, args.learning_rates)
             for task, methods in frozen["chosen"].items():
                 for method, pick in methods.items():
@@ -466,11 +276,8 @@ def main(args: Args) -> list[str]:
         if not groups:
             continue
         run_dir = os.path.join(args.out, name)
-        spec = {"stage": "run", "design": name, "claims": DESIGNS[name].claims,
-                "tasks": sorted({g.config.env for g in groups})}
         print(f"\n== design {name!r} (claims {DESIGNS[name].claims}) -> {run_dir}")
-        if study.run_study(run_dir, groups, args, spec,
-                           prepare=lambda: study.random_scores(run_dir, spec["tasks"], groups[0].config)):
+        if run_groups(run_dir, groups, args, {"stage": "run", "design": name, "claims": DESIGNS[name].claims}):
             tables.summarise(run_dir, reps=args.bootstrap_reps)
             done.append(run_dir)
     return done
