@@ -13,7 +13,7 @@ import pytest
 from vaco_jax.analysis import tables
 
 from vaco_jax.analysis import results
-from vaco_jax.studies import pendulum_tables
+from vaco_jax.studies import pendulum_tables, rebuild_docs_blocks, rebuild_docs_compare
 
 from test_plots import RANDOM, TASKS, _write_group
 
@@ -107,7 +107,7 @@ def test_bad_markers_are_errors_naming_the_line(tmp_path, capsys, findings, mess
     rd = _rebuild_docs()
     root = _tree(tmp_path, findings)
     with pytest.raises(rd.DocsError, match=message):
-        rd.blocks(findings)
+        rebuild_docs_blocks.blocks(findings, rd.BLOCKS)
     assert rd.main(["--root", str(root)]) == 2
     assert "error: FINDINGS.md:" in capsys.readouterr().err
     assert (root / "FINDINGS.md").read_bytes() == findings.encode()  # nothing written
@@ -147,18 +147,17 @@ def _png(path, image) -> str:
 
 
 def test_png_comparison_tolerates_rendering_noise_not_a_changed_curve(tmp_path):
-    rd = _rebuild_docs()
     rng = np.random.default_rng(0)
     base = np.ones((60, 80, 3))
     base[30, 10:70] = (0.84, 0.15, 0.16)  # a red line
     committed = _png(tmp_path / "a.png", base)
     noisy = np.clip(base + rng.uniform(-0.04, 0.04, base.shape), 0, 1)  # antialiasing-sized differences
-    assert rd._png_difference("f.png", committed, _png(tmp_path / "b.png", noisy)) is None
+    assert rebuild_docs_compare.png_difference("f.png", committed, _png(tmp_path / "b.png", noisy)) is None
     moved = np.ones((60, 80, 3))
     moved[31, 10:70] = (0.84, 0.15, 0.16)  # the same line one pixel lower
-    message = rd._png_difference("f.png", committed, _png(tmp_path / "c.png", moved))
+    message = rebuild_docs_compare.png_difference("f.png", committed, _png(tmp_path / "c.png", moved))
     assert message.startswith("differs: f.png (120 pixels differ by more than 0.1")
-    assert "image of 80x60 pixels, rebuilt 80x61" in rd._png_difference(
+    assert "image of 80x60 pixels, rebuilt 80x61" in rebuild_docs_compare.png_difference(
         "f.png", committed, _png(tmp_path / "d.png", np.ones((61, 80, 3))))
 
 
@@ -220,7 +219,7 @@ def test_the_study_builds_claims_tables_and_figures(study_tree, tmp_path):
     assert f"| all 2 tasks | VACO | 4 | {raw} | {norm} | 2 | 1 |" in findings
     # a second build gives the same bytes (no date or version in the PNGs), so --check has nothing to say
     produced = rd.build_all(rd.Build(str(study_tree), str(tmp_path)))
-    assert rd.compare(str(study_tree), str(tmp_path), produced) == []
+    assert rebuild_docs_compare.compare(str(study_tree), str(tmp_path), produced, rd.owned(str(study_tree))) == []
     for rel in produced:
         assert (study_tree / rel).read_bytes() == (tmp_path / rel).read_bytes(), rel
 

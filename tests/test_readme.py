@@ -68,7 +68,7 @@ def test_the_main_jobs_numbers_and_figure_are_its_committed_runs():
     """The README quotes `make demo`'s headline from its committed run (results/demo/summary.csv), word for
     word, and shows the figure rebuild_docs draws from that run (its --check compares the pixels)."""
     from vaco_jax.analysis import results
-    from vaco_jax.studies.lag_sweep import headline
+    from vaco_jax.studies.lag_sweep_report import headline
     from vaco_jax.studies.rebuild_docs import DEMO, DEMO_FIGURE
 
     summary = results.read_table(os.path.join(ROOT, DEMO, "summary.csv"))

@@ -53,7 +53,7 @@ def _ci(r: dict, sign: str = "") -> str:
 
 
 def test_the_step_size_bullet_is_stage_1s_choices():
-    from vaco_jax.studies import lag_sweep, steplag
+    from vaco_jax.studies import lag_sweep_report, steplag
 
     bullet = _readme_bullets()["results/steplag/choices.csv"]
     rows = {r["surface"]: r for r in results.read_table(os.path.join(ROOT, steplag.RESULTS, "choices.csv"))}
@@ -68,7 +68,7 @@ def test_the_step_size_bullet_is_stage_1s_choices():
                       f"PPO-Clip's best ε is {eps[1]:g} at B = 1 and {eps[8]:g} at B = 8 and 32",
                       f"VACO's best δ is {delta[1]:g}, then {delta[8]:g}"])
     # the demo's terminal note names the same optima
-    assert lag_sweep.TUNED_STEPS == {"ppo_clip": ("clip_epsilon", eps[1], eps[8]), "vaco": ("tv_budget", delta[1], delta[8])}
+    assert lag_sweep_report.TUNED_STEPS == {"ppo_clip": ("clip_epsilon", eps[1], eps[8]), "vaco": ("tv_budget", delta[1], delta[8])}
 
 
 def test_the_stage_2_bullet_is_its_verdicts():
@@ -209,18 +209,18 @@ def test_the_demo_says_its_step_sizes_are_untuned_and_its_iqm_of_three_is_a_mean
     """The demo's terminal output reads against the findings only with its reason: at the default step sizes
     it prints a line saying they are not tuned for the lag; a step size given or swept leaves the line
     out. Its headline calls an IQM that cuts no run (fewer than 4 pooled) the mean."""
-    from vaco_jax.studies import lag_sweep
+    from vaco_jax.studies import lag_sweep, lag_sweep_report
 
     def note(**flags):
         args = lag_sweep.Args(**flags)
-        return lag_sweep.untuned_note(lag_sweep.plan(args, lag_sweep.resolve(args)))
+        return lag_sweep_report.untuned_note(lag_sweep.plan(args, lag_sweep.resolve(args)))
 
     line = note()
     assert "not tuned for the lag" in line and "clip_epsilon = 0.2 (best at B = 1: 0.2; under lag: 0.6)" in line
     assert "tv_budget = 0.2 (best at B = 1: 0.06; under lag: 0.2)" in line
     assert note(clip_epsilon=0.6) == note(sweep=("tv_budget=0.1,0.2",)) == note(methods=("ppo_clip",)) == ""
     row = {"aggregate": "iqm", "n_tasks": 1}
-    assert lag_sweep.central_label([{**row, "n_runs": 3}]) == "mean of 3 runs"
-    assert lag_sweep.central_label([{**row, "n_runs": 3}, {**row, "n_runs": 4}]) == "IQM"
+    assert lag_sweep_report.central_label([{**row, "n_runs": 3}]) == "mean of 3 runs"
+    assert lag_sweep_report.central_label([{**row, "n_runs": 3}, {**row, "n_runs": 4}]) == "IQM"
     summary = results.read_table(os.path.join(ROOT, "results", "demo", "summary.csv"))
-    assert lag_sweep.headline(summary).endswith("(mean of 3 runs, 95% CI).")
+    assert lag_sweep_report.headline(summary).endswith("(mean of 3 runs, 95% CI).")

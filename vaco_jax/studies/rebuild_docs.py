@@ -5,32 +5,28 @@ Reads only ``results/`` (no training, no jax) and writes:
 - ``results/claims.csv``: ``vaco_jax.analysis.claims.evaluate_study`` on ``results/study/`` (when a design has run),
   and ``results/claims_auc.csv``: the same verdicts on the area under the evaluation curve (the
   secondary score, for tasks whose final return saturates);
-- FINDINGS.md's generated tables: each block between the marker lines
-  ``<!-- generated: NAME (python experiments/rebuild_docs.py) -->`` and ``<!-- end generated: NAME -->``
-  is replaced by ``BLOCKS[NAME]``'s text; every byte outside the blocks is kept;
+- FINDINGS.md's generated tables: each block between its marker lines (``rebuild_docs_blocks``) is
+  replaced by ``BLOCKS[NAME]``'s text; every byte outside the blocks is kept;
 - ``docs/figures/study_*.png``: the figures of ``FIGURES`` drawn by ``vaco_jax.analysis.figures`` from
   ``results/study/`` (when it exists; a figure whose data are absent is skipped with a note).
 
     python experiments/rebuild_docs.py            # rewrite them
     python experiments/rebuild_docs.py --check    # build into a temporary folder, compare, exit 1 if any differs
 
-``--check`` prints each difference: a short unified diff for a text file (compared exactly), the
-number of differing pixels for a PNG (compared by decoded pixels: see ``PIXEL_TOLERANCE``), and
-outputs committed but no longer produced (``study_*.png`` of a figure that is now skipped,
-``claims.csv`` without a study), which a rebuild removes. ``tests/test_docs_rebuilt.py`` runs it on
-the committed tree. A block name missing from ``BLOCKS``, a block without its end marker or a
-malformed marker line is an error naming the line (exit code 2); a damaged result file is an
-error naming the file (exit code 3).
+``--check`` prints each difference (``rebuild_docs_compare``: a text file compared exactly, a PNG by
+its decoded pixels) and the outputs committed but no longer produced (``study_*.png`` of a figure that
+is now skipped, ``claims.csv`` without a study), which a rebuild removes. ``tests/test_docs_rebuilt.py``
+runs it on the committed tree. A block name missing from ``BLOCKS``, a block without its end marker or
+a malformed marker line is an error naming the line (exit code 2); a damaged result file is an error
+naming the file (exit code 3).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import difflib
 import glob
 import os
-import re
 import sys
 import tempfile
 from typing import Callable
@@ -39,9 +35,9 @@ from vaco_jax.analysis import results
 from vaco_jax.studies import (deep_lag_findings, lagshape_findings, locomotion_findings, pendulum_tables,
                               sim_vs_real_findings, steplag_findings)
 from vaco_jax.studies.pendulum_tables import CLAIMS, CLAIMS_AUC, MAIN_DESIGN, STUDY, TUNED_WIDE
+from vaco_jax.studies.rebuild_docs_blocks import COMMAND, FINDINGS, DocsError, blocks, render
+from vaco_jax.studies.rebuild_docs_compare import compare
 
-COMMAND = "python experiments/rebuild_docs.py"
-FINDINGS = "FINDINGS.md"
 FIGURE_DIR = os.path.join("docs", "figures")
 FIGURE_PREFIX = "study_"
 # docs/figures/study_<name>.png  <-  vaco_jax.analysis.figures.<function>(results/study, *args)
@@ -61,20 +57,6 @@ DEMO = os.path.join("results", "demo")
 DEMO_FIGURE = os.path.join(FIGURE_DIR, "demo_auc.png")
 # The fourth screen: DM Control tasks at the learning rate every method chose (results/screens_lr1e-3/).
 SCREENS_LR = ("CartpoleSwingup_2m", "PointMass_1m", "CartpoleBalance_600k")
-# Two renderings of one figure "match" when no pixel channel differs by more than this (colours in
-# [0, 1]). Rendering noise (a coordinate that moved by a rounding error, e.g. a CI computed on
-# another CPU type) changes an edge pixel's antialiased coverage by a few hundredths at most; a
-# curve, band edge or glyph that moved by a pixel or more changes some pixel by far more (a line
-# pixel turning white is ~0.6-0.9, a light CI band ~0.15).
-PIXEL_TOLERANCE = 0.1
-DIFF_LINES = 40  # lines of unified diff printed per differing text file
-BEGIN = re.compile(r"<!-- generated: (\S+) \(python experiments/rebuild_docs\.py\) -->")
-END = re.compile(r"<!-- end generated: (\S+) -->")
-MARKER_START = ("<!-- generated:", "<!-- end generated:")
-
-
-class DocsError(ValueError):
-    """FINDINGS.md's generated blocks cannot be rebuilt (unknown name, missing end marker ...)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,57 +159,6 @@ BLOCKS: dict[str, Callable[[Build], str]] = {
 }
 
 
-# ----------------------------------------------------------------------------- FINDINGS.md
-
-def _lines(text: str) -> list[str]:
-    """Lines with their ends (only "\\n" ends a line: FINDINGS.md holds other Unicode separators verbatim)."""
-    return re.findall(r"[^\n]*\n|[^\n]+\Z", text)
-
-
-def blocks(text: str, where: str = FINDINGS) -> list[tuple[str, int, int]]:
-    """``(name, begin line index, end line index)`` of every generated block, checked."""
-    found, open_block = [], None
-    for i, line in enumerate(_lines(text)):
-        bare = line.rstrip("\r\n")
-        if not bare.startswith(MARKER_START):
-            continue
-        begin, end = BEGIN.fullmatch(bare), END.fullmatch(bare)
-        if begin and open_block:
-            raise DocsError(f"{where}:{open_block[1] + 1}: generated block {open_block[0]!r} has no end marker "
-                            f"'<!-- end generated: {open_block[0]} -->' before line {i + 1}")
-        if begin:
-            if begin.group(1) not in BLOCKS:
-                raise DocsError(f"{where}:{i + 1}: unknown generated block {begin.group(1)!r} "
-                                f"(known: {', '.join(BLOCKS)})")
-            open_block = (begin.group(1), i)
-        elif end and open_block and end.group(1) == open_block[0]:
-            found.append((open_block[0], open_block[1], i))
-            open_block = None
-        elif end:
-            raise DocsError(f"{where}:{i + 1}: end marker of {end.group(1)!r} without its "
-                            f"'<!-- generated: {end.group(1)} ({COMMAND}) -->' line"
-                            + (f" (block {open_block[0]!r} of line {open_block[1] + 1} is open)" if open_block else ""))
-        else:
-            raise DocsError(f"{where}:{i + 1}: malformed marker line {bare!r}; the markers are "
-                            f"'<!-- generated: NAME ({COMMAND}) -->' and '<!-- end generated: NAME -->'")
-    if open_block:
-        raise DocsError(f"{where}:{open_block[1] + 1}: generated block {open_block[0]!r} has no end marker "
-                        f"'<!-- end generated: {open_block[0]} -->'")
-    return found
-
-
-def render(text: str, build: Build, where: str = FINDINGS) -> str:
-    """``text`` with every generated block's content replaced; the rest kept byte for byte."""
-    lines = _lines(text)
-    spans = blocks(text, where)
-    out, pos = [], 0
-    for name, begin, end in spans:
-        body = BLOCKS[name](build)
-        out += lines[pos:begin + 1] + [body if body.endswith("\n") else body + "\n"]
-        pos = end
-    return "".join(out + lines[pos:])
-
-
 # ----------------------------------------------------------------------------- outputs
 
 def write_claims(build: Build) -> list[str]:
@@ -246,7 +177,7 @@ def _findings_text(build: Build) -> str:
 
 
 def write_findings(build: Build) -> list[str]:
-    results.atomic_write_text(build.dst(FINDINGS), render(_findings_text(build), build))
+    results.atomic_write_text(build.dst(FINDINGS), render(_findings_text(build), BLOCKS, build))
     return [FINDINGS]
 
 
@@ -290,7 +221,7 @@ def write_demo_figure(build: Build) -> list[str]:
 def build_all(build: Build) -> list[str]:
     """Every output under ``build.out``; returns their paths relative to it. FINDINGS.md's markers are
     checked before anything is written; claims.csv comes first: FINDINGS.md's claims table reads it."""
-    blocks(_findings_text(build))
+    blocks(_findings_text(build), BLOCKS)
     return write_claims(build) + write_findings(build) + write_figures(build) + write_demo_figure(build)
 
 
@@ -302,52 +233,10 @@ def owned(root: str) -> list[str]:
     return found + sorted(os.path.relpath(p, root) for p in glob.glob(pattern))
 
 
-# ----------------------------------------------------------------------------- --check
-
-def _text_difference(rel: str, old: bytes, new: bytes) -> str | None:
-    if old == new:
-        return None
-    a, b = (_lines(x.decode(errors="replace")) for x in (old, new))
-    diff = [d.rstrip("\n") for d in difflib.unified_diff(a, b, f"{rel} (committed)", f"{rel} (rebuilt)", n=1)]
-    more = f"\n  ... {len(diff) - DIFF_LINES} more diff lines" if len(diff) > DIFF_LINES else ""
-    return f"differs: {rel}\n" + "\n".join("  " + d for d in diff[:DIFF_LINES]) + more
-
-
-def _png_difference(rel: str, old_path: str, new_path: str) -> str | None:
-    from matplotlib import image
-
-    a, b = image.imread(old_path), image.imread(new_path)
-    if a.shape != b.shape:
-        return f"differs: {rel} (image of {a.shape[1]}x{a.shape[0]} pixels, rebuilt {b.shape[1]}x{b.shape[0]})"
-    delta = abs(a.astype(float) - b.astype(float))
-    worst = delta.max(axis=-1) if delta.ndim == 3 else delta
-    n = int((worst > PIXEL_TOLERANCE).sum())
-    if not n:
-        return None
-    return (f"differs: {rel} ({n} pixels differ by more than {PIXEL_TOLERANCE} in a colour channel, "
-            f"at most by {worst.max():.2f})")
-
-
-def compare(root: str, out: str, produced: list[str]) -> list[str]:
-    """One message per output that differs between ``root`` (committed) and ``out`` (rebuilt)."""
-    problems = []
-    for rel in produced:
-        committed, rebuilt = os.path.join(root, rel), os.path.join(out, rel)
-        if not os.path.exists(committed):
-            problems.append(f"missing: {rel} (produced, not committed)")
-        elif rel.endswith(".png"):
-            problems.append(_png_difference(rel, committed, rebuilt))
-        else:
-            with open(committed, "rb") as f, open(rebuilt, "rb") as g:
-                problems.append(_text_difference(rel, f.read(), g.read()))
-    problems += [f"stale: {rel} (committed, no longer produced)" for rel in owned(root) if rel not in produced]
-    return [p for p in problems if p]
-
-
 def check(root: str) -> int:
     with tempfile.TemporaryDirectory() as out:
         produced = build_all(Build(root, out))
-        problems = compare(root, out, produced)
+        problems = compare(root, out, produced, owned(root))
     for p in problems:
         print(p)
     if problems:

@@ -136,10 +136,6 @@ def _realised_by_variant(out: str, c: dict, method: str, weights: dict) -> dict[
     return kit_real.realised_in(path, weights, require=True)
 
 
-def _real_scores(out: str, c: dict, method: str, seeds, num_evals: int) -> list[dict]:
-    return [kit_real.real_score(real_dir(out, c, method, s), num_evals) for s in seeds]
-
-
 def sim(args: Args, spec: dict) -> None:
     """One lag sweep per (configuration, method): the variants' weights as an ``age_weights`` axis x
     the seeds, with as many envs per simulated actor as a real actor steps. The sweep runs in
@@ -177,9 +173,9 @@ def report_rows(out: str, spec: dict, reps: int = 2000) -> list[dict]:
     configs = configurations(spec)
     require_report_units(out, spec)
     for method in spec["methods"]:
-        sync = _real_scores(out, configs[0], method, spec["seeds"], spec["num_evals"])
+        sync = kit_real.real_scores(out, configs[0], method, spec["seeds"], spec["num_evals"])
         for c in configs:
-            real_runs = _real_scores(out, c, method, spec["seeds"], spec["num_evals"])
+            real_runs = kit_real.real_scores(out, c, method, spec["seeds"], spec["num_evals"])
             weights = variant_weights(pooled_histogram(out, c, method, spec["seeds"]))
             realised = _realised_by_variant(out, c, method, weights)
             for variant, w in weights.items():
