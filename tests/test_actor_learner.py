@@ -195,3 +195,71 @@ def test_a_written_run_carries_every_files_checksum_and_its_histogram_reads_back
         run_histogram(where, checksum=False)
     with pytest.raises(ResultsError, match="no checksum"):
         run_histogram(where)
+
+
+def _learner_cfg(config, settings):
+    """The configuration ``run_real`` gives its learner (and keys its compiled pieces on)."""
+    from vaco_jax.driver.actor_learner import _learner_config
+
+    cfg = _learner_config(config)
+    per_actor = cfg.num_envs // settings.num_actors
+    return cfg.replace(num_envs=per_actor * settings.per_update(), envs_per_actor=per_actor)
+
+
+def test_compiled_pieces_are_kept_per_learner_configuration_and_what_its_names_resolve_to(monkeypatch):
+    """``pieces`` only wraps functions in ``jax.jit`` (nothing is traced here): one entry per learner
+    configuration, another for any field that shapes the programs, for a task registered again under
+    its name, and at most ``PIECES_KEPT`` entries; the evaluation is the task's shared program."""
+    from vaco_jax.driver import actor_learner
+    from vaco_jax.envs import PointMass, register_env
+
+    monkeypatch.setattr(actor_learner, "_PIECES", type(actor_learner._PIECES)())
+    monkeypatch.setattr(actor_learner, "PIECES_KEPT", 100)
+    learner = _learner_cfg(_config(), RealSettings(num_actors=2))
+    first = actor_learner.pieces(learner)
+    assert actor_learner.pieces(learner) is first and actor_learner.pieces(learner.replace()) is first
+    other = actor_learner.pieces(learner.replace(method="vaco"))
+    assert other is not first and other.evaluate is first.evaluate  # the evaluation reads no method
+    for change in (dict(envs_per_actor=2, num_envs=4), dict(unroll_length=8), dict(total_env_steps=8 * 16 * 24),
+                   dict(gamma=0.9), dict(policy_hidden=(8,))):
+        assert actor_learner.pieces(learner.replace(**change)) is not first, change
+    register_env("point_mass_real", lambda backend: PointMass())
+    again = learner.replace(env="point_mass_real")
+    kept = actor_learner.pieces(again)
+    assert actor_learner.pieces(again) is kept
+    register_env("point_mass_real", lambda backend: PointMass())  # the name now means another env object
+    assert actor_learner.pieces(again) is not kept
+    monkeypatch.setattr(actor_learner, "PIECES_KEPT", 3)
+    actor_learner.pieces(learner.replace(unroll_length=4))  # one more: only the newest 3 are kept
+    assert len(actor_learner._PIECES) == 3 and actor_learner.pieces(learner) is not first
+
+
+def test_every_seed_of_a_configuration_runs_the_same_programs_with_its_own_key(monkeypatch):
+    """Two seeds run the same jitted pieces, each traced once; the run's key is an argument of the
+    learner's update (its minibatch order), not a constant of the run that built the pieces: two keys
+    give two updates of one state, one key the same update twice."""
+    import jax
+
+    from vaco_jax.driver import actor_learner
+
+    used = []
+    build = actor_learner.pieces
+    monkeypatch.setattr(actor_learner, "pieces", lambda cfg: used.append(build(cfg)) or used[-1])
+    settings = RealSettings(num_actors=2, queue_capacity=2)  # test_a_run_records_how_loaded_the_machine_was's
+    for seed in (5, 6):
+        run_real(_config(), settings, seed=seed)
+    compiled = used[0]
+    assert used[1] is compiled
+    assert [f._cache_size() for f in (compiled.act, compiled.scale, compiled.learn, compiled.reset)] == [1] * 4
+    trainer = compiled.trainer
+    state = trainer.init(jax.random.PRNGKey(5), compiled.traced)
+    snapshot = trainer.snapshot(state.learner.policy_params, state.normalizer)
+    _, traj = compiled.act(compiled.reset(jax.random.PRNGKey(0)), snapshot, 0, jax.random.PRNGKey(1))
+
+    def update(seed):
+        learner = compiled.learn(jax.random.PRNGKey(seed), state.learner, state.normalizer, state.buffer,
+                                 (traj, traj), 0)[0]
+        return np.concatenate([np.ravel(x) for x in jax.tree.leaves(learner.policy_params)])
+
+    np.testing.assert_array_equal(update(5), update(5))
+    assert not np.array_equal(update(5), update(6))

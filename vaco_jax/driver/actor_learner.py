@@ -32,12 +32,13 @@ counterpart of it is reproducible.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import os
 import queue
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -47,7 +48,7 @@ from vaco_jax.core import lag as lag_lib
 from vaco_jax.core.config import Config, ConfigError, make_traced
 from vaco_jax.core.networks import RewardScalerState, normalizer_update, reward_scaler_init, reward_scaler_update
 from vaco_jax.core.rollout import rollout
-from vaco_jax.core.train import PHASE_STREAM, make_train
+from vaco_jax.core.train import PHASE_STREAM, evaluation_program, make_train
 from vaco_jax.envs import reset_batch
 
 ACTOR_STREAM = 0xAC7  # fold_in stream of the run key for the actors' keys
@@ -184,29 +185,46 @@ def _learner_config(config: Config) -> Config:
     return config.replace(lag_model="uniform", lag_depth=config.buffer_capacity, age_weights=None, publish_interval=1)
 
 
-def run_real(config: Config, settings: RealSettings, seed: int = 0, log=None) -> RealRun:
-    """Train ``config`` with real actor threads; see the module's docstring. ``config.total_env_steps``
-    consumed samples, in ``config.num_evals`` chunks of whole updates evaluated at their ends: the
-    simulator's phases exactly (``Config.phases_run``: the remainder of ``total_env_steps`` that does
-    not fill a chunk is not trained), so a real run and its simulated counterpart are scored at the
-    same env steps. ``seed`` is checked as ``vaco_jax.run`` checks it (an integer in [0, 2^32))."""
-    from vaco_jax.driver.grid import check_seed
+@dataclasses.dataclass(frozen=True)
+class Pieces:
+    """The compiled pieces of one learner configuration (``pieces``). The run's key, states and data
+    are arguments, so every seed and every ``RealSettings`` that gives the learner the same
+    configuration calls the same programs."""
 
-    check_seed(seed)
-    settings.check(config)
-    cfg = _learner_config(config)
-    per_actor = cfg.num_envs // settings.num_actors
-    per_update = settings.per_update()
-    learner_cfg = cfg.replace(num_envs=per_actor * per_update, envs_per_actor=per_actor)
+    trainer: Any
+    traced: Any
+    act: Callable  # (env_state, snapshot, version, key) -> (env_state, traj): one actor's rollout
+    scale: Callable  # (scaler, actor, reward, dones) -> (scaler, scaled): an actor's rewards scaled
+    learn: Callable  # (run_key, learner, normalizer, buffer, trajs, version) -> (learner, normalizer, buffer, diag)
+    evaluate: Callable  # (run_key, version, policy_params, normalizer) -> the chunk's evaluation
+    reset: Callable  # key -> one actor's envs reset
+
+
+# Pieces shared within a process: key (learner_config's repr, the env object, the networks and the
+# traced values it resolves to) -> Pieces. Only functions and the trainer they close over are kept, never
+# a run's state; the oldest is dropped beyond PIECES_KEPT. Tracing, lowering and compiling them is most of
+# a short run's CPU time; each configuration kept holds its compiled executables (~50 MB for point_mass),
+# and a study's real stage cycles through up to 6 learner configurations seed by seed (BENCHMARKS.md,
+# "Real runs share their compiled programs").
+_PIECES: "collections.OrderedDict[tuple, Pieces]" = collections.OrderedDict()
+PIECES_KEPT = 6
+
+
+def pieces(learner_cfg: Config) -> Pieces:
+    """The jitted pieces of a real run whose learner trains ``learner_cfg`` (``num_envs``: the envs of
+    one update, ``envs_per_actor``: one actor's), built once per process for each configuration. The
+    key holds what the config's names resolve to (a task, a network or a method registered again under
+    the same name is another key); a cached entry keeps its trainer, so the env's id is not reused
+    while it is kept."""
     trainer = make_train(learner_cfg)
     traced = make_traced(learner_cfg)
-    eval_every, updates = learner_cfg.phases_per_chunk, learner_cfg.phases_run  # the simulator's phases
-    run_key = jax.random.PRNGKey(seed)
-    state = trainer.init(run_key, traced)
-    capacity = cfg.buffer_capacity
-    env = trainer.env
+    key = (repr(learner_cfg), id(trainer.env.raw), type(trainer.policy_net), repr(trainer.policy_net),
+           type(trainer.value_net), repr(trainer.value_net), jax.tree.structure(traced), repr(traced))
+    if key in _PIECES:
+        _PIECES.move_to_end(key)
+        return _PIECES[key]
+    cfg, env, per_actor = learner_cfg, trainer.env, learner_cfg.envs_per_actor
 
-    # ------------------------------------------------------------------ the compiled pieces
     def act(env_state, snapshot, version, key):
         one = lag_lib.buffer_init(snapshot, 1)  # unread: a synchronous rollout acts with ``snapshot``
         return rollout(env=env, policy_apply=trainer.nets.policy_apply, buffer=one, learner_snapshot=snapshot,
@@ -221,7 +239,7 @@ def run_real(config: Config, settings: RealSettings, seed: int = 0, log=None) ->
         part, scaled = reward_scaler_update(part, reward, dones, traced.gamma)
         return RewardScalerState(jax.lax.dynamic_update_slice(scaler.returns, part.returns, (lo,)), part.stats), scaled
 
-    def learn(learner, normalizer, buffer, trajs, version):
+    def learn(run_key, learner, normalizer, buffer, trajs, version):
         traj = jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=1), *trajs)
         key = jax.random.split(jax.random.fold_in(jax.random.fold_in(run_key, PHASE_STREAM), version))[1]
         learner, diag = trainer.learn(learner, normalizer, buffer, traj, version, key, traced)
@@ -230,8 +248,35 @@ def run_real(config: Config, settings: RealSettings, seed: int = 0, log=None) ->
         buffer = lag_lib.buffer_publish(buffer, trainer.snapshot(learner.policy_params, normalizer), version + 1)
         return learner, normalizer, buffer, diag
 
-    act_jit, scale_jit, learn_jit = jax.jit(act), jax.jit(scale), jax.jit(learn)
-    evaluate_jit = jax.jit(trainer.chunk_evaluation)
+    made = Pieces(trainer, traced, jax.jit(act), jax.jit(scale), jax.jit(learn), evaluation_program(trainer),
+                  jax.jit(lambda key: reset_batch(env, key, per_actor)))
+    _PIECES[key] = made
+    while len(_PIECES) > PIECES_KEPT:
+        _PIECES.popitem(last=False)
+    return made
+
+
+def run_real(config: Config, settings: RealSettings, seed: int = 0, log=None) -> RealRun:
+    """Train ``config`` with real actor threads; see the module's docstring. ``config.total_env_steps``
+    consumed samples, in ``config.num_evals`` chunks of whole updates evaluated at their ends: the
+    simulator's phases exactly (``Config.phases_run``: the remainder of ``total_env_steps`` that does
+    not fill a chunk is not trained), so a real run and its simulated counterpart are scored at the
+    same env steps. ``seed`` is checked as ``vaco_jax.run`` checks it (an integer in [0, 2^32))."""
+    from vaco_jax.driver.grid import check_seed
+
+    check_seed(seed)
+    settings.check(config)
+    cfg = _learner_config(config)
+    per_actor = cfg.num_envs // settings.num_actors
+    per_update = settings.per_update()
+    learner_cfg = cfg.replace(num_envs=per_actor * per_update, envs_per_actor=per_actor)
+    compiled = pieces(learner_cfg)
+    trainer, traced = compiled.trainer, compiled.traced
+    eval_every, updates = learner_cfg.phases_per_chunk, learner_cfg.phases_run  # the simulator's phases
+    run_key = jax.random.PRNGKey(seed)
+    state = trainer.init(run_key, traced)
+    capacity = cfg.buffer_capacity
+    act_jit, scale_jit, learn_jit, evaluate_jit = compiled.act, compiled.scale, compiled.learn, compiled.evaluate
 
     # ------------------------------------------------------------------ threads
     store = ParameterStore(0, trainer.snapshot(state.learner.policy_params, state.normalizer))
@@ -243,11 +288,11 @@ def run_real(config: Config, settings: RealSettings, seed: int = 0, log=None) ->
     actor_keys = [jax.random.fold_in(jax.random.fold_in(run_key, ACTOR_STREAM), a) for a in range(settings.num_actors)]
 
     # every actor's envs reset, and everything compiled, before the clock starts
-    reset_jit = jax.jit(lambda key: reset_batch(env, key, per_actor))
+    reset_jit = compiled.reset
     env_states = [jax.block_until_ready(reset_jit(jax.random.fold_in(k, 0))) for k in actor_keys]
     _, warm = act_jit(env_states[0], store.latest()[1], 0, actor_keys[0])
     jax.block_until_ready(scale_jit(reward_scaler_init(cfg.num_envs), 0, warm.reward, warm.termination))
-    jax.block_until_ready(learn_jit(state.learner, state.normalizer, state.buffer, (warm,) * per_update, 0))
+    jax.block_until_ready(learn_jit(run_key, state.learner, state.normalizer, state.buffer, (warm,) * per_update, 0))
 
     def actor_loop(a: int) -> None:
         try:
@@ -336,7 +381,7 @@ def run_real(config: Config, settings: RealSettings, seed: int = 0, log=None) ->
                     traj = traj._replace(reward=scaled)
                 trajs.append(traj)
                 ages[version - b.version] += per_actor * cfg.unroll_length
-            learner, normalizer, buffer, diag = learn_jit(learner, normalizer, buffer, tuple(trajs), version)
+            learner, normalizer, buffer, diag = learn_jit(run_key, learner, normalizer, buffer, tuple(trajs), version)
             version += 1
             if version % settings.publish_interval == 0:
                 store.publish(version, trainer.snapshot(learner.policy_params, normalizer))
