@@ -158,6 +158,21 @@ def test_an_exception_in_progress_fn_reaches_the_caller_and_the_run_resumes_to_t
     _same_table(results.read_table(os.path.join(d, "curves.csv")), plain[1])
 
 
+def test_a_resumed_group_opens_wandb_runs_that_say_the_chunk_it_resumed_at(tmp_path, plain, monkeypatch):
+    """The hooks are built before the program knows where the group resumes: the W&B runs of a group
+    stopped after one chunk still say ``resumed_at_chunk`` 1 and hold the chunks run after it."""
+    pytest.importorskip("wandb")
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    d, config = str(tmp_path / "run" / "g"), tiny_config(**CONFIG)
+    assert runner.run_group(config, _cells(), d, progress=False, max_chunks=1) is None
+    wandb = tracking.WandbOptions(dir=str(tmp_path / "run"))
+    _same_table(runner.run_group(config, _cells(), d, progress=False, wandb=wandb), plain[0])
+    files = glob.glob(str(tmp_path / "run" / "wandb" / "offline-run-*" / "run-*.wandb"))
+    runs = [_wandb_run(f) for f in files]
+    assert len(runs) == 2 and all(settings["resumed_at_chunk"] == 1 for _, _, settings, _ in runs)
+    assert all([h["chunk"] for h in history] == [1, 2] for _, _, _, history in runs)
+
+
 def test_vaco_jax_run_takes_progress_fn_as_brax_does(tmp_path):
     import vaco_jax
 

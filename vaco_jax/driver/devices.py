@@ -3,19 +3,17 @@ over devices by ``shard_map`` (``grid_program``) and ``jax.distributed`` process
 
 from __future__ import annotations
 
-from __future__ import annotations
+import dataclasses
 import os
-from typing import Callable
+from typing import Any, Callable
+
 import jax
 import numpy as np
+
 from vaco_jax.core.config import Config
 from vaco_jax.core.knobs import ConfigError
 
-
-
 CPU_DEVICES_FLAG = "--xla_force_host_platform_device_count"
-
-
 ACCELERATOR_PLUGINS = ("jax-cuda12-plugin", "jax-cuda13-plugin", "libtpu", "jax-rocm-plugin")
 
 
@@ -209,6 +207,28 @@ def grid_program(fn: Callable, batch: int | None = None, mesh=None) -> Callable:
         return body
     spec = jax.sharding.PartitionSpec("grid")
     return jax.shard_map(body, mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class GridPlan:
+    """Where a group's grid axis runs: ``devices`` devices of ``per_device`` cells each (padding included),
+    each device's cells vmapped in batches of ``batch`` (``grid_program``), split over ``mesh`` (None: one
+    device). ``where``: that layout as a key (programs built for equal keys run on the same devices alike)."""
+
+    devices: int
+    per_device: int
+    batch: int | None
+    mesh: Any
+    where: tuple
+
+
+def grid_plan(config: Config, n_cells: int, devices: int | None = None) -> GridPlan:
+    """The plan of a group of ``n_cells`` cells of ``config`` over ``devices`` devices (default: as many as
+    the task's engine allows, ``devices_for``): ``grid_layout`` and its ``grid_mesh``."""
+    used, per_device = grid_layout(n_cells, config.grid_batch, devices_for(config) if devices is None else devices)
+    mesh = grid_mesh(used)
+    where = ("grid", config.grid_batch, None if mesh is None else tuple(d.id for d in mesh.devices.flat))
+    return GridPlan(used, per_device, config.grid_batch, mesh, where)
 
 
 def init_distributed() -> tuple[int, int]:

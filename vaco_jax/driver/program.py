@@ -9,35 +9,42 @@
                     chunk's evaluation, one program shared by every group of the task that evaluates
                     alike (``core.train.evaluation_program``)
 
-``group_program(config, cells)`` returns that as a ``GroupProgram``. ``runner.run_group`` runs it chunk by
-chunk: ``resume`` (from the group's checkpoint, else ``start``), then ``chunk`` (the phases and the
-evaluation) and ``save`` (the checkpoint) after each; ``memory.cell_bytes`` traces its ``init`` for the
-state's size, and the benchmarks time it. Building it compiles nothing: each program compiles on its
+``group_program(config, cells)`` returns that as a ``GroupProgram``, which also owns the group's
+directory: ``runner.run_group`` calls ``resume_group`` (the checkpoint and the files of the chunks done,
+else ``start``), then per chunk ``chunk`` (the phases and, when due, the evaluation) and ``record`` (the
+chunk's curves, staleness and checkpoint), then ``finish`` (scores, policies, ``scores.csv``);
+``memory.cell_bytes`` traces its ``init`` for the state's size, and the benchmarks time it. Building it compiles nothing: each program compiles on its
 first call (or loads from the compilation cache).
 
 ``learner_call`` is the learner's part of one phase alone (align + E x M gradient steps on one fixed
-lagged batch), as a timed call: claim 3b's cost table (``studies/study.py``) and benchmarks/method_cost.py.
+lagged batch), as a timed call: claim 3b's cost table (``studies/study_cost.py``) and benchmarks/method_cost.py.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
+import shutil
 import time
 from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from vaco_jax.analysis import results
+from vaco_jax.analysis.results import ResultsError
 from vaco_jax.core.config import Config, TracedParams, make_traced, stack_traced
-from vaco_jax.core.train import Trainer, evaluated, evaluation_program, make_train
-from vaco_jax.driver.devices import devices_for, grid_layout, grid_mesh, grid_program, grid_put
+from vaco_jax.core.train import Trainer, evaluation_program, make_train
+from vaco_jax.driver.devices import _warn, grid_plan, grid_program, grid_put
 
 
 def layout(config: Config, n_cells: int, devices: int | None = None) -> tuple[int, int]:
     """``(devices used, cells per device)`` of a group of ``n_cells`` cells of ``config``, split over
     ``devices`` devices (default: as many as the task's engine allows, ``devices.devices_for``)."""
-    return grid_layout(n_cells, config.grid_batch, devices_for(config) if devices is None else devices)
+    plan = grid_plan(config, n_cells, devices)
+    return plan.devices, plan.per_device
 
 
 def pad_cells(cells: Sequence, multiple: int) -> list:
@@ -48,7 +55,9 @@ def pad_cells(cells: Sequence, multiple: int) -> list:
 @dataclasses.dataclass(frozen=True)
 class GroupProgram:
     """One group's program on this machine's devices. The grid axis holds ``padded`` cells: the group's
-    ``cells`` first, then padding copies of the last cell (dropped by ``unpad``)."""
+    ``cells`` first, then padding copies of the last cell (dropped by ``unpad``). It also keeps the
+    group's directory: ``resume_group`` reads it back, ``record`` writes each chunk's files and
+    checkpoint, ``finish`` the scores and trained policies."""
 
     config: Config
     trainer: Trainer
@@ -79,7 +88,9 @@ class GroupProgram:
         """One chunk: its phases, then its evaluation (when the config evaluates). Returns the new
         state and the chunk's metrics, on the devices."""
         state, metrics = self.train_chunk(state, self.traced)
-        return state, evaluated(metrics, self.evaluation, state, self.config)
+        if self.config.eval_episodes <= 0:  # not evaluated: the chunk's eval_return stays NaN
+            return state, metrics
+        return state, metrics._replace(eval_return=self.evaluation(*Trainer.evaluation_inputs(state)))
 
     def unpad(self, tree):
         """The group's own cells of a grid-shaped tree (no padding copies, no device layout): what a
@@ -123,6 +134,69 @@ class GroupProgram:
         """The group's own cells of ``state`` (``unpad``), copied to the host."""
         return jax.device_get(self.unpad(state))
 
+    # --- the group's directory (layout: runner's module doc)
+
+    def resume_group(self, group_dir: str, checkpoint: bool = True) -> tuple[Any, int, History]:
+        """``(state, chunks done, their history)`` of the group in ``group_dir``: its checkpoint (``resume``)
+        with the files of the chunks it has done, verified against it; without a checkpoint (or with
+        ``checkpoint=False``) the grid's initial state, 0 and an empty history. A damaged checkpoint, or
+        files that do not match it, restart the group from its first chunk with a one-line warning (the run
+        is deterministic, so the numbers are the same)."""
+        from vaco_jax.driver.checkpoint import CheckpointDamaged
+
+        restart = f"restarting {group_dir} from its first chunk (every number is recomputed)"
+        try:
+            state, start = self.resume(os.path.join(group_dir, CHECKPOINT) if checkpoint else None)
+        except CheckpointDamaged as e:
+            _warn(f"{e}; {restart}")
+            return self.start(), 0, History()
+        if start == 0:
+            return state, 0, History()
+        try:
+            return state, start, _history_on_disk(group_dir, start, self.cells, self.config.buffer_capacity)
+        except ResultsError as e:
+            _warn(f"{e}; {restart}")
+            return self.start(), 0, History()
+
+    def record(self, group_dir: str, history: History, state, chunk: int, rows: Sequence[dict], metrics,
+               checkpoint: bool = True) -> None:
+        """After chunk ``chunk``: its curve rows (one per cell) and host ``metrics`` added to ``history``, the
+        curves and staleness written, and with ``checkpoint`` the phase returns and a checkpoint of ``state``
+        (what ``resume_group`` reads back)."""
+        history.rows.extend(rows)
+        history.returns.append(np.asarray(metrics.phases.episode_return_sum)[: self.cells])
+        history.counts.append(np.asarray(metrics.phases.episode_count)[: self.cells])
+        history.staleness.append(np.asarray(metrics.staleness_counts)[: self.cells])
+        results.write_table(os.path.join(group_dir, CURVES), history.rows)
+        results.save_npz(os.path.join(group_dir, STALENESS), counts=np.stack(history.staleness))
+        if checkpoint:
+            results.save_npz(os.path.join(group_dir, PHASES), returns=np.stack(history.returns),
+                             counts=np.stack(history.counts))
+            self.save(os.path.join(group_dir, CHECKPOINT), state, chunk + 1)
+
+    def finish(self, group_dir: str, history: History, state, heads: Sequence[dict],
+               checkpoint: bool = True) -> list[dict]:
+        """The group's score rows (``heads[i]``, cell ``i``'s identifying columns, then its ``cell_scores``
+        and ``diagnostic_scores``), written after the trained policies (``policies.save_policies``) as
+        ``scores.csv``, the mark of a finished group; the checkpoint is then removed."""
+        from vaco_jax.driver.policies import save_policies
+
+        returns = np.concatenate(history.returns, axis=-1) if history.returns else np.zeros((self.cells, 0))
+        counts = np.concatenate(history.counts, axis=-1) if history.counts else np.zeros((self.cells, 0))
+        score_rows = []
+        for i, head in enumerate(heads):
+            rows = [r for r in history.rows if r["cell"] == i]
+            row = dict(head)
+            row.update(cell_scores(rows, returns[i], counts[i], evaluated=self.config.eval_episodes > 0))
+            row.update(diagnostic_scores(rows, skip=list(row)))
+            score_rows.append(row)
+        final = self.host_cells(state)
+        save_policies(group_dir, self.config, final.learner, final.normalizer)  # trained policies are kept
+        results.write_table(os.path.join(group_dir, SCORES), score_rows)
+        if checkpoint:
+            shutil.rmtree(os.path.join(group_dir, CHECKPOINT), ignore_errors=True)
+        return score_rows
+
 
 def group_program(config: Config, cells: Sequence, trainer: Trainer | None = None,
                   devices: int | None = None) -> GroupProgram:
@@ -130,20 +204,109 @@ def group_program(config: Config, cells: Sequence, trainer: Trainer | None = Non
     ``knob_dict()``, e.g. ``grid.Cell``), in the algorithm's order (module doc). ``trainer``: one built
     already (``make_train(config)`` otherwise); ``devices``: how many to split the cells over (default
     ``devices.devices_for``; 1 keeps the group on one device)."""
-    used, per_device = layout(config, len(cells), devices)
-    mesh = grid_mesh(used)
-    padded = pad_cells(cells, used * per_device)
+    plan = grid_plan(config, len(cells), devices)
+    padded = pad_cells(cells, plan.devices * plan.per_device)
     keys = jnp.stack([jax.random.PRNGKey(c.seed) for c in padded])
     traced = stack_traced([make_traced(config, c.lag_depth, **c.knob_dict()) for c in padded])
     trainer = trainer or make_train(config)
-    keys, traced = grid_put((keys, traced), mesh)
-    on_grid = lambda fn: grid_program(fn, config.grid_batch, mesh)  # noqa: E731  (a cell's function over the grid)
-    where = ("grid", config.grid_batch, None if mesh is None else tuple(d.id for d in mesh.devices.flat))
-    return GroupProgram(config=config, trainer=trainer, cells=len(cells), devices=used, per_device=per_device,
-                        mesh=mesh, keys=keys, traced=traced, init=jax.jit(on_grid(trainer.init)),
-                        train_chunk=jax.jit(on_grid(trainer.train_chunk)),
-                        evaluation=evaluation_program(trainer, on_grid(trainer.chunk_evaluation), where),
-                        chunk_env_steps=config.env_steps_per_chunk * used * per_device)
+    keys, traced = grid_put((keys, traced), plan.mesh)
+    on_grid = lambda fn: grid_program(fn, plan.batch, plan.mesh)  # noqa: E731  (a cell's function over the grid)
+    return GroupProgram(config=config, trainer=trainer, cells=len(cells), devices=plan.devices,
+                        per_device=plan.per_device, mesh=plan.mesh, keys=keys, traced=traced,
+                        init=jax.jit(on_grid(trainer.init)), train_chunk=jax.jit(on_grid(trainer.train_chunk)),
+                        evaluation=evaluation_program(trainer, on_grid(trainer.chunk_evaluation), plan.where),
+                        chunk_env_steps=config.env_steps_per_chunk * plan.devices * plan.per_device)
+
+
+# ----------------------------------------------------------------------------- a group's record and its scores
+
+CHECKPOINT, CURVES, PHASES, STALENESS, SCORES = ("checkpoint", "curves.csv", "phase_returns.npz", "staleness.npz",
+                                                 "scores.csv")  # in the group's directory
+
+
+@dataclasses.dataclass
+class History:
+    """The chunks a group has run, on the host: every curve row (cell order within each chunk), and per
+    chunk the phase return sums and episode counts ``[cells, phases]`` and staleness counts ``[cells, ages]``."""
+
+    rows: list = dataclasses.field(default_factory=list)
+    returns: list = dataclasses.field(default_factory=list)
+    counts: list = dataclasses.field(default_factory=list)
+    staleness: list = dataclasses.field(default_factory=list)
+
+
+def _history_on_disk(group_dir: str, start: int, n_cells: int, capacity: int) -> History:
+    """The curve rows, phase returns and staleness of the ``start`` chunks a checkpoint has done, verified
+    against it (a ResultsError naming the file otherwise)."""
+    curves_path, phase_path = os.path.join(group_dir, CURVES), os.path.join(group_dir, PHASES)
+    rows = [r for r in results.read_table(curves_path) if r["chunk"] < start]
+    if len(rows) != start * n_cells or {r["chunk"] for r in rows} != set(range(start)):
+        raise ResultsError(f"{curves_path}: {len(rows)} rows for the {start} chunk(s) of {n_cells} cells the "
+                           "checkpoint has done")
+    saved = results.load_npz(phase_path)
+    if saved["returns"].shape[0] < start or saved["counts"].shape[0] < start:
+        raise ResultsError(f"{phase_path}: {saved['returns'].shape[0]} chunk(s), the checkpoint has done {start}")
+    stale_path = os.path.join(group_dir, STALENESS)
+    counts = results.load_npz(stale_path)["counts"]
+    if counts.ndim != 3 or counts.shape[0] < start or counts.shape[1:] != (n_cells, capacity):
+        raise ResultsError(f"{stale_path}: counts of shape {counts.shape}, the checkpoint has done {start} chunk(s) "
+                           f"of {n_cells} cells x {capacity} ages")
+    return History(rows, list(saved["returns"][:start]), list(saved["counts"][:start]), list(counts[:start]))
+
+
+def last_fraction_train_return(phase_returns: np.ndarray, phase_counts: np.ndarray,
+                               last_fraction: float = 0.05) -> np.ndarray:
+    """Mean return of the training episodes that ended in the last ``last_fraction`` of the phases
+    (at least one phase); ``[..., phases]`` sums and counts -> ``[...]``, NaN where none ended."""
+    phases = phase_returns.shape[-1]
+    window = np.arange(phases) >= phases - max(1, int(math.ceil(last_fraction * phases)))
+    ret, cnt = phase_returns[..., window].sum(-1), phase_counts[..., window].sum(-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(cnt > 0, ret / np.maximum(cnt, 1), np.nan)
+
+
+def cell_scores(curve_rows: list[dict], phase_returns: np.ndarray, phase_counts: np.ndarray,
+                last_fraction: float = 0.05, evaluated: bool = True) -> dict:
+    """Scores of one cell (docs/evaluation.md): final eval return, area under the eval curve, last-5% train return.
+
+    A cell is diverged when its parameters became non-finite (the trainer's flag) or, when it was
+    evaluated (``evaluated``), its final evaluation return is not finite.
+    """
+    evals = np.array([r["eval_return"] for r in curve_rows], float)
+    diverged = any(bool(r["diverged"]) for r in curve_rows) or (
+        evaluated and not np.isfinite(evals[-1] if len(evals) else np.nan))
+    return {
+        "final_eval_return": float(evals[-1]) if len(evals) else float("nan"),
+        "auc_eval_return": float(np.mean(evals)) if len(evals) else float("nan"),
+        "train_return_last5pct": float(last_fraction_train_return(phase_returns, phase_counts, last_fraction)),
+        "diverged": bool(diverged),
+    }
+
+
+NONFINITE = "nonfinite"  # curve and score rows: which diagnostics were not finite (their cells are left empty)
+UNSTABLE = "unstable_steps"  # steps MuJoCo could not integrate or act on: a count, summed, never averaged
+NOT_DIAGNOSTICS = ("cell", "chunk", "env_steps", "eval_return", "train_return", "diverged", "seconds",
+                   "grid_steps_per_second", NONFINITE)
+
+
+def diagnostic_scores(rows: list[dict], skip: Sequence[str] = ()) -> dict:
+    """A cell's diagnostics in its score row: ``mean_<name>`` over its chunks, empty when any chunk's
+    value was not finite, with the reason in ``nonfinite`` ('tv_learner: not finite in 21 of 48
+    chunks'); the unstable-step count summed over the run (``unstable_steps``)."""
+    out, reasons = {}, []
+    for k in rows[0]:
+        if k in NOT_DIAGNOSTICS or k in skip:
+            continue
+        vals = np.array([r[k] for r in rows], float)
+        bad = int(np.sum(~np.isfinite(vals)))
+        if bad:
+            reasons.append(f"{k}: not finite in {bad} of {len(rows)} chunks")
+        if k == UNSTABLE:
+            out[UNSTABLE] = int(round(float(np.nansum(vals))))
+        else:
+            out[f"mean_{k}"] = float("nan") if bad else float(vals.mean())
+    out[NONFINITE] = "; ".join(reasons)
+    return out
 
 
 def learner_call(config: Config, lag_depth: int, traced=None, warm_chunks: int = 1, learner_diagnostics: bool = True):

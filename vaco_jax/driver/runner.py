@@ -3,9 +3,11 @@
 One *group* = one static ``Config`` (task, method, shapes) and a list of cells that differ only in
 traced values and seed. The group's program (``program.group_program``: ``jit(vmap(train_chunk))``, its
 grid axis split over the local devices by ``shard_map``, each chunk followed by the evaluation, a
-program of its own that every group of the same task shares) runs here chunk by chunk; between chunks
-the host writes results and a checkpoint, so an interrupted sweep resumes from its last chunk. Layout
-of a group directory::
+program of its own that every group of the same task shares) runs here chunk by chunk, with the
+group's hooks (``tracking.group_hooks``) after each. The program also keeps the group's directory:
+it resumes from it (``GroupProgram.resume_group``), writes each chunk's results and a checkpoint
+(``record``), so an interrupted sweep resumes from its last chunk, and at the end the scores and the
+trained policies (``finish``). Layout of a group directory::
 
     GROUP/cells.json      the cells (lag_depth, seed, learning_rate, clip_epsilon, tv_budget)
     GROUP/curves.csv      one row per cell x chunk: env steps, eval/train return, diagnostics
@@ -23,9 +25,9 @@ import dataclasses
 import json
 import math
 import os
-import shutil
 import time
 from typing import Any, Callable, Sequence
+
 import jax
 import numpy as np
 
@@ -35,9 +37,11 @@ from vaco_jax.core.config import Config
 from vaco_jax.core.train import Trainer, chunk_summary
 from vaco_jax.driver.devices import _warn
 from vaco_jax.driver.grid import Cell, Group, PART_RE, _cell_from_row, check_cells, check_max_cells, split_group
-from vaco_jax.driver.program import group_program
+from vaco_jax.driver.program import NONFINITE, NOT_DIAGNOSTICS, group_program
+from vaco_jax.driver.program import (  # noqa: F401  (the scores' functions, also read from here)
+    cell_scores, diagnostic_scores, last_fraction_train_return)
 from vaco_jax.driver.provenance import UNRECORDED_SETTINGS
-from vaco_jax.driver.tracking import VIDEOS, GroupHooks, VideoOptions, WandbOptions, check_tracking
+from vaco_jax.driver.tracking import VIDEOS, VideoOptions, WandbOptions, check_tracking, group_hooks
 from vaco_jax.errors import ConfigError
 
 
@@ -111,41 +115,6 @@ def group_finished(group_dir: str) -> bool:
     return all(os.path.exists(os.path.join(group_dir, f"part-{j}-of-{m}", "scores.csv")) for j in range(m))
 
 
-def last_fraction_train_return(phase_returns: np.ndarray, phase_counts: np.ndarray,
-                               last_fraction: float = 0.05) -> np.ndarray:
-    """Mean return of the training episodes that ended in the last ``last_fraction`` of the phases
-    (at least one phase); ``[..., phases]`` sums and counts -> ``[...]``, NaN where none ended."""
-    phases = phase_returns.shape[-1]
-    window = np.arange(phases) >= phases - max(1, int(math.ceil(last_fraction * phases)))
-    ret, cnt = phase_returns[..., window].sum(-1), phase_counts[..., window].sum(-1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(cnt > 0, ret / np.maximum(cnt, 1), np.nan)
-
-
-def cell_scores(curve_rows: list[dict], phase_returns: np.ndarray, phase_counts: np.ndarray,
-                last_fraction: float = 0.05, evaluated: bool = True) -> dict:
-    """Scores of one cell (docs/evaluation.md): final eval return, area under the eval curve, last-5% train return.
-
-    A cell is diverged when its parameters became non-finite (the trainer's flag) or, when it was
-    evaluated (``evaluated``), its final evaluation return is not finite.
-    """
-    evals = np.array([r["eval_return"] for r in curve_rows], float)
-    diverged = any(bool(r["diverged"]) for r in curve_rows) or (
-        evaluated and not np.isfinite(evals[-1] if len(evals) else np.nan))
-    return {
-        "final_eval_return": float(evals[-1]) if len(evals) else float("nan"),
-        "auc_eval_return": float(np.mean(evals)) if len(evals) else float("nan"),
-        "train_return_last5pct": float(last_fraction_train_return(phase_returns, phase_counts, last_fraction)),
-        "diverged": bool(diverged),
-    }
-
-
-NONFINITE = "nonfinite"  # curve and score rows: which diagnostics were not finite (their cells are left empty)
-UNSTABLE = "unstable_steps"  # steps MuJoCo could not integrate or act on: a count, summed, never averaged
-NOT_DIAGNOSTICS = ("cell", "chunk", "env_steps", "eval_return", "train_return", "diverged", "seconds",
-                   "grid_steps_per_second", NONFINITE)
-
-
 def mark_nonfinite(row: dict, names: Sequence[str]) -> None:
     """A curve row's diagnostics are finite or missing with a reason: each non-finite value among
     ``names`` is emptied and named with what it was in ``row['nonfinite']`` ('tv_learner=inf;...')."""
@@ -156,26 +125,6 @@ def mark_nonfinite(row: dict, names: Sequence[str]) -> None:
             bad.append(f"{k}={v}")
             row[k] = float("nan")
     row[NONFINITE] = ";".join(bad)
-
-
-def diagnostic_scores(rows: list[dict], skip: Sequence[str] = ()) -> dict:
-    """A cell's diagnostics in its score row: ``mean_<name>`` over its chunks, empty when any chunk's
-    value was not finite, with the reason in ``nonfinite`` ('tv_learner: not finite in 21 of 48
-    chunks'); the unstable-step count summed over the run (``unstable_steps``)."""
-    out, reasons = {}, []
-    for k in rows[0]:
-        if k in NOT_DIAGNOSTICS or k in skip:
-            continue
-        vals = np.array([r[k] for r in rows], float)
-        bad = int(np.sum(~np.isfinite(vals)))
-        if bad:
-            reasons.append(f"{k}: not finite in {bad} of {len(rows)} chunks")
-        if k == UNSTABLE:
-            out[UNSTABLE] = int(round(float(np.nansum(vals))))
-        else:
-            out[f"mean_{k}"] = float("nan") if bad else float(vals.mean())
-    out[NONFINITE] = "; ".join(reasons)
-    return out
 
 
 def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool = True,
@@ -208,9 +157,10 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
     """
     tags = dict(tags or {})
     check_cells(cells, group_dir)
-    check_tracking([config], None, wandb, capture_video, progress_fn)
+    hooks = group_hooks(config, cells, label, tags, progress_fn, wandb, capture_video, group_dir)
     scores_path = os.path.join(group_dir, "scores.csv")
-    cell_rows = json.loads(json.dumps([c.row() for c in cells], default=str))
+    own = [c.row() for c in cells]  # each cell's identifying columns (lag depth, seed, traced knobs)
+    cell_rows = json.loads(json.dumps(own, default=str))
     if os.path.exists(scores_path) and not os.path.exists(os.path.join(group_dir, "cells.json")):
         _rebuild_cells(group_dir, scores_path, cell_rows)
     if os.path.exists(os.path.join(group_dir, "cells.json")):
@@ -226,35 +176,16 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
         return rows
     from tqdm.auto import tqdm
 
-    from vaco_jax.driver.checkpoint import CheckpointDamaged
     os.makedirs(group_dir, exist_ok=True)
     results.write_cells(group_dir, cell_rows)
-
     program = group_program(config, cells, trainer, devices=None if shard else 1)
-
-    ckpt_dir = os.path.join(group_dir, "checkpoint")
-    curves_path = os.path.join(group_dir, "curves.csv")
-    phase_path = os.path.join(group_dir, "phase_returns.npz")
-    stale_path = os.path.join(group_dir, "staleness.npz")
-    curve_rows, phase_ret, phase_cnt, stale = [], [], [], []
-    try:
-        state, start = program.resume(ckpt_dir if checkpoint else None)
-    except CheckpointDamaged as e:
-        _warn(f"{e}; restarting {group_dir} from its first chunk (every number is recomputed)")
-        state, start = program.start(), 0
-    if start > 0:
-        try:
-            curve_rows, phase_ret, phase_cnt = _resume_files(curves_path, phase_path, start, len(cells))
-            stale = _resume_staleness(stale_path, start, len(cells), config.buffer_capacity)
-        except ResultsError as e:
-            _warn(f"{e}; restarting {group_dir} from its first chunk (every number is recomputed)")
-            state, start, curve_rows, phase_ret, phase_cnt, stale = program.start(), 0, [], [], [], []
-
+    state, start, history = program.resume_group(group_dir, checkpoint)
     bar = tqdm(total=config.num_evals, initial=start, disable=not progress, unit="chunk",
                desc=label or f"{config.env}/{config.method} x{len(cells)}")
     stop = config.num_evals if max_chunks is None else min(config.num_evals, start + max_chunks)
     live = _live_writer(tensorboard_dir, cells)
-    hooks = GroupHooks(config, cells, label, tags, start, progress_fn, wandb, capture_video, group_dir)
+    heads = [{"env": config.env, "method": config.method, **tags, **row} for row in own]
+    skip = [list(tags) + list(row) for row in own]  # each row's identifying columns
     failed = True
     try:
         for chunk in range(start, stop):
@@ -263,26 +194,20 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
             metrics = jax.device_get(metrics)
             seconds = time.perf_counter() - t0
             summary = chunk_summary(metrics)
-            phase_ret.append(np.asarray(metrics.phases.episode_return_sum)[: len(cells)])
-            phase_cnt.append(np.asarray(metrics.phases.episode_count)[: len(cells)])
-            stale.append(np.asarray(metrics.staleness_counts)[: len(cells)])
-            for i, cell in enumerate(cells):
-                row = {"env": config.env, "method": config.method, **tags, **cell.row(), "cell": i, "chunk": chunk}
+            staleness = np.asarray(metrics.staleness_counts)[: len(cells)]
+            rows = []
+            for i, head in enumerate(heads):
+                row = {**head, "cell": i, "chunk": chunk}
                 row.update({k: np.asarray(v)[i].item() for k, v in summary.items()})
                 mark_nonfinite(row, [k for k in summary if k not in NOT_DIAGNOSTICS])
                 row["seconds"] = seconds
                 row["grid_steps_per_second"] = program.chunk_env_steps / seconds
-                curve_rows.append(row)
+                rows.append(row)
                 if live is not None:
-                    live.write(i, row, stale[-1][i], skip=list(tags) + list(cell.row()))
-            results.write_table(curves_path, curve_rows)
-            results.save_npz(stale_path, counts=np.stack(stale))
-            if checkpoint:
-                results.save_npz(phase_path, returns=np.stack(phase_ret), counts=np.stack(phase_cnt))
-                program.save(ckpt_dir, state, chunk + 1)
+                    live.write(i, row, staleness[i], skip=skip[i])
+            program.record(group_dir, history, state, chunk, rows, metrics, checkpoint)
             if hooks.active:  # after the chunk's files: a hook that fails leaves a run that resumes
-                hooks.after_chunk(chunk, curve_rows[-len(cells):], stale[-1], program, state,
-                                  [list(tags) + list(c.row()) for c in cells])
+                hooks.after_chunk(chunk, rows, staleness, program, state, skip)
             bar.update(1)
             evals = np.asarray(summary["eval_return"][: len(cells)], float)
             evals = evals[np.isfinite(evals)]
@@ -296,24 +221,7 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
         hooks.close(failed)
     if stop < config.num_evals:
         return None
-
-    returns = np.concatenate(phase_ret, axis=-1) if phase_ret else np.zeros((len(cells), 0))
-    counts = np.concatenate(phase_cnt, axis=-1) if phase_cnt else np.zeros((len(cells), 0))
-    score_rows = []
-    for i, cell in enumerate(cells):
-        rows = [r for r in curve_rows if r["cell"] == i]
-        row = {"env": config.env, "method": config.method, **tags, **cell.row()}
-        row.update(cell_scores(rows, returns[i], counts[i], evaluated=config.eval_episodes > 0))
-        row.update(diagnostic_scores(rows, skip=list(row)))
-        score_rows.append(row)
-    from vaco_jax.driver.policies import save_policies
-
-    final = program.host_cells(state)
-    save_policies(group_dir, config, final.learner, final.normalizer)  # trained policies are kept
-    results.write_table(scores_path, score_rows)
-    if checkpoint:
-        shutil.rmtree(ckpt_dir, ignore_errors=True)
-    return score_rows
+    return program.finish(group_dir, history, state, heads, checkpoint)
 
 
 def _rebuild_cells(group_dir: str, scores_path: str, cell_rows: list[dict]) -> None:
@@ -419,25 +327,3 @@ def _live_writer(tensorboard_dir: str | None, cells: Sequence[Cell]):
     from vaco_jax.driver.live import GroupWriter, cell_run_name
 
     return GroupWriter(tensorboard_dir, [cell_run_name(i, c.lag_depth, c.seed) for i, c in enumerate(cells)])
-
-
-def _resume_staleness(path: str, start: int, n_cells: int, capacity: int) -> list:
-    """The staleness histograms of the chunks a checkpoint has done, verified against it."""
-    counts = results.load_npz(path)["counts"]
-    if counts.ndim != 3 or counts.shape[0] < start or counts.shape[1:] != (n_cells, capacity):
-        raise ResultsError(f"{path}: counts of shape {counts.shape}, the checkpoint has done {start} chunk(s) "
-                           f"of {n_cells} cells x {capacity} ages")
-    return list(counts[:start])
-
-
-def _resume_files(curves_path: str, phase_path: str, start: int, n_cells: int):
-    """The curve rows and phase returns of the chunks a checkpoint has done, verified against it."""
-    table = results.read_table(curves_path)
-    rows = [r for r in table if r["chunk"] < start]
-    if len(rows) != start * n_cells or {r["chunk"] for r in rows} != set(range(start)):
-        raise ResultsError(f"{curves_path}: {len(rows)} rows for the {start} chunk(s) of {n_cells} cells the "
-                           "checkpoint has done")
-    saved = results.load_npz(phase_path)
-    if saved["returns"].shape[0] < start or saved["counts"].shape[0] < start:
-        raise ResultsError(f"{phase_path}: {saved['returns'].shape[0]} chunk(s), the checkpoint has done {start}")
-    return rows, list(saved["returns"][:start]), list(saved["counts"][:start])

@@ -189,11 +189,21 @@ def _use_headless_context(mujoco, backend: str) -> None:
 
 # ----------------------------------------------------------------------------- the hooks of one group
 
+def group_hooks(config, cells: Sequence, label: str, tags: dict, progress_fn: Callable | None,
+                wandb: WandbOptions | None, video: VideoOptions | None, group_dir: str) -> GroupHooks:
+    """The hooks of one group, checked first (``check_tracking``; the filmed cell is not checked against
+    the cells: a part of a split group may lack it and films nothing). Built before the group's program,
+    so they count the chunks from the first one they are called after (``GroupHooks.start``)."""
+    check_tracking([config], None, wandb, video, progress_fn)
+    return GroupHooks(config, cells, label, tags, None, progress_fn, wandb, video, group_dir)
+
+
 class GroupHooks:
     """The hooks of one ``run_group`` call: ``after_chunk`` once per chunk, ``close`` at the end (also
-    when a hook or the chunk raised)."""
+    when a hook or the chunk raised). ``start``: the chunk the group resumed at (None: the first chunk
+    ``after_chunk`` is called for, which is that chunk)."""
 
-    def __init__(self, config, cells: Sequence, label: str, tags: dict, start: int,
+    def __init__(self, config, cells: Sequence, label: str, tags: dict, start: int | None,
                  progress_fn: Callable | None, wandb: WandbOptions | None, video: VideoOptions | None,
                  group_dir: str):
         self.config, self.cells, self.label, self.tags, self.start = config, list(cells), label, tags, start
@@ -215,6 +225,8 @@ class GroupHooks:
                     skip: Sequence[Sequence[str]]) -> None:
         """``rows``: the chunk's curve row of each cell; ``staleness`` [cells, ages]; ``skip``: each row's
         identifying columns (tags and the cell's own)."""
+        if self.start is None:
+            self.start = chunk
         if self.wandb is not None:
             for i, row in enumerate(rows):
                 self._log(i, row, staleness[i], skip[i])
