@@ -127,6 +127,8 @@ class GroupProgram:
             restored = checkpoint.restore_checkpoint(directory, self.state_shape())
             if restored is not None:
                 state, chunks, _ = restored
+                if self.mesh is None:  # uncommitted to a device, like a new group's state: the same program
+                    state = jax.tree.map(lambda x: jnp.asarray(np.asarray(x)), state)  # (no second compile)
                 return self.repad(state), chunks
         return self.start(), 0
 
