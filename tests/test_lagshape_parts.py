@@ -316,12 +316,14 @@ def test_tuning_rules_ask_for_the_extension_then_the_study_runs_at_the_choice(pr
         write_unit(base, f"tuning/{t}/vaco/ext-5.4", tuning_rows(p, t, "vaco", [5.4], c["seeds"], peak["vaco"]))
     write_manifest(base, names + ext, "x")
     assert lagshape_tuning.chosen(p, base) is None  # no tuning_choices.csv yet: the study waits
+    assert "run `report`" in lagshape.all_done(lagshape.units(p, base, STEPLAG))  # and `run` says what comes next
     choices, surfaces = lagshape_tuning.choices(p, base, STEPLAG)
     assert [(r["surface"], r["state"], r["value"]) for r in choices] == [("ppo_clip", "complete", 0.2),
                                                                         ("vaco", "complete", 1.8)]
     assert {r["value"] for r in surfaces if r["surface"] == "vaco"} == {0.018, 0.06, 0.2, 0.6, 1.8, 5.4}
     results.write_table(os.path.join(base, lagshape_tuning.CHOICES), choices)
     study = [u for u in lagshape.units(p, base, STEPLAG) if u.stage == "study"]
+    assert lagshape.all_done(lagshape.units(p, base, STEPLAG)) == "every unit has finished"
     assert [u.name for u in study] == [f"study/{t}/{m}" for t in p["study"]["tasks"] for m in c["surfaces"]]
     for u in study:
         cfg = u.group.config

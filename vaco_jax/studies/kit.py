@@ -269,7 +269,8 @@ def start_run(units: list, args, digest: str, unit_dir) -> None:
 
 
 def run_units(plan, args, digest: str, unit_dir, spec, *, units: list | None = None, ready=None, after_unit=None,
-              after_round=None, paced=None, waiting: str = "nothing to run", show_pace: bool = False) -> list[str]:
+              after_round=None, paced=None, waiting: str = "nothing to run", show_pace: bool = False,
+              all_done: str = "every unit has finished") -> list[str]:
     """``run``: :func:`start_run`, then the minutes-bounded loop; returns the names of the units it finished.
 
     Each round takes the next units that fit in what is left of ``args.minutes`` of wall time
@@ -284,7 +285,9 @@ def run_units(plan, args, digest: str, unit_dir, spec, *, units: list | None = N
     it); ``after_unit(unit)`` after each unit, finished or not (True ends the round: the plan depends on
     it); ``after_round(chosen, done)`` after each round's new plan; ``paced(unit)`` whether a finished
     unit's time counts in the pace (default: every one). ``waiting``: the line printed when the first
-    round finds unfinished units it cannot start; ``show_pace``: a round's estimate says its pace.
+    round finds unfinished units it cannot start; ``show_pace``: a round's estimate says its pace;
+    ``all_done``: the line printed when every unit planned has finished (a study whose next units follow
+    a report says so there).
     """
     start_run(plan() if units is None else units, args, digest, unit_dir)
     units = plan()  # with the tables copied back
@@ -295,7 +298,7 @@ def run_units(plan, args, digest: str, unit_dir, spec, *, units: list | None = N
         chosen = [u for u in select(units, args, left, first=not done, pace=pace) if u.name not in done]
         if not chosen:
             if not done:
-                print("every unit has finished" if all(finished(args, u) for u in units) else waiting)
+                print(all_done if all(finished(args, u) for u in units) else waiting)
             break
         if ready is not None:
             ready(chosen)

@@ -268,7 +268,16 @@ def main(args: Args):
     spec = lambda u: {"study": "lagshape", "unit": u.name, "protocol_sha256": digest}  # noqa: E731
     return (kit.dry_run_units(planned, digest, args) if args.dry_run
             else kit.run_units(lambda: units(p, args.results, args.steplag), args, digest, unit_dir, spec,
-                               units=planned))
+                               units=planned, all_done=all_done(planned)))
+
+
+def all_done(planned: list) -> str:
+    """What ``run`` says when every planned unit has finished: before the study's units are planned, that
+    they follow ``report`` (it writes tuning_choices.csv from the finished surfaces)."""
+    if any(u.stage == "study" for u in planned):
+        return "every unit has finished"
+    return ("every unit planned so far has finished; the best-against-best units follow the fixed-lag choice: "
+            "run `report` (it writes tuning_choices.csv), then `plan`")
 
 
 def cli() -> None:
