@@ -203,9 +203,9 @@ class Pieces:
 # Pieces shared within a process: key (learner_config's repr, the env object, the networks and the
 # traced values it resolves to) -> Pieces. Only functions and the trainer they close over are kept, never
 # a run's state; the oldest is dropped beyond PIECES_KEPT. Tracing, lowering and compiling them is most of
-# a short run's CPU time; each configuration kept holds its compiled executables (~50 MB for point_mass),
-# and a study's real stage cycles through up to 6 learner configurations seed by seed (BENCHMARKS.md,
-# "Real runs share their compiled programs").
+# a short run's CPU time; each configuration kept holds its compiled executables in memory, and a study's
+# real stage cycles through up to 6 learner configurations seed by seed (their cost: BENCHMARKS.md, "Real
+# runs share their compiled programs").
 _PIECES: "collections.OrderedDict[tuple, Pieces]" = collections.OrderedDict()
 PIECES_KEPT = 6
 
