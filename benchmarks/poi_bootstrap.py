@@ -3,7 +3,7 @@
     python -m benchmarks.poi_bootstrap                      # 10 runs a side, 3 tasks, 2,000 replicates
     python -m benchmarks.poi_bootstrap --runs 30 --tasks 2 --rounds 5
 
-Each round times, one after the other on the same scores and seed, ``rules._replicates([a, x], rules._poi,
+Each round times, one after the other on the same scores and seed, ``rules.replicates([a, x], rules._poi,
 ...)`` (the ``[reps, runs, runs, tasks]`` comparison of the resampled runs) and ``rules.poi_replicates``
 (the same draw as counts, a pair relation per task); it checks the two give the same floats and prints
 each round's seconds per call and their ratio, then the median ratio.
@@ -41,7 +41,7 @@ def main(argv=None) -> list[float]:
     rng = np.random.default_rng(0)
     a = np.round(rng.normal(1.0, 0.3, (args.runs, args.tasks)), 2)  # two decimals: some ties, as scores have
     x = np.round(rng.normal(0.9, 0.3, (args.runs, args.tasks)), 2)
-    pairwise = lambda: rules._replicates([a, x], rules._poi, args.reps, rules.SEED)
+    pairwise = lambda: rules.replicates([a, x], rules._poi, args.reps, rules.SEED)
     counts = lambda: rules.poi_replicates(a, x, args.reps, rules.SEED)
     if pairwise().tolist() != counts().tolist():
         raise SystemExit("error: the two bootstraps differ; the timing would compare different computations")

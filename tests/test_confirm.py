@@ -192,9 +192,9 @@ def test_the_equivalence_call_reads_the_90_percent_interval_not_the_95():
 
 def test_two_sided_p_at_its_extremes_and_in_between():
     n = 999
-    assert confirm._two_sided(np.full(n, 0.9), 0.5) == pytest.approx(2 / (n + 1))  # every replicate above
-    assert confirm._two_sided(np.full(n, 0.1), 0.5) == pytest.approx(2 / (n + 1))  # every replicate below
-    assert confirm._two_sided(np.linspace(0, 1, n), 0.5) == 1.0  # centred: capped at 1
+    assert confirm.two_sided(np.full(n, 0.9), 0.5) == pytest.approx(2 / (n + 1))  # every replicate above
+    assert confirm.two_sided(np.full(n, 0.1), 0.5) == pytest.approx(2 / (n + 1))  # every replicate below
+    assert confirm.two_sided(np.linspace(0, 1, n), 0.5) == 1.0  # centred: capped at 1
     # 10% of the replicates at or below the null: p = 2 x (1 + 100) / 1000
     values = np.concatenate([np.full(100, 0.4), np.full(899, 0.6)])
-    assert confirm._two_sided(values, 0.5) == pytest.approx(0.202)
+    assert confirm.two_sided(values, 0.5) == pytest.approx(0.202)

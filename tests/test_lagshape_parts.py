@@ -400,3 +400,12 @@ def test_report_writes_only_the_finished_parts_and_says_which_wait(protocol, tmp
     for col in ("family", "method", "reference", "lag_model", "lag_depth", "mean_age", "margin", "verdict"):
         assert col in verdicts[0]
     json.dumps(out["ant_pilot.csv"], default=str)
+
+
+def test_the_protocols_normalisation_is_stage_2s_scale_recomputed(protocol):
+    """The protocol's fixed numbers are stage 2's scale (``kit_steplag.stage2_scale``) on the committed
+    stage-2 runs, digit for digit: the shape and study reports normalise by the protocol's copy."""
+    from vaco_jax.studies import kit_steplag
+    scale = kit_steplag.stage2_scale(kit_steplag.stage2_rows(STEPLAG), STEPLAG, lagshape_parts.SCORE)
+    fixed = lagshape_parts.norm(protocol)
+    assert fixed == {t: tuple(map(float, scale[t])) for t in fixed}

@@ -54,7 +54,7 @@ def test_leaving_a_task_out_changes_the_inputs_and_only_the_pooled_rows(protocol
 
 def test_the_hierarchical_bootstrap_draws_tasks_then_runs():
     x = np.tile(np.arange(4.0), (5, 1))  # every run of task j scores j: only the tasks vary
-    fixed = rules._replicates([x], rules.pooled_mean, 500, 0)
+    fixed = rules.replicates([x], rules.pooled_mean, 500, 0)
     drawn = confirm.hierarchical_replicates([x], rules.pooled_mean, 500, 0)
     assert np.all(fixed == 1.5) and drawn.std() > 0.3
     np.testing.assert_allclose(drawn.mean(), 1.5, atol=0.1)

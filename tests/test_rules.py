@@ -52,7 +52,7 @@ def test_stratified_bootstrap_equals_a_slow_per_task_loop():
     same drawn indices: each task's runs are resampled from that task's own column only."""
     at_b, at_1 = _runs([0.7, 0.9, 0.4], runs=6), _runs([1.0, 0.8, 1.1], runs=5, seed=4)
     reps, seed = 300, 11
-    fast = rules._replicates([at_b, at_1], rules._retention, reps, seed)
+    fast = rules.replicates([at_b, at_1], rules._retention, reps, seed)
     rng = np.random.default_rng(seed)
     idx_b = rng.integers(0, 6, size=(reps, 6, 3))
     idx_1 = rng.integers(0, 5, size=(reps, 5, 3))
@@ -86,7 +86,7 @@ def test_poi_replicates_equal_the_pairwise_comparison_of_the_resampled_runs_bit_
             slow.append(np.mean(per_task))
         fast = rules.poi_replicates(a, x, reps, seed)
         assert fast.tolist() == slow, case
-        assert fast.tolist() == rules._replicates([a, x], rules._poi, reps, seed).tolist(), case
+        assert fast.tolist() == rules.replicates([a, x], rules._poi, reps, seed).tolist(), case
 
 
 def test_head_to_head_and_its_p_value():

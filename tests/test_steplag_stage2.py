@@ -191,7 +191,7 @@ def test_stage2_verdicts_from_committed_scores(tmp_path):
     q = _with_stage2(_protocol(), arms={"ppo_clip": 0.2, "vaco": 0.2})
     res = str(tmp_path / "results")
     _stage2_scores(res)
-    got = S2.rows(res)
+    got = kit_steplag.stage2_rows(res)
     assert {(r["arm"], r["lag_model"]) for r in got} == {(a, m) for a in ("ppo_clip", "vaco") for m in ("uniform", "fixed")}
     norm = kit_steplag.stage2_scale(got, res, "auc_eval_return")
     assert norm["Hopper-v4"][0] == 20.0 and norm["Hopper-v4"][1] == pytest.approx(2000, abs=30)

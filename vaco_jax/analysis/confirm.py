@@ -127,7 +127,7 @@ def hierarchical_replicates(samples, statistic, reps: int, seed) -> np.ndarray:
     """``statistic(*resampled)`` for ``reps`` two-stage resamples: the task columns drawn with
     replacement, the same columns for every sample (they are compared task by task), then each drawn
     column's runs drawn from that task's own runs, each sample independently. ``statistic`` takes
-    arrays ``[reps, runs, tasks]``, as ``rules._replicates``' does."""
+    arrays ``[reps, runs, tasks]``, as ``rules.replicates``' does."""
     rng = np.random.default_rng(seed)
     tasks = samples[0].shape[1]
     cols = rng.integers(0, tasks, size=(reps, 1, tasks))
@@ -140,7 +140,7 @@ def _check_task_resampling(tasks: str) -> None:
         raise ValueError(f"tasks={tasks!r} is not valid; allowed values: {', '.join(TASK_RESAMPLING)}")
 
 
-def _two_sided(values: np.ndarray, null: float) -> float:
+def two_sided(values: np.ndarray, null: float) -> float:
     v = values[np.isfinite(values)]
     below, above = np.sum(v <= null), np.sum(v >= null)
     return float(min(1.0, 2.0 * (1.0 + min(below, above)) / (len(v) + 1.0)))
@@ -159,9 +159,9 @@ def head_to_head_test(x: np.ndarray, y: np.ndarray, r: Rules, seed: int | None =
         values = hierarchical_replicates([x, y], rules._poi, r.reps, s)
         diff = lambda u, v: rules.pooled_mean(u) - rules.pooled_mean(v)
         d = float(diff(x, y))
-        dlo, dhi = rules._interval(hierarchical_replicates([x, y], diff, r.reps, s), r.equivalence_confidence)
-    lo, hi = rules._interval(values, r.confidence)
-    return {"point": float(rules._poi(x, y)), "low": lo, "high": hi, "p_value": _two_sided(values, 0.5),
+        dlo, dhi = rules.interval(hierarchical_replicates([x, y], diff, r.reps, s), r.equivalence_confidence)
+    lo, hi = rules.interval(values, r.confidence)
+    return {"point": float(rules._poi(x, y)), "low": lo, "high": hi, "p_value": two_sided(values, 0.5),
             "null": 0.5, "difference": d, "difference_low": dlo, "difference_high": dhi}
 
 
@@ -173,11 +173,11 @@ def retention_test(x_b, x_1, y_b, y_1, r: Rules, seed: int | None = None, tasks:
     s = r.seed if seed is None else seed
     samples = [x_b, x_1, y_b, y_1]
     stat = lambda ab, a1, xb, x1: rules._retention(ab, a1) - rules._retention(xb, x1)
-    values = (rules._replicates if tasks == "fixed" else hierarchical_replicates)(samples, stat, r.reps, s)
-    lo, hi = rules._interval(values, r.confidence)
-    elo, ehi = rules._interval(values, r.equivalence_confidence)
+    values = (rules.replicates if tasks == "fixed" else hierarchical_replicates)(samples, stat, r.reps, s)
+    lo, hi = rules.interval(values, r.confidence)
+    elo, ehi = rules.interval(values, r.equivalence_confidence)
     point = float(stat(*samples))
-    return {"point": point, "low": lo, "high": hi, "p_value": _two_sided(values, 0.0), "null": 0.0,
+    return {"point": point, "low": lo, "high": hi, "p_value": two_sided(values, 0.0), "null": 0.0,
             "difference": point, "difference_low": elo, "difference_high": ehi}
 
 
@@ -280,11 +280,11 @@ def shape_dependence(rows: list[dict], score: str, norm: dict, arms: list[str], 
         c = {m: rules.difference(*s[i:i + 2], r.reps, r.seed, r.confidence) for m, i in ((m1, 0), (m0, 2))}
         stat = lambda a, bb, c_, d: (rules.pooled_mean(a) - rules.pooled_mean(bb)
                                      - (rules.pooled_mean(c_) - rules.pooled_mean(d)))
-        values = rules._replicates(s, stat, r.reps, r.seed)
-        lo, hi = rules._interval(values, r.confidence)
-        elo, ehi = rules._interval(values, r.equivalence_confidence)
+        values = rules.replicates(s, stat, r.reps, r.seed)
+        lo, hi = rules.interval(values, r.confidence)
+        elo, ehi = rules.interval(values, r.equivalence_confidence)
         sign = {m: 1 if c[m][1] > 0 else -1 if c[m][2] < 0 else 0 for m in models}
-        tests[name] = _two_sided(values, 0.0)
+        tests[name] = two_sided(values, 0.0)
         pairs.append({"pair": name, "tasks": " ".join(ts), f"contrast_{m0}": c[m0][0], f"contrast_{m1}": c[m1][0],
                       "change": float(stat(*s)), "low": lo, "high": hi, "p_value": tests[name],
                       "flips": sign[m0] * sign[m1] < 0, "within_margin": bool(-r.margin < elo and ehi < r.margin)})

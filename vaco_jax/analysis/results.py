@@ -467,3 +467,14 @@ def check_design_finished(path: str) -> None:
         raise ResultsError(f"{path}: the design has finished (summary.csv) but {len(lost)} of its groups have no "
                            f"scores.csv: {', '.join(lost)}; restore them (git checkout -- {path}) or run the design "
                            "again")
+
+
+def placed_rows(base: str, names: tuple[str, ...]) -> list[dict]:
+    """Every run under ``base`` whose folder holds a ``scores.csv``, each row with ``names`` read from the
+    last components of its folder's path (e.g. ``("arm", "lag_model")`` for ``<task>/<arm>/<lag model>``)."""
+    out = []
+    for root, _, files in sorted(os.walk(base)) if os.path.isdir(base) else []:
+        if "scores.csv" in files:
+            place = os.path.relpath(root, base).split(os.sep)[-len(names):]
+            out += [{**r, **dict(zip(names, place))} for r in read_table(os.path.join(root, "scores.csv"))]
+    return out

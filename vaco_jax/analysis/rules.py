@@ -73,7 +73,7 @@ def _resample_index(rng: np.random.Generator, runs: int, tasks: int, reps: int) 
     return rng.integers(0, runs, size=(reps, runs, tasks))
 
 
-def _replicates(samples: Sequence[np.ndarray], statistic: Callable[..., np.ndarray], reps: int, seed) -> np.ndarray:
+def replicates(samples: Sequence[np.ndarray], statistic: Callable[..., np.ndarray], reps: int, seed) -> np.ndarray:
     """``statistic(*resampled)`` for ``reps`` stratified resamples of every sample, each independent;
     ``statistic`` takes arrays ``[reps, runs, tasks]`` and returns ``[reps]``."""
     rng = np.random.default_rng(seed)
@@ -86,7 +86,7 @@ def _replicates(samples: Sequence[np.ndarray], statistic: Callable[..., np.ndarr
     return np.asarray(statistic(*drawn), np.float64)
 
 
-def _interval(values: np.ndarray, confidence: float) -> tuple[float, float]:
+def interval(values: np.ndarray, confidence: float) -> tuple[float, float]:
     v = values[np.isfinite(values)]
     if not v.size:
         return float("nan"), float("nan")
@@ -110,7 +110,7 @@ def retention(at_b, at_1, reps: int = REPS, seed=SEED, confidence: float = CONFI
     with a stratified bootstrap interval (``nan`` when the B = 1 score is not positive)."""
     at_b, at_1 = _scores(at_b, "at_b"), _scores(at_1, "at_1")
     point = float(_retention(at_b, at_1))
-    lo, hi = _interval(_replicates([at_b, at_1], _retention, reps, seed), confidence)
+    lo, hi = interval(replicates([at_b, at_1], _retention, reps, seed), confidence)
     return point, lo, hi
 
 
@@ -120,7 +120,7 @@ def retention_difference(a_b, a_1, x_b, x_1, reps: int = REPS, seed=SEED,
     samples = [_scores(s, n) for s, n in ((a_b, "a_b"), (a_1, "a_1"), (x_b, "x_b"), (x_1, "x_1"))]
     stat = lambda ab, a1, xb, x1: _retention(ab, a1) - _retention(xb, x1)
     point = float(stat(*samples))
-    lo, hi = _interval(_replicates(samples, stat, reps, seed), confidence)
+    lo, hi = interval(replicates(samples, stat, reps, seed), confidence)
     return point, lo, hi
 
 
@@ -139,7 +139,7 @@ def _draw_counts(rng: np.random.Generator, runs: int, tasks: int, reps: int) -> 
 
 
 def poi_replicates(x, y, reps: int, seed) -> np.ndarray:
-    """``_replicates([x, y], _poi, reps, seed)``, the same values bit for bit, from the draw counts: a
+    """``replicates([x, y], _poi, reps, seed)``, the same values bit for bit, from the draw counts: a
     resample's pair counts are ``counts_x · [x_i > y_j] · counts_y`` (integers, exact in float64), so the
     ``[reps, runs, runs, tasks]`` comparison of every resampled pair is never formed."""
     rng = np.random.default_rng(seed)
@@ -157,7 +157,7 @@ def head_to_head(a, x, reps: int = REPS, seed=SEED, confidence: float = CONFIDEN
     (the share of replicates at or below ½, plus one, over the replicates plus one)."""
     a, x = _scores(a, "a"), _scores(x, "x")
     values = poi_replicates(a, x, reps, seed)
-    lo, hi = _interval(values, confidence)
+    lo, hi = interval(values, confidence)
     p = (1.0 + np.sum(values <= 0.5)) / (len(values) + 1.0)
     return {"point": float(_poi(a, x)), "low": lo, "high": hi, "p_value": float(p)}
 
@@ -178,7 +178,7 @@ def difference(a, x, reps: int = REPS, seed=SEED, confidence: float = CONFIDENCE
     """Pooled mean normalised score of A minus that of X, with its interval."""
     a, x = _scores(a, "a"), _scores(x, "x")
     stat = lambda u, v: pooled_mean(u) - pooled_mean(v)
-    lo, hi = _interval(_replicates([a, x], stat, reps, seed), confidence)
+    lo, hi = interval(replicates([a, x], stat, reps, seed), confidence)
     return float(stat(a, x)), lo, hi
 
 

@@ -10,15 +10,10 @@ from __future__ import annotations
 import os
 
 from vaco_jax.studies import kit
-from vaco_jax.studies.kit_steplag import REFERENCE, STABILITY_REPS, rule_numbers, stage2_scale, surface_rules
+from vaco_jax.studies.kit_steplag import REFERENCE, STABILITY_REPS, rule_numbers, stage2_rows, stage2_scale, surface_rules
 
 
 # ----------------------------------------------------------------------------- stage 1's rules
-
-def stage2_rows(results_dir: str) -> list[dict]:
-    """Every stage-2 run under ``results_dir/stage2/<task>/<arm>/<lag model>``, with its arm and lag model."""
-    return kit.placed_rows(os.path.join(results_dir, "stage2"), ("arm", "lag_model"))
-
 
 def stage1_scale(plan, results_dir: str) -> dict:
     """Stage 1's fixed scale per tuning task (the protocol's); at the tiny size, the stand-in's stage-2 scale."""
@@ -33,9 +28,9 @@ def stage1(plan, results_dir: str) -> dict:
     the lag-robust ``value`` with its ``choice`` and ``stability``, the per-lag ``optima``, the extension
     ``points`` and within-noise values (``noisy``) the rules ask for, those of them that run as units
     (``run_points``, ``run_noisy``; none at the tiny size), the ``rows`` and the ``contest``."""
-    from vaco_jax.analysis import surfaces
+    from vaco_jax.analysis import results, surfaces
     # every row under surface/ (no names read from the folders: the rows as they are)
-    rows = [{**r, "value": float(r[plan.knob])} for r in kit.placed_rows(os.path.join(results_dir, "surface"), ())]
+    rows = [{**r, "value": float(r[plan.knob])} for r in results.placed_rows(os.path.join(results_dir, "surface"), ())]
     norm = stage1_scale(plan, results_dir)
     tiny = plan.size == "tiny"
     st = surface_rules(rows, plan.seeds, plan.tasks, plan.lag_depths, plan.values, plan.knob, plan.score, norm,

@@ -480,15 +480,3 @@ def dry_run_units(units: list[Unit], digest: str, args, tuned_needed: bool = Fal
                       estimate=[f"time estimate: ~{u.minutes:.1f} min ({u.runs} runs x the protocol's env steps "
                                 f"at its measured rate for {u.group.config.env})"])
     return []
-
-
-def placed_rows(base: str, names: tuple[str, ...]) -> list[dict]:
-    """Every run under ``base`` whose folder holds a ``scores.csv``, each row with ``names`` read from the
-    last components of its folder's path (e.g. ``("arm", "lag_model")`` for ``<task>/<arm>/<lag model>``)."""
-    from vaco_jax.analysis import results
-    out = []
-    for root, _, files in sorted(os.walk(base)) if os.path.isdir(base) else []:
-        if "scores.csv" in files:
-            place = os.path.relpath(root, base).split(os.sep)[-len(names):]
-            out += [{**r, **dict(zip(names, place))} for r in results.read_table(os.path.join(root, "scores.csv"))]
-    return out

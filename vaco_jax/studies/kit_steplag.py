@@ -92,6 +92,13 @@ def surface_rules(every: list[dict], seeds, tasks, lag_depths, grid, knob: str, 
     return out
 
 
+def stage2_rows(results_dir: str) -> list[dict]:
+    """Every stage-2 run under ``results_dir/stage2/<task>/<arm>/<lag model>``, with its arm and lag model."""
+    from vaco_jax.analysis import results
+
+    return results.placed_rows(os.path.join(results_dir, STAGE2), ("arm", "lag_model"))
+
+
 def stage2_scale(rows: list[dict], random_dir: str, score: str) -> dict:
     """Stage 2's normalisation, ``{task: (random, reference)}``: random the uniform-random return measured
     beside the reference runs (``random_dir/stage2``), reference the mean score of the reference arm's

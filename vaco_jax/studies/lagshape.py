@@ -161,7 +161,7 @@ def publish_rows(p: dict, args: Args, methods: tuple) -> list[dict]:
     c, scores = p["publish"], real_scores(p, args.deep_lag)
     real, sim, ages = {k: v for k, v in scores.items() if len(k) == 2}, {}, {}
     for method in methods:
-        rows = kit.placed_rows(os.path.join(args.results, "publish", method), ("block",))
+        rows = results.placed_rows(os.path.join(args.results, "publish", method), ("block",))
         if sorted(int(r["seed"]) for r in rows) != sorted(s for b in c["seed_blocks"] for s in b):
             raise ConfigError(f"report: the publish runs of {method} lack seeds; run every publish unit first")
         sim[(c["real_configuration"], method, "publish")] = kit_real.score_values(rows)

@@ -72,16 +72,14 @@ def pilot_rows(p: dict, results_dir: str) -> list[dict]:
 def _test(samples: list, stat, null: float) -> dict:
     """shape.rules' numbers of ``stat`` over ``samples`` (each ``(runs, tasks)``): the estimate, the 95% and
     90% percentile intervals and the two-sided bootstrap p-value against ``null``, by the seed bootstrap of
-    the rule: ``REPS`` resamples of numpy default_rng(``SEED``), each sample's runs drawn with replacement
-    within each task, independently of the other samples (the draws of ``analysis.rules``' stratified
-    bootstrap, sample after sample). ``stat`` takes ``[reps, runs, tasks]`` arrays."""
-    rng = np.random.default_rng(SEED)
-    values = np.asarray(stat(*[s[rng.integers(0, s.shape[0], size=(REPS, *s.shape)), np.arange(s.shape[1])]
-                               for s in samples]), np.float64)
-    lo, hi, lo90, hi90 = np.quantile(values, [0.025, 0.975, 0.05, 0.95])
-    below, above = np.sum(values <= null), np.sum(values >= null)  # the share on each side, plus one
-    return {"estimate": float(stat(*samples)), "low": float(lo), "high": float(hi), "low90": float(lo90),
-            "high90": float(hi90), "p": float(min(1.0, 2.0 * (1.0 + min(below, above)) / (REPS + 1.0)))}
+    the rule: ``REPS`` stratified resamples of numpy default_rng(``SEED``), each sample's runs drawn with
+    replacement within each task, independently of the other samples (``analysis.rules.replicates``).
+    ``stat`` takes ``[reps, runs, tasks]`` arrays."""
+    from vaco_jax.analysis import confirm, rules
+    values = rules.replicates(samples, stat, REPS, SEED)
+    (lo, hi), (lo90, hi90) = rules.interval(values, 0.95), rules.interval(values, 0.90)
+    return {"estimate": float(stat(*samples)), "low": lo, "high": hi, "low90": lo90, "high90": hi90,
+            "p": confirm.two_sided(values, null)}
 
 
 def _holm(tests: dict) -> None:
@@ -112,11 +110,10 @@ def shape_rows(p: dict, results_dir: str) -> list[dict]:
     s, tasks averaged; Holm over its 12 tests) and contrast_change (per mean age and pair: (s_VACO -
     s_PPO-Clip) under the first shape minus under the second; Holm over its 6): *differs* when the Holm-adjusted
     p < 0.05, else *equivalent* when the 90% interval lies inside +-0.1, else *inconclusive* (the rule's order)."""
-    from vaco_jax.analysis import confirm, rules
-    from vaco_jax.studies import kit
+    from vaco_jax.analysis import confirm, results, rules
     c = p["shape"]
     rows = [{**r, "lag_model": r["model"]} for r in
-            kit.placed_rows(os.path.join(results_dir, "shape"), ("task", "arm", "model"))]
+            results.placed_rows(os.path.join(results_dir, "shape"), ("task", "arm", "model"))]
     table, ages, tasks = confirm.cells(rows, SCORE, norm(p)), _ages(rows), list(c["tasks"])
     # the i-th mean age is each shape's i-th lag depth (protocol.md's table: uniform 15/31, fixed 8/16, ...)
     depth = {(m, a): sorted(s["lag_depths"])[i] for m, s in c["models"].items() for i, a in enumerate(c["mean_ages"])}
@@ -159,10 +156,9 @@ def study_rows(p: dict, results_dir: str, steplag: str) -> list[dict]:
     [0.4, 0.6], else *inconclusive*. Beside (descriptive): each method's per-task mean s and the committed
     stage-2 P(VACO > PPO-Clip) under fixed lag at the same B (settings tuned under uniform lag)."""
     from vaco_jax.analysis import confirm, results
-    from vaco_jax.studies import kit
     c = p["study"]
     rows = [{**r, "lag_model": c["lag_model"]} for r in
-            kit.placed_rows(os.path.join(results_dir, "study"), ("task", "arm"))]
+            results.placed_rows(os.path.join(results_dir, "study"), ("task", "arm"))]
     table, ages, tasks = confirm.cells(rows, SCORE, norm(p)), _ages(rows), list(c["tasks"])
     stage2 = os.path.join(steplag, "stage2_verdicts.csv")
     stage2 = {int(r["lag_depth"]): f"{r['point']:.3f} ({r['tasks']})" for r in

@@ -51,7 +51,7 @@ def verdict_rows(p: dict, steplag_dir: str, leave_out: tuple = (), tasks: str = 
     """Every stage-2 verdict as rows keyed by ``KEY``: the primary and per-task rows as
     ``stage2_verdicts.csv`` has them, then the shape rule's pairs (``family`` 'shape', ``arm`` the pair)
     and its overall call (``arm`` 'overall')."""
-    from vaco_jax.studies.kit_steplag import stage2_verdicts
+    from vaco_jax.studies.kit_steplag import stage2_rows, stage2_verdicts
 
     every = [r for r in stage2_rows(steplag_dir) if r["env"] not in leave_out]
     v = stage2_verdicts(p, every, steplag_dir, tasks=tasks)
@@ -88,16 +88,9 @@ def committed_rows(steplag_dir: str) -> list[dict]:
     return rows
 
 
-def stage2_rows(steplag_dir: str) -> list[dict]:
-    """The committed stage-2 runs under ``steplag_dir/stage2/<task>/<arm>/<lag model>``, with their arm and
-    lag model (as ``steplag_stage2.rows`` reads them)."""
-    from vaco_jax.studies import kit
-    from vaco_jax.studies.kit_steplag import STAGE2
-
-    return kit.placed_rows(os.path.join(steplag_dir, STAGE2), ("arm", "lag_model"))
-
-
 def tasks_of(steplag_dir: str) -> list[str]:
+    from vaco_jax.studies.kit_steplag import stage2_rows
+
     return sorted({r["env"] for r in stage2_rows(steplag_dir)})
 
 

@@ -12,6 +12,7 @@ the ``study`` part's confirmatory units follow at the chosen settings (:func:`ch
 
 from __future__ import annotations
 
+import json
 import os
 
 from vaco_jax.core.config import ConfigError
@@ -21,6 +22,7 @@ CHOICES = "tuning_choices.csv"  # one row per surface: its state, the lag-robust
 SURFACES = "tuning_surfaces.csv"  # the normalised score per surface, task (or pooled), B and value
 SCORE = "auc_eval_return"  # stage 1's score (the step size x lag protocol's stage1.score)
 MORE = f"seeds{MORE_SEEDS[0]}-{MORE_SEEDS[-1]}"  # the added seeds' unit suffix
+_RULES_SEEN: dict[str, dict] = {}  # surface_state's rules by their inputs (a command's lifetime)
 
 
 def stage1_norm(steplag: str, tasks) -> dict:
@@ -47,13 +49,21 @@ def check(p: dict) -> None:
 def surface_state(p: dict, results_dir: str, steplag: str, key: str) -> tuple[list[dict], dict]:
     """(every committed row of surface ``key``: its units' and its extensions' and added seeds', each with
     its knob's ``value``; ``surface_rules`` on them)."""
-    from vaco_jax.studies import kit
+    from vaco_jax.analysis import results
     c = p["tuning"]
     s = c["surfaces"][key]
     every = [{**r, "value": float(r[s["knob"]])} for t in c["tasks"]
-             for r in kit.placed_rows(os.path.join(results_dir, "tuning", t, key), ())]
-    return every, surface_rules(every, c["seeds"], c["tasks"], c["lag_depths"], s["values"], s["knob"], SCORE,
-                                stage1_norm(steplag, c["tasks"]), STABILITY_REPS)
+             for r in results.placed_rows(os.path.join(results_dir, "tuning", t, key), ())]
+    norm = stage1_norm(steplag, c["tasks"])
+    # the rules (the stability's 2,000 resamples, ~2 s a surface) run once per process for the same rows:
+    # `run` asks for the units at every round, `report` for the units and then the choices (the result is
+    # read, never changed, by its callers)
+    memo = json.dumps([every, c["seeds"], c["tasks"], c["lag_depths"], s["values"], s["knob"], norm,
+                       STABILITY_REPS], sort_keys=True, default=str)
+    if memo not in _RULES_SEEN:
+        _RULES_SEEN[memo] = surface_rules(every, c["seeds"], c["tasks"], c["lag_depths"], s["values"], s["knob"],
+                                          SCORE, norm, STABILITY_REPS)
+    return every, _RULES_SEEN[memo]
 
 
 def extra_units(p: dict, results_dir: str, steplag: str) -> list[tuple[str, str, str, list]]:

@@ -37,7 +37,7 @@ import os
 
 from vaco_jax.core.config import ConfigError
 from vaco_jax.studies.kit_steplag import STAGE2 as STAGE
-from vaco_jax.studies.kit_steplag import (arm_label, rule_numbers, stage2_entries, stage2_progress,
+from vaco_jax.studies.kit_steplag import (arm_label, rule_numbers, stage2_entries, stage2_progress, stage2_rows,
                                           stage2_scale, stage2_unit_names as unit_names, stage2_verdicts)
 
 ENTRY = ("ppo_clip", "vaco", "vaco_learner")  # always in stage 2 (stage 1's entry rule)
@@ -125,17 +125,11 @@ def complete(p: dict, results_dir: str) -> bool:
 
 # ----------------------------------------------------------------------------- report
 
-def rows(results_dir: str) -> list[dict]:
-    """Every committed stage-2 run, with its ``arm`` and ``lag_model`` from its unit's place."""
-    from vaco_jax.studies import kit
-    return kit.placed_rows(os.path.join(results_dir, STAGE), ("arm", "lag_model"))
-
-
 def verdicts(p: dict, results_dir: str, leave_out: tuple = (), tasks: str = "fixed") -> dict:
     """Every stage-2 rule on the committed scores (``kit_steplag.stage2_verdicts``). ``leave_out``: tasks
     whose runs are set aside first (the leave-one-task-out check); ``tasks``: the primary family's
     bootstrap over tasks (``confirm.TASK_RESAMPLING``; the committed rule is 'fixed')."""
-    return stage2_verdicts(p, [x for x in rows(results_dir) if x["env"] not in leave_out], results_dir, tasks)
+    return stage2_verdicts(p, [x for x in stage2_rows(results_dir) if x["env"] not in leave_out], results_dir, tasks)
 
 
 def shape_rows(shape: dict) -> list[dict]:
@@ -155,7 +149,7 @@ def draw(p: dict, results_dir: str, title_note: str = ""):
     from vaco_jax.analysis import confirm
     from vaco_jax.analysis.plotting import (dodge_factors, figure_title, line_handle, method_style, panel_figure,
                                             place_legend)
-    every = rows(results_dir)
+    every = stage2_rows(results_dir)
     norm = stage2_scale(every, results_dir, p[STAGE]["rules"]["score"])
     got = [r for r in every if r["env"] in norm]
     if not got:
