@@ -5,8 +5,14 @@
   step-size knob besides the learning rate (``None``: the learning rate alone), the options it sets.
   ``core.methods.make_method`` builds a method's pytree from an entry; ``core.methods.register_method``
   adds one (to this same dict).
-* **Knobs** (``KNOBS``): every numeric knob once, with its home, allowed range and help line. A knob
-  is **traced**: it enters the compiled program as an array, so a grid over it (with lag depths and
+* **Settings** (``Settings``): every setting of a training run declared once, by ``setting(default,
+  help, home=..., **range)``: its name, type, default and help line, and for a traced knob its home (its
+  sweep axis) and allowed range. ``core.config.Config`` is ``Settings`` with the checks (no field of its
+  own), the command line's flags take their help from the same declarations (``driver/cli.py``), and
+  ``KNOBS`` is read from them. Adding a setting is one ``setting(...)`` line here (and the code that
+  reads it).
+* **Knobs** (``KNOBS``): the settings declared with a home, in declaration order: each one's home,
+  allowed range and help line (a ``Knob``). A knob is **traced**: it enters the compiled program as an array, so a grid over it (with lag depths and
   seeds) is one ``vmap``ped program. Three homes: ``lag`` (the lag piece: ``lag_depth``,
   ``age_weights``, ``publish_interval``), ``common`` (fields of ``config.TracedParams`` read by every method: learning
   rate, gamma, ...; docs/methods.md) and ``method`` (a field of one of the method's pieces:
@@ -24,12 +30,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Optional
 
-# ----------------------------------------------------------------------------- knobs
+# ----------------------------------------------------------------------------- settings and knobs
 
 @dataclasses.dataclass(frozen=True)
 class Knob:
-    home: str  # 'lag' | 'common' | 'method'
+    home: str  # 'lag' | 'common' | 'method': its sweep axis (the lag piece, TracedParams, a method's piece)
     help: str
     low: float = -math.inf
     high: float = math.inf
@@ -46,86 +53,215 @@ class Knob:
         return f"{kind} in {lo}{self.low:g}, {hi}"
 
 
-KNOBS: dict[str, Knob] = {
-    # --- lag (docs/lag.md)
-    "lag_depth": Knob("lag", "lag depth B: actors act with snapshots up to B-1 versions old (1 <= B <= buffer_capacity)",
-                      low=1, integer=True),
-    "age_weights": Knob("lag", "lag_model='ages': weights of snapshot ages 0, 1, ... (normalised; length <= buffer_capacity)",
-                        low=0, optional=True),
-    "publish_interval": Knob("lag", "lag_model='publish': the learner publishes every k-th version, seen lag_depth-k "
-                             "versions late (1 <= k <= lag_depth)", low=1, integer=True),
-    # --- common (docs/methods.md, docs/surrogates.md)
-    "learning_rate": Knob("common", "Adam step size of actor and critic", low=0, low_open=True),
-    "gamma": Knob("common", "discount factor", low=0, high=1),
-    "max_grad_norm": Knob("common", "the gradient clip's global-norm bound: with grad_clip='per_network' the "
-                          "policy's and the critic's gradients are each clipped to it, with grad_clip='joint' both "
-                          "together (inf: no clip)", low=0, low_open=True, allow_inf=True),
-    "adam_eps": Knob("common", "Adam epsilon", low=0, low_open=True),
-    "value_coef": Knob("common", "weight of the value loss", low=0),
-    "entropy_coef": Knob("common", "weight of the entropy bonus", low=0),
-    "init_log_std": Knob("common", "initial log standard deviation of the Gaussian policy", low=-20, high=5),
-    "value_clip_epsilon": Knob("common", "PPO value clipping range (None: no value clipping)",
-                               low=0, low_open=True, optional=True),
-    "mismatch_strength": Knob("common", "training-inference mismatch: each actor samples from its policy's "
-                              "mean shifted by this many standard deviations x a fresh standard normal draw "
-                              "per sample and action dimension, and records that density (0: none)",
-                              low=0, high=10),
-    # --- method pieces (docs/methods.md); None in Config = the piece's default
-    "gae_lambda": Knob("method", "lambda of GAE and of V-trace's trace (every estimator)", low=0, high=1),
-    "rho_bar": Knob("method", "V-trace: truncation of rho in the TD term", low=0, low_open=True, allow_inf=True),
-    "c_bar": Knob("method", "V-trace: truncation of the trace coefficient c", low=0, low_open=True,
-                  allow_inf=True),
-    "rho_bar_pg": Knob("method", "V-trace: truncation of rho in the policy-gradient advantage", low=0,
-                       low_open=True, allow_inf=True),
-    "clip_epsilon": Knob("method", "PPO clip range epsilon (ppo_clip, decoupled, sat; ppo_clip_adaptive's without "
-                         "lag) or SPO's epsilon", low=0, low_open=True),
-    "kl_coef": Knob("method", "PPO-KL: weight of KL(beta || pi_theta)", low=0),
-    "tv_budget": Knob("method", "VACO's TV budget delta (inf: no filtering)", low=0, low_open=True,
-                      allow_inf=True),
-    "weight_cap": Knob("method", "decoupled PPO: cap w_max of pi_prox/pi_old (inf: no cap)", low=0,
-                       low_open=True, allow_inf=True),
-    "mismatch_bound": Knob("method", "decoupled PPO: keep a sample when pi_old/pi_infer is in [1/c, c]", low=1,
-                           allow_inf=True),
-    "ewma_age": Knob("method", "PPO-EWMA: age of the average in gradient steps (None: (S-1)/2)", low=0),
-    "ewma_reset_threshold": Knob("method", "revised PPO-EWMA: reset when the kept fraction falls below it",
-                                 low=0, high=1),
-    # the staleness corrections of 2025-26 (docs/corrections.md)
-    "weight_floor": Knob("method", "decoupled PPO, weight_cap_mode='band': keep w = pi_prox/pi_old in "
-                         "[weight_floor, weight_cap] (None: 1/weight_cap)", low=0, low_open=True, optional=True),
-    "second_moment_budget": Knob("method", "M2PO: drop the largest squared log-ratios to beta until their mean is "
-                                 "at most this tau (inf: no filtering)", low=0, low_open=True, allow_inf=True),
-    "trust_width": Knob("method", "GIPO: width sigma of the Gaussian trust weight exp(-l^2/(2 sigma^2)) on the "
-                        "log-ratio to beta (inf: no weighting)", low=0, low_open=True, allow_inf=True),
-    "gate_temperature": Knob("method", "SAPO: temperature tau of the sigmoid gate for positive advantages "
-                             "(larger: a tighter trust region)", low=0, low_open=True),
-    "gate_temperature_ratio": Knob("method", "SAPO: the negative-advantage temperature over the positive one",
-                                   low=0, low_open=True),
-    "ratio_cap": Knob("method", "VCPO: truncation C of the importance weight pi_theta/beta (inf: none)", low=0,
-                      low_open=True, allow_inf=True),
-    "target_update_phases": Knob("method", "IMPACT: phases between copies of the learner into the target policy",
-                                 low=1, integer=True),
-    # BAPO's adaptive clip bounds (explicit ratio bounds, not epsilons) and SAT's contraction
-    "positive_share_target": Knob("method", "BAPO: target share rho_0 of the positive-advantage part of the "
-                                  "clipped surrogate; the bounds rise until it is reached", low=0, high=1),
-    "clip_low_start": Knob("method", "BAPO: lower clip bound a- the search starts from (a ratio bound in "
-                           "(0, 1], <= clip_low_max)", low=0, high=1, low_open=True),
-    "clip_low_max": Knob("method", "BAPO: largest lower clip bound b- (<= 1)", low=0, high=1, low_open=True),
-    "clip_low_step": Knob("method", "BAPO: step delta- of the lower bound's search", low=0, low_open=True),
-    "clip_high_start": Knob("method", "BAPO: upper clip bound a+ the search starts from (>= 1, <= "
-                            "clip_high_max)", low=1),
-    "clip_high_max": Knob("method", "BAPO: largest upper clip bound b+", low=1),
-    "clip_high_step": Knob("method", "BAPO: step delta+ of the upper bound's search", low=0, low_open=True),
-    "staleness_quantile": Knob("method", "SAT: the minibatch quantile of |log r_beta| beyond which a sample's "
-                               "clip end contracts", low=0, high=1),
-    "contraction_exponent": Knob("method", "SAT: exponent n of the contraction 1/(1 + ((|d| - q)/q)^n)", low=0,
-                                 low_open=True),
-    # the lag-adaptive clip range of docs/adaptive.md
-    "clip_epsilon_lagged": Knob("method", "ppo_clip_adaptive: the clip range once the mean staleness reaches "
-                                "saturation_staleness", low=0, low_open=True),
-    "saturation_staleness": Knob("method", "ppo_clip_adaptive: mean staleness (versions) at which the clip range "
-                                 "reaches clip_epsilon_lagged", low=0, low_open=True),
-}
+def setting(default, help: str, home: str | None = None, **limits) -> dataclasses.Field:
+    """One setting's declaration, a field of ``Settings``: its default and help line (``metadata['help']``:
+    the command line's help of its flag); with ``home`` it is a traced knob, whose ``Knob`` (home = its
+    sweep axis, ``limits`` its allowed range: ``low``, ``high``, ``low_open``, ...) is ``metadata['knob']``."""
+    if home not in (None, "lag", "common", "method"):
+        raise TypeError(f"setting: home={home!r} must be 'lag', 'common' or 'method' (a traced knob's sweep axis) "
+                        "or None (a static setting)")
+    if limits and home is None:
+        raise TypeError(f"setting: a range ({', '.join(limits)}) is a traced knob's: give its home= too")
+    metadata = {"help": help}
+    if home is not None:
+        metadata["knob"] = Knob(home, help, **limits)
+    return dataclasses.field(default=default, metadata=metadata)
 
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Every setting of a training run, each declared once: name, type, default, help line and, for a traced
+    knob, its home and range. ``core.config.Config`` is this class with the checks and the derived quantities
+    (it adds no field); ``KNOBS`` and the command line's help are read from these declarations."""
+
+    # --- environment (docs/envs.md)
+    env: str = setting("inverted_double_pendulum", "the task (docs/envs.md): a Gymnasium locomotion task (MuJoCo's "
+                       "C engine), a Brax MuJoCo task, point_mass, an env registered with register_env, or a MuJoCo "
+                       "Playground DM Control task (extra 'playground')")
+    # None: the task's own default (envs.default_backend)
+    backend: Optional[str] = setting(None, "physics: 'mujoco' (MuJoCo's C engine, the default of the Gymnasium "
+                                     "tasks) or 'mjx' for a Gymnasium task; 'mjx' (default), 'generalized' or "
+                                     "'positional' (Brax's pipelines) for a Brax task")
+    episode_length: int = setting(1000, "env steps before an episode is truncated")
+
+    # --- batch shape
+    num_envs: int = setting(64, "parallel environments N")
+    unroll_length: int = setting(32, "env steps per env per phase U (a phase's batch is N x U)")
+    total_env_steps: int = setting(200_000, "training budget in env steps; a run stops after its last whole chunk "
+                                   "(num_evals chunks of whole phases of num_envs x unroll_length steps) and says "
+                                   "so when that is fewer")
+    num_evals: int = setting(10, "learning-curve points = jitted chunks of phases")
+    # 0: tests that do not need evaluation compile faster
+    eval_episodes: int = setting(16, "episodes per evaluation of the learner's policy (0: no evaluation)")
+
+    # --- forward lag: E epochs x M minibatches per phase
+    num_epochs: int = setting(4, "epochs E per phase (forward lag)")
+    num_minibatches: int = setting(8, "minibatches M per epoch (forward lag)")
+    # update.permutation's methods: config.SHUFFLES
+    minibatch_shuffle: str = setting("rank", "how each epoch's random permutation is drawn: 'rank' (fast) or "
+                                     "'sort' (jax.random.permutation: the permutation of the committed "
+                                     "pendulum-suite results); docs/estimators.md")
+    # one clip per network: the policy's step never shrinks because the critic's gradient is large
+    grad_clip: str = setting("per_network", "gradient-norm clip to max_grad_norm: 'per_network' (the policy's and "
+                             "the critic's gradients each clipped to it on their own) or 'joint' (both networks' "
+                             "gradients clipped together to one global norm, as one optimiser does: CleanRL's PPO); "
+                             "docs/surrogates.md")
+
+    # --- simulated asynchrony (docs/lag.md)
+    buffer_capacity: int = setting(16, "policy-buffer capacity K (1 <= lag_depth <= K); docs/lag.md")
+    # the command line lists each lag model's own help after it (core.lag.LAG_MODELS)
+    lag_model: str = setting("uniform", "how each actor's snapshot age is drawn")
+    envs_per_actor: int = setting(1, "envs sharing one actor (one snapshot)")
+    partial_resync_every: int = setting(8, "lag_model='partial': env steps between re-syncs one version newer")
+    actor_dtype: str = setting("float32", "precision of the actors' forward pass (training-inference mismatch); "
+                               "docs/lag.md")
+    # On a CPU smaller batches are faster once the policies drive the simulator into states its solver
+    # iterates on: a vmapped solver loop runs until the slowest env of the batch is done (docs/scale.md,
+    # "Cells per batch"). Per device when a group is split over several; single runs ignore it.
+    grid_batch: int | None = setting(None, "run each device's cells of a sweep group in vmapped batches of this "
+                                     "many, one batch after another (default: all at once); docs/scale.md")
+
+    # --- networks (networks.NETWORKS; networks.register_network adds your own modules)
+    network: str = setting("mlp", "policy and value network builder (networks.NETWORKS; register_network adds yours)")
+    policy_hidden: tuple[int, ...] = setting((64, 64), "policy MLP hidden sizes")
+    value_hidden: tuple[int, ...] = setting((64, 64), "value MLP hidden sizes")
+    activation: str = setting("tanh", "MLP activation")
+    normalize_observations: bool = setting(True, "running observation normalisation (frozen during a phase)")
+    normalize_rewards: bool = setting(True, "divide rewards by the running std of the discounted return")
+    normalize_advantages: bool = setting(True, "normalise advantages per minibatch, before any filter test")
+    anneal_lr: bool = setting(False, "decay the learning rate linearly to 0 over the phases that run")
+
+    # --- method (docs/methods.md): a named preset, or 'custom' with the four pieces chosen here.
+    # None = the preset's choice; a value that contradicts the preset is an error.
+    method: str = setting("ppo_clip", "a named method or 'custom' (then the four pieces below); docs/methods.md")
+    advantage_estimator: Optional[str] = setting(None, "piece: advantage estimator (method='custom'; with a preset "
+                                                 "it must equal the preset's)")
+    proximal_source: Optional[str] = setting(None, "piece: proximal-policy source (method='custom'; with a preset "
+                                             "it must equal the preset's)")
+    surrogate: Optional[str] = setting(None, "piece: surrogate (method='custom'; with a preset it must equal the "
+                                       "preset's)")
+    sample_filter: Optional[str] = setting(None, "piece: sample filter (method='custom'; with a preset it must "
+                                           "equal the preset's)")
+    # structural piece options (None = the piece's default; an option no piece reads is an error)
+    old_logit_source: Optional[str] = setting(None, "decoupled PPO: where pi_old comes from; docs/lag.md")
+    tv_denominator: Optional[str] = setting(None, "IS-PG / VACO: ratio denominator beta ('behavior') or pi_T "
+                                            "('learner')")
+    tv_scale: Optional[str] = setting(None, "TV filter: 'tv' = 1/2 mean|r-1|, 'l1' = mean|r-1|")
+    # every choice of pieces.STATIC_CHOICES['weight_cap_mode'], in its order (tests/test_input_checks.py)
+    weight_cap_mode: Optional[str] = setting(None, "decoupled PPO, the weight w = pi_prox/pi_old: 'truncate' "
+                                             "min(w, w_max); 'mask' drops the samples with w > w_max; 'band' drops "
+                                             "the samples with w outside [weight_floor, weight_cap]")
+    ewma_ratio_test: Optional[str] = setting(None, "revised PPO-EWMA: mismatch test on the joint ratio or its "
+                                             "per-dimension mean")
+
+    # --- traced knobs, home 'lag': the lag piece (docs/lag.md)
+    lag_depth: int = setting(1, "lag depth B: actors act with snapshots up to B-1 versions old (1 <= B <= "
+                             "buffer_capacity)", home="lag", low=1, integer=True)
+    age_weights: Optional[tuple[float, ...]] = setting(None, "lag_model='ages': weights of snapshot ages 0, 1, ... "
+                                                       "(normalised; length <= buffer_capacity)",
+                                                       home="lag", low=0, optional=True)
+    publish_interval: int = setting(1, "lag_model='publish': the learner publishes every k-th version, seen "
+                                    "lag_depth-k versions late (1 <= k <= lag_depth)",
+                                    home="lag", low=1, integer=True)
+
+    # --- traced knobs, home 'common': fields of config.TracedParams read by every method (docs/methods.md,
+    # docs/surrogates.md)
+    learning_rate: float = setting(3e-4, "Adam step size of actor and critic", home="common", low=0, low_open=True)
+    gamma: float = setting(0.99, "discount factor", home="common", low=0, high=1)
+    max_grad_norm: float = setting(0.5, "the gradient clip's global-norm bound: with grad_clip='per_network' the "
+                                   "policy's and the critic's gradients are each clipped to it, with "
+                                   "grad_clip='joint' both together (inf: no clip)",
+                                   home="common", low=0, low_open=True, allow_inf=True)
+    adam_eps: float = setting(1e-5, "Adam epsilon", home="common", low=0, low_open=True)
+    value_coef: float = setting(0.5, "weight of the value loss", home="common", low=0)
+    entropy_coef: float = setting(0.0, "weight of the entropy bonus", home="common", low=0)
+    init_log_std: float = setting(-0.5, "initial log standard deviation of the Gaussian policy",
+                                  home="common", low=-20, high=5)
+    value_clip_epsilon: Optional[float] = setting(None, "PPO value clipping range (None: no value clipping)",
+                                                  home="common", low=0, low_open=True, optional=True)
+    mismatch_strength: float = setting(0.0, "training-inference mismatch: each actor samples from its policy's mean "
+                                       "shifted by this many standard deviations x a fresh standard normal draw per "
+                                       "sample and action dimension, and records that density (0: none)",
+                                       home="common", low=0, high=10)
+
+    # --- traced knobs, home 'method': a field of one of the method's pieces (docs/methods.md); None = the
+    # piece's default
+    gae_lambda: Optional[float] = setting(None, "lambda of GAE and of V-trace's trace (every estimator)",
+                                          home="method", low=0, high=1)
+    rho_bar: Optional[float] = setting(None, "V-trace: truncation of rho in the TD term",
+                                       home="method", low=0, low_open=True, allow_inf=True)
+    c_bar: Optional[float] = setting(None, "V-trace: truncation of the trace coefficient c",
+                                     home="method", low=0, low_open=True, allow_inf=True)
+    rho_bar_pg: Optional[float] = setting(None, "V-trace: truncation of rho in the policy-gradient advantage",
+                                          home="method", low=0, low_open=True, allow_inf=True)
+    clip_epsilon: Optional[float] = setting(None, "PPO clip range epsilon (ppo_clip, decoupled, sat; "
+                                            "ppo_clip_adaptive's without lag) or SPO's epsilon",
+                                            home="method", low=0, low_open=True)
+    kl_coef: Optional[float] = setting(None, "PPO-KL: weight of KL(beta || pi_theta)", home="method", low=0)
+    tv_budget: Optional[float] = setting(None, "VACO's TV budget delta (inf: no filtering)",
+                                         home="method", low=0, low_open=True, allow_inf=True)
+    weight_cap: Optional[float] = setting(None, "decoupled PPO: cap w_max of pi_prox/pi_old (inf: no cap)",
+                                          home="method", low=0, low_open=True, allow_inf=True)
+    mismatch_bound: Optional[float] = setting(None, "decoupled PPO: keep a sample when pi_old/pi_infer is in "
+                                              "[1/c, c]", home="method", low=1, allow_inf=True)
+    ewma_age: Optional[float] = setting(None, "PPO-EWMA: age of the average in gradient steps (None: (S-1)/2)",
+                                        home="method", low=0)
+    ewma_reset_threshold: Optional[float] = setting(None, "revised PPO-EWMA: reset when the kept fraction falls "
+                                                    "below it", home="method", low=0, high=1)
+    # the staleness corrections of docs/corrections.md
+    weight_floor: Optional[float] = setting(None, "decoupled PPO, weight_cap_mode='band': keep w = pi_prox/pi_old "
+                                            "in [weight_floor, weight_cap] (None: 1/weight_cap)",
+                                            home="method", low=0, low_open=True, optional=True)
+    second_moment_budget: Optional[float] = setting(None, "M2PO: drop the largest squared log-ratios to beta until "
+                                                    "their mean is at most this tau (inf: no filtering)",
+                                                    home="method", low=0, low_open=True, allow_inf=True)
+    trust_width: Optional[float] = setting(None, "GIPO: width sigma of the Gaussian trust weight "
+                                           "exp(-l^2/(2 sigma^2)) on the log-ratio to beta (inf: no weighting)",
+                                           home="method", low=0, low_open=True, allow_inf=True)
+    gate_temperature: Optional[float] = setting(None, "SAPO: temperature tau of the sigmoid gate for positive "
+                                                "advantages (larger: a tighter trust region)",
+                                                home="method", low=0, low_open=True)
+    gate_temperature_ratio: Optional[float] = setting(None, "SAPO: the negative-advantage temperature over the "
+                                                      "positive one", home="method", low=0, low_open=True)
+    ratio_cap: Optional[float] = setting(None, "VCPO: truncation C of the importance weight pi_theta/beta "
+                                         "(inf: none)", home="method", low=0, low_open=True, allow_inf=True)
+    target_update_phases: Optional[int] = setting(None, "IMPACT: phases between copies of the learner into the "
+                                                  "target policy", home="method", low=1, integer=True)
+    # BAPO's adaptive clip bounds (explicit ratio bounds, not epsilons) and SAT's contraction
+    positive_share_target: Optional[float] = setting(None, "BAPO: target share rho_0 of the positive-advantage part "
+                                                     "of the clipped surrogate; the bounds rise until it is reached",
+                                                     home="method", low=0, high=1)
+    clip_low_start: Optional[float] = setting(None, "BAPO: lower clip bound a- the search starts from (a ratio "
+                                              "bound in (0, 1], <= clip_low_max)",
+                                              home="method", low=0, high=1, low_open=True)
+    clip_low_max: Optional[float] = setting(None, "BAPO: largest lower clip bound b- (<= 1)",
+                                            home="method", low=0, high=1, low_open=True)
+    clip_low_step: Optional[float] = setting(None, "BAPO: step delta- of the lower bound's search",
+                                             home="method", low=0, low_open=True)
+    clip_high_start: Optional[float] = setting(None, "BAPO: upper clip bound a+ the search starts from (>= 1, <= "
+                                               "clip_high_max)", home="method", low=1)
+    clip_high_max: Optional[float] = setting(None, "BAPO: largest upper clip bound b+", home="method", low=1)
+    clip_high_step: Optional[float] = setting(None, "BAPO: step delta+ of the upper bound's search",
+                                              home="method", low=0, low_open=True)
+    staleness_quantile: Optional[float] = setting(None, "SAT: the minibatch quantile of |log r_beta| beyond which a "
+                                                  "sample's clip end contracts", home="method", low=0, high=1)
+    contraction_exponent: Optional[float] = setting(None, "SAT: exponent n of the contraction "
+                                                    "1/(1 + ((|d| - q)/q)^n)", home="method", low=0, low_open=True)
+    # the lag-adaptive clip range of docs/adaptive.md
+    clip_epsilon_lagged: Optional[float] = setting(None, "ppo_clip_adaptive: the clip range once the mean staleness "
+                                                   "reaches saturation_staleness",
+                                                   home="method", low=0, low_open=True)
+    saturation_staleness: Optional[float] = setting(None, "ppo_clip_adaptive: mean staleness (versions) at which "
+                                                    "the clip range reaches clip_epsilon_lagged",
+                                                    home="method", low=0, low_open=True)
+
+
+def knobs_of(settings: type) -> dict[str, Knob]:
+    """``{name: Knob}`` of the traced knobs a settings class declares, in its fields' order."""
+    return {f.name: f.metadata["knob"] for f in dataclasses.fields(settings) if "knob" in f.metadata}
+
+
+KNOBS: dict[str, Knob] = knobs_of(Settings)
 LAG_KNOBS = tuple(n for n, k in KNOBS.items() if k.home == "lag")
 COMMON_KNOBS = tuple(n for n, k in KNOBS.items() if k.home == "common")
 METHOD_KNOBS = tuple(n for n, k in KNOBS.items() if k.home == "method")

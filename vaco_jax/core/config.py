@@ -1,10 +1,13 @@
-"""Typed, validated configuration: one flat list of settings, each static or traced.
+"""Typed, validated configuration: one flat list of settings, each static or traced, each declared once
+in ``names.Settings`` (its type, default, help line and, for a knob, home and range); ``Config`` is that
+class with the checks.
 
 * **Static** fields set shapes or choose code paths (task, batch sizes, network sizes, buffer
   capacity, lag model, the method's pieces and their structural options). Changing one recompiles.
-* **Traced** fields are the numeric knobs of ``knobs.KNOBS`` (lag depth, learning rate, γ, clip ε,
-  TV budget δ, ...). ``Config`` holds their defaults; ``make_traced(config, **overrides)`` builds one
-  cell's ``TracedParams`` pytree, and a grid of cells is a ``vmap`` of one compiled program.
+* **Traced** fields are the numeric knobs, the settings declared with a home (``knobs.KNOBS``: lag
+  depth, learning rate, γ, clip ε, TV budget δ, ...). ``Config`` holds their defaults;
+  ``make_traced(config, **overrides)`` builds one cell's ``TracedParams`` pytree, and a grid of cells is
+  a ``vmap`` of one compiled program.
 
 ``STATIC_FIELDS`` and ``TRACED_FIELDS`` say which is which, in one place. Every field is checked
 when a ``Config`` is built, before anything is compiled; an error names the field and the allowed
@@ -15,7 +18,7 @@ or option the user gave: it is honoured, or it is an error.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -27,6 +30,7 @@ from vaco_jax.core.lag import LAG_MODELS, make_lag
 from vaco_jax.core.pieces import PIECE_KINDS, STATIC_CHOICES
 from vaco_jax.envs import BACKENDS
 from vaco_jax.envs.gymnasium_tasks import GYM_TASKS
+from vaco_jax.names import Settings
 
 ACTOR_DTYPES = ("float32", "bfloat16", "float16")
 GRAD_CLIPS = ("per_network", "joint")  # update.update_phase: a global-norm clip per network, or one over both
@@ -68,109 +72,10 @@ def _check_bool(name: str, value) -> None:
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
-    """One training run's settings: static fields, then the traced knobs' defaults (``knobs.KNOBS``: ranges and meaning)."""
-
-    # --- environment (docs/envs.md)
-    env: str = "inverted_double_pendulum"
-    backend: Optional[str] = None  # None: the task's own default (envs.default_backend: 'mujoco' or 'mjx')
-    episode_length: int = 1000
-
-    # --- batch shape
-    num_envs: int = 64
-    unroll_length: int = 32
-    total_env_steps: int = 200_000
-    num_evals: int = 10  # learning-curve points = jitted chunks of phases
-    eval_episodes: int = 16  # 0 disables evaluation (tests that do not need it compile faster)
-
-    # --- forward lag: E epochs x M minibatches per phase
-    num_epochs: int = 4
-    num_minibatches: int = 8
-    minibatch_shuffle: str = "rank"  # how each epoch's permutation is drawn (SHUFFLES, update.permutation; docs/estimators.md)
-    # the gradient-norm clip: one per network (the policy's step never shrinks because the critic's
-    # gradient is large) or one over both networks' gradients together, as a single optimiser does
-    # (CleanRL's PPO); docs/surrogates.md
-    grad_clip: str = "per_network"
-
-    # --- simulated asynchrony (docs/lag.md)
-    buffer_capacity: int = 16  # K; the traced lag depth B must satisfy 1 <= B <= K
-    lag_model: str = "uniform"
-    envs_per_actor: int = 1  # an actor is a group of envs sharing one snapshot
-    partial_resync_every: int = 8  # 'partial' lag model: steps between re-syncs
-    actor_dtype: str = "float32"
-    # a sweep group's cells run in vmapped batches of this many, one batch after another (None: all at
-    # once). On a CPU smaller batches are faster once the policies drive the simulator into states its
-    # solver iterates on: a vmapped solver loop runs until the slowest env of the batch is done
-    # (docs/scale.md, "Cells per batch"). Per device when a group is split over several; single runs
-    # ignore it.
-    grid_batch: int | None = None
-
-    # --- networks (networks.NETWORKS; networks.register_network adds your own modules)
-    network: str = "mlp"
-    policy_hidden: tuple[int, ...] = (64, 64)
-    value_hidden: tuple[int, ...] = (64, 64)
-    activation: str = "tanh"
-    normalize_observations: bool = True
-    normalize_rewards: bool = True  # divide rewards by the running std of the discounted return
-    normalize_advantages: bool = True  # per minibatch, before any filter test
-    anneal_lr: bool = False  # linear decay to 0 over the phases that run
-
-    # --- method (docs/methods.md): a named preset, or 'custom' with the four pieces chosen here.
-    # None = the preset's choice; a value that contradicts the preset is an error.
-    method: str = "ppo_clip"
-    advantage_estimator: Optional[str] = None
-    proximal_source: Optional[str] = None
-    surrogate: Optional[str] = None
-    sample_filter: Optional[str] = None
-    # structural piece options (None = the piece's default; an option no piece reads is an error)
-    old_logit_source: Optional[str] = None
-    tv_denominator: Optional[str] = None
-    tv_scale: Optional[str] = None
-    weight_cap_mode: Optional[str] = None
-    ewma_ratio_test: Optional[str] = None
-
-    # --- traced knobs (knobs.KNOBS): defaults of every cell
-    lag_depth: int = 1
-    age_weights: Optional[tuple[float, ...]] = None
-    publish_interval: int = 1  # lag_model='publish': k (docs/lag.md)
-    learning_rate: float = 3e-4
-    gamma: float = 0.99
-    max_grad_norm: float = 0.5
-    adam_eps: float = 1e-5
-    value_coef: float = 0.5
-    entropy_coef: float = 0.0
-    init_log_std: float = -0.5
-    value_clip_epsilon: Optional[float] = None
-    mismatch_strength: float = 0.0  # actors' controlled training-inference mismatch (docs/lag.md)
-    gae_lambda: Optional[float] = None
-    rho_bar: Optional[float] = None
-    c_bar: Optional[float] = None
-    rho_bar_pg: Optional[float] = None
-    clip_epsilon: Optional[float] = None
-    kl_coef: Optional[float] = None
-    tv_budget: Optional[float] = None
-    weight_cap: Optional[float] = None
-    mismatch_bound: Optional[float] = None
-    ewma_age: Optional[float] = None
-    ewma_reset_threshold: Optional[float] = None
-    weight_floor: Optional[float] = None
-    second_moment_budget: Optional[float] = None
-    trust_width: Optional[float] = None
-    gate_temperature: Optional[float] = None
-    gate_temperature_ratio: Optional[float] = None
-    ratio_cap: Optional[float] = None
-    target_update_phases: Optional[int] = None
-    positive_share_target: Optional[float] = None
-    clip_low_start: Optional[float] = None
-    clip_low_max: Optional[float] = None
-    clip_low_step: Optional[float] = None
-    clip_high_start: Optional[float] = None
-    clip_high_max: Optional[float] = None
-    clip_high_step: Optional[float] = None
-    staleness_quantile: Optional[float] = None
-    contraction_exponent: Optional[float] = None
-    clip_epsilon_lagged: Optional[float] = None
-    saturation_staleness: Optional[float] = None
+class Config(Settings):
+    """One training run's settings, checked when built. Its fields are ``names.Settings``' (each one's
+    default, help line and, for a traced knob, home and range, declared once there); this class adds
+    no field, only the checks and the quantities derived from the fields."""
 
     def __post_init__(self):
         from vaco_jax.envs import check_env_name
@@ -351,8 +256,8 @@ def _ages_depth(weights) -> int:
 
 def _traced_params_class():
     """``TracedParams``: one cell's traced values — the lag piece, the method's pieces, then one field
-    per common knob, in ``knobs.KNOBS``' order (so a common knob is declared once, there, and its slot
-    here follows). All fields are pytree leaves; structure (lag model, pieces, structural options) is
+    per common knob, in ``knobs.KNOBS``' order (so a common knob is declared once, in ``names.Settings``,
+    and its slot here follows). All fields are pytree leaves; structure (lag model, pieces, structural options) is
     static, and a ``vmap`` over a stack of these runs a grid in one program (``stack_traced``)."""
 
     def lag_depth(self):

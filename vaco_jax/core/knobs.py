@@ -1,5 +1,6 @@
 """A knob's value checked against its entry in the registry (``vaco_jax.names.KNOBS``: every numeric
-knob once, with its home, allowed range and help line).
+knob once, with its home, allowed range and help line, read from its one declaration in
+``names.Settings``).
 
 ``Config`` holds a default for each knob (a method knob's default None means "the piece's own
 default"); ``config.make_traced`` builds one cell's traced values from the config plus overrides.

@@ -1,7 +1,8 @@
 """The command line is the config: every ``Config`` field as a flag, with its choices and a help line.
 
 ``config_args_class(name, extra)`` builds a dataclass with the run's own fields (``extra``) followed by
-every ``Config`` field (same name, type and default), each annotated with a help line and, where the
+every ``Config`` field (same name, type and default), each annotated with the help line declared beside
+it (``names.Settings``: a setting's flag, help and default come from its one declaration) and, where the
 field chooses from a registry (methods, lag models, pieces, networks ...), a ``Literal`` of the
 registered names, so ``--help`` lists them and ``tyro`` rejects any other value before anything runs
 (the task is checked by ``Config``; ``--help`` lists the tasks compactly). ``config_from_args(args)``
@@ -26,62 +27,10 @@ from typing import Annotated, Any, Literal, Optional
 
 from vaco_jax.core.config import ACTOR_DTYPES, GRAD_CLIPS, SHUFFLES, Config, ConfigError
 from vaco_jax.envs import BACKENDS
-from vaco_jax.core.knobs import KNOBS
-from vaco_jax.core.pieces import STATIC_CHOICES
 from vaco_jax.analysis import results
 from vaco_jax.analysis.results import ResultsError
 from vaco_jax.driver.config_file import (RECORD_ATTR, config_tokens, read_config_file, read_record,
                                          record_tokens)
-
-WEIGHT_CAP_MODES = {"truncate": "min(w, w_max)", "mask": "drops the samples with w > w_max",
-                    "band": "drops the samples with w outside [weight_floor, weight_cap]"}
-
-FIELD_HELP = {
-    "env": "the task (docs/envs.md): a Gymnasium locomotion task (MuJoCo's C engine), a Brax MuJoCo task, "
-           "point_mass, an env registered with register_env, or a MuJoCo Playground DM Control task (extra "
-           "'playground')",
-    "backend": "physics: 'mujoco' (MuJoCo's C engine, the default of the Gymnasium tasks) or 'mjx' for a "
-               "Gymnasium task; 'mjx' (default), 'generalized' or 'positional' (Brax's pipelines) for a Brax task",
-    "episode_length": "env steps before an episode is truncated",
-    "num_envs": "parallel environments N",
-    "unroll_length": "env steps per env per phase U (a phase's batch is N x U)",
-    "total_env_steps": "training budget in env steps; a run stops after its last whole chunk (num_evals chunks of "
-                       "whole phases of num_envs x unroll_length steps) and says so when that is fewer",
-    "num_evals": "learning-curve points = jitted chunks of phases",
-    "eval_episodes": "episodes per evaluation of the learner's policy (0: no evaluation)",
-    "num_epochs": "epochs E per phase (forward lag)",
-    "num_minibatches": "minibatches M per epoch (forward lag)",
-    "minibatch_shuffle": "how each epoch's random permutation is drawn: 'rank' (fast) or 'sort' (jax.random.permutation: the permutation of the committed pendulum-suite results); docs/estimators.md",
-    "grad_clip": "gradient-norm clip to max_grad_norm: 'per_network' (the policy's and the critic's gradients "
-                 "each clipped to it on their own) or 'joint' (both networks' gradients clipped together to one "
-                 "global norm, as one optimiser does: CleanRL's PPO); docs/surrogates.md",
-    "buffer_capacity": "policy-buffer capacity K (1 <= lag_depth <= K); docs/lag.md",
-    "envs_per_actor": "envs sharing one actor (one snapshot)",
-    "grid_batch": "run each device's cells of a sweep group in vmapped batches of this many, one batch "
-                  "after another (default: all at once); docs/scale.md",
-    "partial_resync_every": "lag_model='partial': env steps between re-syncs one version newer",
-    "actor_dtype": "precision of the actors' forward pass (training-inference mismatch); docs/lag.md",
-    "network": "policy and value network builder (networks.NETWORKS; register_network adds yours)",
-    "policy_hidden": "policy MLP hidden sizes",
-    "value_hidden": "value MLP hidden sizes",
-    "activation": "MLP activation",
-    "normalize_observations": "running observation normalisation (frozen during a phase)",
-    "normalize_rewards": "divide rewards by the running std of the discounted return",
-    "normalize_advantages": "normalise advantages per minibatch, before any filter test",
-    "anneal_lr": "decay the learning rate linearly to 0 over the phases that run",
-    "method": "a named method or 'custom' (then the four pieces below); docs/methods.md",
-    "advantage_estimator": "piece: advantage estimator (method='custom'; with a preset it must equal the preset's)",
-    "proximal_source": "piece: proximal-policy source (method='custom'; with a preset it must equal the preset's)",
-    "surrogate": "piece: surrogate (method='custom'; with a preset it must equal the preset's)",
-    "sample_filter": "piece: sample filter (method='custom'; with a preset it must equal the preset's)",
-    "old_logit_source": "decoupled PPO: where pi_old comes from; docs/lag.md",
-    "tv_denominator": "IS-PG / VACO: ratio denominator beta ('behavior') or pi_T ('learner')",
-    "tv_scale": "TV filter: 'tv' = 1/2 mean|r-1|, 'l1' = mean|r-1|",
-    # every choice of pieces.STATIC_CHOICES['weight_cap_mode'], in its order (WEIGHT_CAP_MODES)
-    "weight_cap_mode": "decoupled PPO, the weight w = pi_prox/pi_old: " + "; ".join(
-        f"'{mode}' {WEIGHT_CAP_MODES.get(mode, '')}".rstrip() for mode in STATIC_CHOICES["weight_cap_mode"]),
-    "ewma_ratio_test": "revised PPO-EWMA: mismatch test on the joint ratio or its per-dimension mean",
-}
 
 
 def field_choices(skip: tuple | set = ()) -> dict[str, tuple]:
@@ -122,17 +71,19 @@ def _method_names() -> list[str]:
     return list(METHODS)
 
 
-def _lag_model_help() -> str:
+def _lag_models_help() -> str:
+    """Each registered lag model with its help line (read when the CLI is built: user registrations count)."""
     from vaco_jax.core.lag import LAG_MODELS
 
-    return "how each actor's snapshot age is drawn: " + "; ".join(f"{n}: {s.help}" for n, s in LAG_MODELS.items()) \
-        + " (docs/lag.md)"
+    return "; ".join(f"{n}: {s.help}" for n, s in LAG_MODELS.items()) + " (docs/lag.md)"
 
 
-def _help(name: str, default: Any = None, piece_note: bool = True) -> str:
-    """A Config field's help line. Its default is not part of it: ``--help`` shows the value a run uses
-    when the flag is left out in the ``(default: ...)`` after it (``grouped``, ``default_hint``)."""
-    return KNOBS[name].help if name in KNOBS else _lag_model_help() if name == "lag_model" else FIELD_HELP.get(name, "")
+def _help(field: dataclasses.Field) -> str:
+    """A Config field's help line: the one declared beside it (``names.setting``), the lag models' own
+    help after the lag model's. Its default is not part of it: ``--help`` shows the value a run uses when
+    the flag is left out in the ``(default: ...)`` after it (``grouped``, ``default_hint``)."""
+    text = field.metadata.get("help", "")
+    return f"{text}: {_lag_models_help()}" if field.name == "lag_model" else text
 
 
 def config_args_class(name: str, extra: list[tuple[str, Any, Any, str]], defaults: Config | None = None,
@@ -155,7 +106,7 @@ def config_args_class(name: str, extra: list[tuple[str, Any, Any, str]], default
             lit = Literal[choices[f.name]]  # type: ignore[valid-type]
             hint = Optional[lit] if getattr(base, f.name) is None or type(None) in typing.get_args(hint) else lit
         default = getattr(base, f.name)
-        fields.append((f.name, Annotated[hint, _arg(_help(f.name, default))], dataclasses.field(default=default)))
+        fields.append((f.name, Annotated[hint, _arg(_help(f))], dataclasses.field(default=default)))
     return dataclasses.make_dataclass(name, fields)
 
 
@@ -240,7 +191,7 @@ def with_config_flags(base: type, name: str = "Args", exclude: tuple = ()) -> ty
             args = [a for a in typing.get_args(hint) if a is not type(None)]
             hint = args[0] if type(None) in typing.get_args(hint) else hint
         # None: the preset's value, else the task's or Config's; --help shows which (grouped, default_hint)
-        fields.append((f.name, Annotated[Optional[hint], _arg(_help(f.name))], dataclasses.field(default=None)))
+        fields.append((f.name, Annotated[Optional[hint], _arg(_help(f))], dataclasses.field(default=None)))
     if "age_histogram" not in own:
         fields.append(("age_histogram", Annotated[tuple[str, ...], _arg(AGE_HISTOGRAM_HELP)],
                        dataclasses.field(default=())))
