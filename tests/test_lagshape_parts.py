@@ -89,6 +89,17 @@ def test_pilot_rule_by_hand(protocol, tmp_path, crossings, usable):
         by += first is not None and first <= 1_000_000
     assert by >= 2 if usable else by < 2
     assert all(r["usable_reference"] is usable for r in rows)
+    # FINDINGS' line reads the table back as the report writes it
+    from vaco_jax.studies import lagshape_findings
+    out = tmp_path / "root" / "results" / "lagshape"
+    out.mkdir(parents=True)
+    shutil.copy(os.path.join(RESULTS, "protocol.json"), out / "protocol.json")
+    results.write_table(str(out / "ant_pilot.csv"), rows)
+    line = lagshape_findings.lagshape_summary(str(tmp_path / "root"))
+    left = ", ".join(f"{r['leaves_random_at']:,}" if isinstance(r["leaves_random_at"], int) else r["leaves_random_at"]
+                     for r in rows)
+    assert (f"1M env steps is {'a usable' if usable else 'not a usable'} reference ({by} of 3 seeds leave random by "
+            f"1M; env steps to leave random: {left})") in line
 
 
 # ----------------------------------------------------------------------------------------------- shape

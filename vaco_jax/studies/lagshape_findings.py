@@ -1,8 +1,8 @@
 """FINDINGS.md's first-screen line on the lag-shape study (``results/lagshape/``), read from ``results/`` alone.
 
 ``rebuild_docs`` puts ``lagshape_summary`` in the block ``summary``: the units finished per part (from
-``manifest.csv`` against the parts the protocol names), the age-19 check's calls (``age19_check.csv``) and,
-once any publish arm has finished, the publish check's rows (``publish_check.csv``).
+``manifest.csv`` against the parts the protocol names), the age-19 check's calls (``age19_check.csv``), the Ant-v4 pilot's
+answer (``ant_pilot.csv``) and, once any publish arm has finished, the publish check's rows (``publish_check.csv``).
 """
 
 from __future__ import annotations
@@ -41,6 +41,14 @@ def lagshape_summary(root: str) -> str | None:
         rows = results.read_table(age19)
         line += (" Age-19 check, margin half the control's own effect (`age19_check.csv`): "
                  + _calls(rows) + "; the control must be called *differs*.")
+    pilot = os.path.join(out, "ant_pilot.csv")
+    if os.path.exists(pilot):
+        rows = results.read_table(pilot)
+        left = [r["leaves_random_at"] for r in rows]
+        line += (f" Ant-v4 pilot (PPO-Clip, B = {rows[0]['lag_depth']}, `ant_pilot.csv`): 1M env steps is "
+                 f"{'a usable' if rows[0]['usable_reference'] else 'not a usable'} reference "
+                 f"({sum(bool(r['by_horizon']) for r in rows)} of {len(rows)} seeds leave random by 1M; env steps "
+                 "to leave random: " + ", ".join(f"{int(x):,}" if str(x).isdigit() else str(x) for x in left) + ").")
     publish = os.path.join(out, "publish_check.csv")
     if os.path.exists(publish):
         rows = results.read_table(publish)
