@@ -9,7 +9,7 @@ import pytest
 
 from conftest import tiny_config
 from vaco_jax.analysis import results, tables
-from vaco_jax.driver import grid, runner
+from vaco_jax.driver import grid, program, runner
 
 
 def test_a_non_finite_diagnostic_is_emptied_and_named_with_its_value():
@@ -39,7 +39,7 @@ def test_score_means_are_empty_with_a_reason_when_any_chunk_was_not_finite():
 
 
 def test_a_run_whose_diagnostics_overflow_writes_no_inf_and_says_why(tmp_path, monkeypatch):
-    real = runner.chunk_summary
+    real = program.chunk_summary
 
     def overflowing(metrics):  # what a run at a too-high learning rate produced: tv_learner = inf, not diverged
         out = real(metrics)
@@ -51,7 +51,7 @@ def test_a_run_whose_diagnostics_overflow_writes_no_inf_and_says_why(tmp_path, m
         unstable[1] = 2.0
         return {**out, "tv_learner": tv, "unstable_steps": unstable}
 
-    monkeypatch.setattr(runner, "chunk_summary", overflowing)
+    monkeypatch.setattr(program, "chunk_summary", overflowing)
     d = str(tmp_path / "g")
     rows = runner.run_group(tiny_config(num_evals=2), grid.grid([1, 2], [0]), d, progress=False)
     text = open(os.path.join(d, "curves.csv")).read() + open(os.path.join(d, "scores.csv")).read()

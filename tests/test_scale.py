@@ -294,6 +294,39 @@ def test_groups_of_one_task_share_one_compiled_evaluation():
     assert evaluation_program(handed) is not evaluation_program(handed)
 
 
+def test_a_group_laid_out_in_one_call_shares_its_evaluation_and_pads_with_its_last_cell(monkeypatch):
+    """``group_program`` builds the trainer, then lays the group out in one call (``devices.place_group``):
+    the evaluation over the grid is one program for the groups of a task laid out alike (any method, any
+    number of cells), another for another layout or an env handed in, and the padding cells are copies of
+    the last cell, on a new group as on a resumed one."""
+    from vaco_jax.driver import program
+    from vaco_jax.envs import make_env
+
+    calls = []
+    monkeypatch.setattr(program, "place_group", lambda *a, **k: calls.append(1) or devices.place_group(*a, **k))
+    cells = [grid.Cell(1, 0), grid.Cell(4, 1), grid.Cell(2, 2)]
+    evaluating = dict(eval_episodes=2)
+    clip = program.group_program(tiny_config(method="ppo_clip", **evaluating), cells, devices=1)
+    vaco = program.group_program(tiny_config(method="vaco", **evaluating), cells[:2], devices=1)
+    assert clip.evaluation is vaco.evaluation and len(calls) == 2
+    in_batches = tiny_config(method="ppo_clip", grid_batch=2, **evaluating)
+    batched = program.group_program(in_batches, cells, devices=1)
+    assert batched.evaluation is not clip.evaluation  # cells in batches of 2: another layout
+    config = tiny_config(**evaluating)
+    handed = [program.group_program(config, cells, make_train(config, env=make_env("point_mass", episode_length=50)),
+                                    devices=1) for _ in range(2)]
+    assert handed[0].evaluation is not handed[1].evaluation  # an env of unknown make: never shared
+    assert (batched.padded, batched.cells) == (4, 3)
+    placed = (batched.keys, batched.traced)
+    for tree in (placed, batched.repad(batched.unpad(placed))):  # a resumed group's tree is placed alike
+        for leaf in jax.tree.leaves(tree):
+            assert leaf.shape[0] == 4
+            np.testing.assert_array_equal(np.asarray(leaf[3]), np.asarray(leaf[2]))
+    own = [make_traced(in_batches, c.lag_depth) for c in cells]
+    for got, want in zip(jax.tree.leaves(batched.traced), jax.tree.leaves(stack_traced(own + own[-1:]))):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
 def test_a_chunk_then_its_evaluation_program_is_run_chunk():
     """The host drivers' two programs (train_chunk, then the shared evaluation) give run_chunk's state
     and numbers; the evaluation reads the state the chunk ends in."""

@@ -10,8 +10,9 @@ evaluates the learner's own policy; ``Trainer.train(key, traced)`` scans over al
 (``vaco_jax.driver.program``, run by ``runner.run_group``; a single run is a one-cell group) calls two
 programs per chunk:
 ``train_chunk`` (the phases) and the evaluation, compiled once for every trainer that evaluates alike
-(``evaluation_program``: the methods of one task share it), and shows progress between chunks (no
-host callbacks inside).
+(``evaluation_signature``: the methods of one task share it; ``evaluation_program`` here, and over a
+group's grid ``driver.devices.shared_grid_program``), and shows progress between chunks (no host
+callbacks inside).
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from vaco_jax.core import lag as lag_lib
 from vaco_jax.core import proximal as prox
@@ -380,26 +380,3 @@ def evaluated(metrics: ChunkMetrics, evaluation: Callable, state: TrainState, co
     if config.eval_episodes <= 0:
         return metrics
     return metrics._replace(eval_return=evaluation(*Trainer.evaluation_inputs(state)))
-
-
-# ----------------------------------------------------------------------------- host driver
-
-CHUNK_TOTALS = ("unstable_steps",)  # diagnostics that count events: a chunk's value is their sum
-
-
-def chunk_summary(metrics: ChunkMetrics) -> dict:
-    """Host-side summary of one chunk (arrays may carry leading grid axes)."""
-    ph = metrics.phases
-    ret_sum = np.asarray(ph.episode_return_sum).sum(-1)
-    count = np.asarray(ph.episode_count).sum(-1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        train_return = np.where(count > 0, ret_sum / np.maximum(count, 1), np.nan)
-    out = {
-        "env_steps": np.asarray(ph.env_steps)[..., -1],
-        "eval_return": np.asarray(metrics.eval_return),
-        "train_return": train_return,
-        "diverged": np.asarray(metrics.diverged),
-    }
-    for name, value in ph.diagnostics.items():  # a count (unstable steps) is summed over the phases
-        out[name] = np.asarray(value).sum(-1) if name in CHUNK_TOTALS else np.asarray(value).mean(-1)
-    return out

@@ -1,13 +1,18 @@
 """Where a group runs: the CPU cores as XLA devices, the compiled-program cache, the grid axis split
-over devices by ``shard_map`` (``grid_program``) and ``jax.distributed`` processes."""
+over devices by ``shard_map`` (``grid_program``), a group laid out on them in one call (``place_group``:
+its plan, padded and placed cells, grid programs, the programs groups share) and ``jax.distributed``
+processes."""
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import functools
 import os
 from typing import Any, Callable
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from vaco_jax.core.config import Config
@@ -221,6 +226,11 @@ class GridPlan:
     mesh: Any
     where: tuple
 
+    @property
+    def padded(self) -> int:
+        """Cells on the grid axis, padding copies included."""
+        return self.devices * self.per_device
+
 
 def grid_plan(config: Config, n_cells: int, devices: int | None = None) -> GridPlan:
     """The plan of a group of ``n_cells`` cells of ``config`` over ``devices`` devices (default: as many as
@@ -229,6 +239,63 @@ def grid_plan(config: Config, n_cells: int, devices: int | None = None) -> GridP
     mesh = grid_mesh(used)
     where = ("grid", config.grid_batch, None if mesh is None else tuple(d.id for d in mesh.devices.flat))
     return GridPlan(used, per_device, config.grid_batch, mesh, where)
+
+
+def grid_place(tree, plan: GridPlan):
+    """``tree`` (a leading grid axis, one entry per cell of the group) filled to ``plan.padded`` cells with
+    copies of its last cell (what the padding cells are) and laid out on ``plan.mesh``'s devices
+    (``grid_put``): a group's keys and traced values when its program is built, its state when resumed."""
+    extra = plan.padded - jax.tree.leaves(tree)[0].shape[0]
+    if extra:
+        tree = jax.tree.map(lambda x: jnp.concatenate([x, jnp.repeat(x[-1:], extra, axis=0)]), tree)
+    return grid_put(tree, plan.mesh)
+
+
+# Compiled grid programs that groups share: (key, layout) -> (jitted program, what it keeps alive).
+# Oldest dropped beyond SHARED_KEPT.
+_SHARED: "collections.OrderedDict[tuple, tuple]" = collections.OrderedDict()
+SHARED_KEPT = 16
+
+
+def shared_grid_program(fn: Callable, plan: GridPlan, key=None, keep=None) -> Callable:
+    """``jit`` of ``fn`` (a function of one cell) over ``plan``'s grid (``grid_program``), one per ``key`` and
+    layout (``plan.where``) in this process: groups whose ``fn`` computes the same thing (equal ``key``s,
+    e.g. ``Trainer.evaluation_signature()`` for the chunk's evaluation: the methods of one task) and whose
+    grids are laid out alike compile it once. ``keep`` is kept alive with the program (an object ``key``
+    names by its id, so the id is not reused). ``key`` None: a program of its own."""
+    if key is None:
+        return jax.jit(grid_program(fn, plan.batch, plan.mesh))
+    key = (key, plan.where)
+    if key in _SHARED:
+        _SHARED.move_to_end(key)
+    else:
+        _SHARED[key] = (jax.jit(grid_program(fn, plan.batch, plan.mesh)), keep)
+        while len(_SHARED) > SHARED_KEPT:
+            _SHARED.popitem(last=False)
+    return _SHARED[key][0]
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupPlacement:
+    """A group laid out on this process's devices (``place_group``)."""
+
+    plan: GridPlan
+    tree: Any  # the cells' tree (keys, traced values), padded and laid out
+    programs: tuple  # each function of one cell given, jitted over the grid
+    shared: Callable | None  # the shared function given, jitted over the grid (shared_grid_program)
+    place: Callable  # a tree of the group's own cells -> padded and laid out alike (grid_place)
+
+
+def place_group(config: Config, tree, fns, shared=None, devices: int | None = None) -> GroupPlacement:
+    """A group of ``config`` laid out on ``devices`` devices (default ``devices_for``) in one call: its plan for
+    as many cells as ``tree``'s grid axis holds (``grid_plan``), ``tree`` (the cells' keys and traced values)
+    padded and placed (``grid_place``), each of ``fns`` (functions of one cell) jitted over the grid
+    (``grid_program``), and ``shared = (fn, key, keep)`` as ``shared_grid_program``."""
+    plan = grid_plan(config, jax.tree.leaves(tree)[0].shape[0], devices)
+    programs = tuple(jax.jit(grid_program(fn, plan.batch, plan.mesh)) for fn in fns)
+    return GroupPlacement(plan=plan, tree=grid_place(tree, plan), programs=programs,
+                          shared=None if shared is None else shared_grid_program(shared[0], plan, *shared[1:]),
+                          place=functools.partial(grid_place, plan=plan))
 
 
 def init_distributed() -> tuple[int, int]:

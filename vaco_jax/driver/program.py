@@ -1,20 +1,24 @@
 """A group's compiled program, built once, in the algorithm's order::
 
-    device layout   how many devices the group's cells are split over, how many cells each holds
-                    (padding copies of the last cell fill the last device)
     traced cells    each cell's run key and traced values (lag depth, knobs), stacked on a grid axis
-    trainer         ``make_train(config)``: env, networks, the method; pure functions of one cell
-    placement       the grid axis laid out on the devices; ``init`` and ``train_chunk`` as grid programs
-                    (``devices.grid_program``: vmap per device, ``shard_map`` over devices), and the
-                    chunk's evaluation, one program shared by every group of the task that evaluates
-                    alike (``core.train.evaluation_program``)
+    trainer         ``make_train(config)``: env, networks, the method; pure functions of one cell, and
+                    what its chunk's evaluation reads (``Trainer.evaluation_inputs``) and depends on
+                    (``Trainer.evaluation_signature``)
+    placement       one call, ``devices.place_group``: how many devices the group's cells are split
+                    over and how many cells each holds (``grid_plan``), the keys and traced values
+                    padded with copies of the last cell and laid out on them (``grid_place``), ``init``
+                    and ``train_chunk`` as grid programs (``grid_program``: vmap per device,
+                    ``shard_map`` over devices), and the chunk's evaluation, one program shared by every
+                    group of the task that evaluates alike and is laid out alike (``shared_grid_program``)
 
 ``group_program(config, cells)`` returns that as a ``GroupProgram``, which also owns the group's
 directory: ``runner.run_group`` calls ``resume_group`` (the checkpoint and the files of the chunks done,
-else ``start``), then per chunk ``chunk`` (the phases and, when due, the evaluation) and ``record`` (the
-chunk's curves, staleness and checkpoint), then ``finish`` (scores, policies, ``scores.csv``);
-``memory.cell_bytes`` traces its ``init`` for the state's size, and the benchmarks time it. Building it compiles nothing: each program compiles on its
-first call (or loads from the compilation cache).
+else ``start``), then per chunk ``advance``: ``chunk`` (the phases and, when due, the evaluation) and
+``record`` (the chunk's curve rows, ``rows``, written with its staleness and checkpoint), then ``finish``
+(scores, policies, ``scores.csv``); ``memory.cell_bytes`` traces its ``init`` for the state's size, and
+the benchmarks time it. What a chunk or a resume needs (its programs, which parts of the state the
+evaluation reads, how a restored state is laid out) it holds, given when it was built. Building it
+compiles nothing: each program compiles on its first call (or loads from the compilation cache).
 
 ``learner_call`` is the learner's part of one phase alone (align + E x M gradient steps on one fixed
 lagged batch), as a timed call: claim 3b's cost table (``studies/study_cost.py``) and benchmarks/method_cost.py.
@@ -36,8 +40,8 @@ import numpy as np
 from vaco_jax.analysis import results
 from vaco_jax.analysis.results import ResultsError
 from vaco_jax.core.config import Config, TracedParams, make_traced, stack_traced
-from vaco_jax.core.train import Trainer, evaluation_program, make_train
-from vaco_jax.driver.devices import _warn, grid_plan, grid_program, grid_put
+from vaco_jax.core.train import ChunkMetrics, Trainer, make_train
+from vaco_jax.driver.devices import _warn, grid_plan, grid_program, place_group
 
 
 def layout(config: Config, n_cells: int, devices: int | None = None) -> tuple[int, int]:
@@ -45,11 +49,6 @@ def layout(config: Config, n_cells: int, devices: int | None = None) -> tuple[in
     ``devices`` devices (default: as many as the task's engine allows, ``devices.devices_for``)."""
     plan = grid_plan(config, n_cells, devices)
     return plan.devices, plan.per_device
-
-
-def pad_cells(cells: Sequence, multiple: int) -> list:
-    """``cells`` followed by copies of the last one, to a multiple of ``multiple``."""
-    return list(cells) + [cells[-1]] * ((-len(cells)) % multiple)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,7 +68,9 @@ class GroupProgram:
     traced: TracedParams  # [padded] each cell's traced values, placed
     init: Callable  # (keys, traced) -> state
     train_chunk: Callable  # (state, traced) -> (state, metrics): the chunk's phases, without its evaluation
-    evaluation: Callable  # the chunk's evaluation over the grid (shared by the task's groups)
+    evaluation: Callable  # (*evaluation_inputs(state)) -> eval_return: the chunk's evaluation over the grid
+    evaluation_inputs: Callable  # state -> what the evaluation reads (the trainer's Trainer.evaluation_inputs)
+    place: Callable  # a tree of the group's own cells -> padded and laid out on the devices (devices.grid_place)
     chunk_env_steps: int  # env steps of one chunk over the whole grid, padding included
 
     @property
@@ -90,7 +91,7 @@ class GroupProgram:
         state, metrics = self.train_chunk(state, self.traced)
         if self.config.eval_episodes <= 0:  # not evaluated: the chunk's eval_return stays NaN
             return state, metrics
-        return state, metrics._replace(eval_return=self.evaluation(*Trainer.evaluation_inputs(state)))
+        return state, metrics._replace(eval_return=self.evaluation(*self.evaluation_inputs(state)))
 
     def unpad(self, tree):
         """The group's own cells of a grid-shaped tree (no padding copies, no device layout): what a
@@ -99,11 +100,8 @@ class GroupProgram:
 
     def repad(self, tree):
         """``unpad``'s inverse: re-padded with copies of the last cell (exactly what the padding cells
-        are) and laid out on the devices."""
-        extra = self.padded - self.cells
-        if extra:
-            tree = jax.tree.map(lambda x: jnp.concatenate([x, jnp.repeat(x[-1:], extra, axis=0)]), tree)
-        return grid_put(tree, self.mesh)
+        are) and laid out on the devices (``place``)."""
+        return self.place(tree)
 
     def state_shape(self):
         """The shapes and dtypes of ``unpad(start())``, traced only (a checkpoint's template)."""
@@ -131,6 +129,23 @@ class GroupProgram:
                     state = jax.tree.map(lambda x: jnp.asarray(np.asarray(x)), state)  # (no second compile)
                 return self.repad(state), chunks
         return self.start(), 0
+
+    def rows(self, metrics, heads: Sequence[dict], chunk: int, seconds: float) -> list[dict]:
+        """The ``curves.csv`` row of each of the group's cells after chunk ``chunk``: ``heads[i]`` (cell ``i``'s
+        identifying columns), ``cell``, ``chunk``, the chunk's ``chunk_summary`` of host ``metrics`` (its
+        non-finite diagnostics emptied and named, ``mark_nonfinite``), ``seconds`` and the grid's env steps
+        per second."""
+        summary = chunk_summary(metrics)
+        diagnostics = [k for k in summary if k not in NOT_DIAGNOSTICS]
+        rows = []
+        for i, head in enumerate(heads):
+            row = {**head, "cell": i, "chunk": chunk}
+            row.update({k: np.asarray(v)[i].item() for k, v in summary.items()})
+            mark_nonfinite(row, diagnostics)
+            row["seconds"] = seconds
+            row["grid_steps_per_second"] = self.chunk_env_steps / seconds
+            rows.append(row)
+        return rows
 
     def host_cells(self, state):
         """The group's own cells of ``state`` (``unpad``), copied to the host."""
@@ -160,11 +175,23 @@ class GroupProgram:
             _warn(f"{e}; {restart}")
             return self.start(), 0, History()
 
-    def record(self, group_dir: str, history: History, state, chunk: int, rows: Sequence[dict], metrics,
-               checkpoint: bool = True) -> None:
-        """After chunk ``chunk``: its curve rows (one per cell) and host ``metrics`` added to ``history``, the
-        curves and staleness written, and with ``checkpoint`` the phase returns and a checkpoint of ``state``
-        (what ``resume_group`` reads back)."""
+    def advance(self, group_dir: str, history: History, state, chunk: int, heads: Sequence[dict],
+                checkpoint: bool = True) -> tuple[Any, list[dict], Any]:
+        """Chunk ``chunk`` run (``chunk``), its metrics fetched to the host and recorded (``record``, the
+        seconds from the chunk's start to its metrics on the host). Returns the new state, the chunk's
+        curve rows and its host metrics."""
+        t0 = time.perf_counter()
+        state, metrics = self.chunk(state)
+        metrics = jax.device_get(metrics)
+        rows = self.record(group_dir, history, state, chunk, metrics, heads, time.perf_counter() - t0, checkpoint)
+        return state, rows, metrics
+
+    def record(self, group_dir: str, history: History, state, chunk: int, metrics, heads: Sequence[dict],
+               seconds: float, checkpoint: bool = True) -> list[dict]:
+        """After chunk ``chunk`` (its host ``metrics``, run in ``seconds``): its curve rows (``rows``, one per
+        cell) and metrics added to ``history``, the curves and staleness written, and with ``checkpoint`` the
+        phase returns and a checkpoint of ``state`` (what ``resume_group`` reads back). Returns the rows."""
+        rows = self.rows(metrics, heads, chunk, seconds)
         history.rows.extend(rows)
         history.returns.append(np.asarray(metrics.phases.episode_return_sum)[: self.cells])
         history.counts.append(np.asarray(metrics.phases.episode_count)[: self.cells])
@@ -175,6 +202,7 @@ class GroupProgram:
             results.save_npz(os.path.join(group_dir, PHASES), returns=np.stack(history.returns),
                              counts=np.stack(history.counts))
             self.save(os.path.join(group_dir, CHECKPOINT), state, chunk + 1)
+        return rows
 
     def finish(self, group_dir: str, history: History, state, heads: Sequence[dict],
                checkpoint: bool = True) -> list[dict]:
@@ -206,18 +234,17 @@ def group_program(config: Config, cells: Sequence, trainer: Trainer | None = Non
     ``knob_dict()``, e.g. ``grid.Cell``), in the algorithm's order (module doc). ``trainer``: one built
     already (``make_train(config)`` otherwise); ``devices``: how many to split the cells over (default
     ``devices.devices_for``; 1 keeps the group on one device)."""
-    plan = grid_plan(config, len(cells), devices)
-    padded = pad_cells(cells, plan.devices * plan.per_device)
-    keys = jnp.stack([jax.random.PRNGKey(c.seed) for c in padded])
-    traced = stack_traced([make_traced(config, c.lag_depth, **c.knob_dict()) for c in padded])
+    keys = jnp.stack([jax.random.PRNGKey(c.seed) for c in cells])
+    traced = stack_traced([make_traced(config, c.lag_depth, **c.knob_dict()) for c in cells])
     trainer = trainer or make_train(config)
-    keys, traced = grid_put((keys, traced), plan.mesh)
-    on_grid = lambda fn: grid_program(fn, plan.batch, plan.mesh)  # noqa: E731  (a cell's function over the grid)
+    # the evaluation is shared by the trainers with its signature (None: an env handed to make_train, not shared)
+    evaluation = (trainer.chunk_evaluation, trainer.evaluation_signature(), trainer)
+    placed = place_group(config, (keys, traced), (trainer.init, trainer.train_chunk), evaluation, devices)
+    plan, (keys, traced), (init, train_chunk) = placed.plan, placed.tree, placed.programs
     return GroupProgram(config=config, trainer=trainer, cells=len(cells), devices=plan.devices,
-                        per_device=plan.per_device, mesh=plan.mesh, keys=keys, traced=traced,
-                        init=jax.jit(on_grid(trainer.init)), train_chunk=jax.jit(on_grid(trainer.train_chunk)),
-                        evaluation=evaluation_program(trainer, on_grid(trainer.chunk_evaluation), plan.where),
-                        chunk_env_steps=config.env_steps_per_chunk * plan.devices * plan.per_device)
+                        per_device=plan.per_device, mesh=plan.mesh, keys=keys, traced=traced, init=init,
+                        train_chunk=train_chunk, evaluation=placed.shared, evaluation_inputs=trainer.evaluation_inputs,
+                        place=placed.place, chunk_env_steps=config.env_steps_per_chunk * plan.devices * plan.per_device)
 
 
 # ----------------------------------------------------------------------------- a group's record and its scores
@@ -289,6 +316,39 @@ NONFINITE = "nonfinite"  # curve and score rows: which diagnostics were not fini
 UNSTABLE = "unstable_steps"  # steps MuJoCo could not integrate or act on: a count, summed, never averaged
 NOT_DIAGNOSTICS = ("cell", "chunk", "env_steps", "eval_return", "train_return", "diverged", "seconds",
                    "grid_steps_per_second", NONFINITE)
+
+
+CHUNK_TOTALS = ("unstable_steps",)  # diagnostics that count events: a chunk's value is their sum
+
+
+def chunk_summary(metrics: ChunkMetrics) -> dict:
+    """Host-side summary of one chunk (arrays may carry leading grid axes)."""
+    ph = metrics.phases
+    ret_sum = np.asarray(ph.episode_return_sum).sum(-1)
+    count = np.asarray(ph.episode_count).sum(-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        train_return = np.where(count > 0, ret_sum / np.maximum(count, 1), np.nan)
+    out = {
+        "env_steps": np.asarray(ph.env_steps)[..., -1],
+        "eval_return": np.asarray(metrics.eval_return),
+        "train_return": train_return,
+        "diverged": np.asarray(metrics.diverged),
+    }
+    for name, value in ph.diagnostics.items():  # a count (unstable steps) is summed over the phases
+        out[name] = np.asarray(value).sum(-1) if name in CHUNK_TOTALS else np.asarray(value).mean(-1)
+    return out
+
+
+def mark_nonfinite(row: dict, names: Sequence[str]) -> None:
+    """A curve row's diagnostics are finite or missing with a reason: each non-finite value among
+    ``names`` is emptied and named with what it was in ``row['nonfinite']`` ('tv_learner=inf;...')."""
+    bad = []
+    for k in names:
+        v = row[k]
+        if isinstance(v, float) and not math.isfinite(v):
+            bad.append(f"{k}={v}")
+            row[k] = float("nan")
+    row[NONFINITE] = ";".join(bad)
 
 
 def diagnostic_scores(rows: list[dict], skip: Sequence[str] = ()) -> dict:

@@ -4,10 +4,10 @@ One *group* = one static ``Config`` (task, method, shapes) and a list of cells t
 traced values and seed. The group's program (``program.group_program``: ``jit(vmap(train_chunk))``, its
 grid axis split over the local devices by ``shard_map``, each chunk followed by the evaluation, a
 program of its own that every group of the same task shares) runs here chunk by chunk, with the
-group's hooks (``tracking.group_hooks``) after each. The program also keeps the group's directory:
-it resumes from it (``GroupProgram.resume_group``), writes each chunk's results and a checkpoint
-(``record``), so an interrupted sweep resumes from its last chunk, and at the end the scores and the
-trained policies (``finish``). Layout of a group directory::
+group's hooks (``tracking.group_hooks``) after each. The program also keeps the group's directory: it
+resumes from it (``GroupProgram.resume_group``), runs each chunk and writes its curve rows, other
+results and a checkpoint (``advance``), so an interrupted sweep resumes from its last chunk, and at the
+end the scores and the trained policies (``finish``). Layout of a group directory::
 
     GROUP/cells.json      the cells (lag_depth, seed, learning_rate, clip_epsilon, tv_budget)
     GROUP/curves.csv      one row per cell x chunk: env steps, eval/train return, diagnostics
@@ -23,23 +23,20 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
-import time
 from typing import Any, Callable, Sequence
 
-import jax
 import numpy as np
 
 from vaco_jax.analysis import results
 from vaco_jax.analysis.results import ResultsError
 from vaco_jax.core.config import Config
-from vaco_jax.core.train import Trainer, chunk_summary
+from vaco_jax.core.train import Trainer
 from vaco_jax.driver.devices import _warn
 from vaco_jax.driver.grid import Cell, Group, PART_RE, _cell_from_row, check_cells, check_max_cells, split_group
-from vaco_jax.driver.program import NONFINITE, NOT_DIAGNOSTICS, group_program
-from vaco_jax.driver.program import (  # noqa: F401  (the scores' functions, also read from here)
-    cell_scores, diagnostic_scores, last_fraction_train_return)
+from vaco_jax.driver.program import group_program
+from vaco_jax.driver.program import (  # noqa: F401  (the rows' and scores' functions, also read from here)
+    cell_scores, diagnostic_scores, last_fraction_train_return, mark_nonfinite)
 from vaco_jax.driver.provenance import UNRECORDED_SETTINGS
 from vaco_jax.driver.tracking import VIDEOS, VideoOptions, WandbOptions, check_tracking, group_hooks
 from vaco_jax.errors import ConfigError
@@ -115,18 +112,6 @@ def group_finished(group_dir: str) -> bool:
     return all(os.path.exists(os.path.join(group_dir, f"part-{j}-of-{m}", "scores.csv")) for j in range(m))
 
 
-def mark_nonfinite(row: dict, names: Sequence[str]) -> None:
-    """A curve row's diagnostics are finite or missing with a reason: each non-finite value among
-    ``names`` is emptied and named with what it was in ``row['nonfinite']`` ('tv_learner=inf;...')."""
-    bad = []
-    for k in names:
-        v = row[k]
-        if isinstance(v, float) and not math.isfinite(v):
-            bad.append(f"{k}={v}")
-            row[k] = float("nan")
-    row[NONFINITE] = ";".join(bad)
-
-
 def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool = True,
               checkpoint: bool = True, trainer: Trainer | None = None, label: str = "",
               tags: dict | None = None, shard: bool = True, max_chunks: int | None = None,
@@ -189,30 +174,18 @@ def run_group(config: Config, cells: list[Cell], group_dir: str, progress: bool 
     failed = True
     try:
         for chunk in range(start, stop):
-            t0 = time.perf_counter()
-            state, metrics = program.chunk(state)
-            metrics = jax.device_get(metrics)
-            seconds = time.perf_counter() - t0
-            summary = chunk_summary(metrics)
+            state, rows, metrics = program.advance(group_dir, history, state, chunk, heads, checkpoint)
             staleness = np.asarray(metrics.staleness_counts)[: len(cells)]
-            rows = []
-            for i, head in enumerate(heads):
-                row = {**head, "cell": i, "chunk": chunk}
-                row.update({k: np.asarray(v)[i].item() for k, v in summary.items()})
-                mark_nonfinite(row, [k for k in summary if k not in NOT_DIAGNOSTICS])
-                row["seconds"] = seconds
-                row["grid_steps_per_second"] = program.chunk_env_steps / seconds
-                rows.append(row)
-                if live is not None:
+            if live is not None:  # after the chunk's files, as the hooks
+                for i, row in enumerate(rows):
                     live.write(i, row, staleness[i], skip=skip[i])
-            program.record(group_dir, history, state, chunk, rows, metrics, checkpoint)
             if hooks.active:  # after the chunk's files: a hook that fails leaves a run that resumes
                 hooks.after_chunk(chunk, rows, staleness, program, state, skip)
             bar.update(1)
-            evals = np.asarray(summary["eval_return"][: len(cells)], float)
+            evals = np.array([row["eval_return"] for row in rows], float)
             evals = evals[np.isfinite(evals)]
             bar.set_postfix(eval=f"{evals.mean():.0f}" if len(evals) else "n/a",
-                            sps=f"{program.chunk_env_steps / seconds:.0f}")
+                            sps=f"{rows[0]['grid_steps_per_second']:.0f}")
         failed = False
     finally:
         bar.close()
