@@ -32,8 +32,8 @@ import tempfile
 from typing import Callable
 
 from vaco_jax.analysis import results
-from vaco_jax.studies import (deep_lag_findings, lagshape_findings, locomotion_findings, pendulum_tables,
-                              sim_vs_real_findings, steplag_findings)
+from vaco_jax.studies import (adaptive_findings, deep_lag_findings, lagshape_findings, locomotion_findings,
+                              pendulum_tables, sim_vs_real_findings, steplag_findings)
 from vaco_jax.studies.pendulum_tables import CLAIMS, CLAIMS_AUC, MAIN_DESIGN, STUDY, TUNED_WIDE
 from vaco_jax.studies.rebuild_docs_blocks import COMMAND, FINDINGS, DocsError, blocks, render
 from vaco_jax.studies.rebuild_docs_compare import compare
@@ -112,7 +112,8 @@ def summary_block(build: Build) -> str:
                 "`python -m benchmarks.peer_check --table`; inside means the published mean ± 2 std): "
                 + "; ".join(parts) + ".", ""]
     for line in (sim_vs_real_findings.sim_vs_real_summary(build.root), deep_lag_findings.deep_lag_summary(build.root),
-                 steplag_findings.steplag_summary(build.root), lagshape_findings.lagshape_summary(build.root)):
+                 steplag_findings.steplag_summary(build.root), lagshape_findings.lagshape_summary(build.root),
+                 adaptive_findings.adaptive_summary(build.root)):
         if line:
             out += [line, ""]
     out += pendulum_tables.pendulum_summary(build)
